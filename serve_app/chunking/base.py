@@ -1,0 +1,116 @@
+"""The chunker interface and what every chunker shares: canonical text, ids, provenance."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from serve_app.registry import Registry
+from serve_app.schemas import Chunk, Document
+
+BLOCK_SEPARATOR = "\n\n"
+_CHUNK_NAMESPACE = uuid.UUID("6f1f5b9e-3c1a-4f59-9a53-0d6c8f6f2a10")
+
+
+@runtime_checkable
+class Chunker(Protocol):
+    """Splits a document into chunks; deterministic (same input, same chunks and ids)."""
+
+    name: str
+
+    def chunk(self, document: Document) -> list[Chunk]: ...
+
+    def fingerprint(self) -> dict: ...
+
+
+CHUNKERS: Registry[Chunker] = Registry("chunker", "chunker.name")
+
+
+@dataclass(frozen=True)
+class Block:
+    """A run of body text with its heading chain and its span in the canonical text."""
+
+    chain: tuple[str, ...]
+    start: int
+    end: int
+
+
+def canonical_text(document: Document) -> tuple[str, list[Block]]:
+    """The document's body blocks joined by a blank line, with each block's span.
+
+    Chunk offsets index into this string, so a chunk's text is always
+    ``canonical[chunk.char_start:chunk.char_end]``.
+    """
+    parts: list[str] = []
+    blocks: list[Block] = []
+    position = 0
+    for chain, text in document.iter_blocks():
+        body = text.strip()
+        if not body:
+            continue
+        if parts:
+            position += len(BLOCK_SEPARATOR)
+        blocks.append(Block(chain=chain, start=position, end=position + len(body)))
+        parts.append(body)
+        position += len(body)
+    return BLOCK_SEPARATOR.join(parts), blocks
+
+
+def chunk_id(tenant_id: str, doc_id: str, order: int, text: str) -> str:
+    """Deterministic UUID (Qdrant point ids must be UUIDs or integers)."""
+    digest = hashlib.sha1(text.encode()).hexdigest()
+    return str(uuid.uuid5(_CHUNK_NAMESPACE, f"{tenant_id}\x1f{doc_id}\x1f{order}\x1f{digest}"))
+
+
+def document_hash(document: Document, fingerprint: dict | None = None) -> str:
+    """Content hash of a document plus whatever shapes its chunks and vectors."""
+    payload = document.model_dump(mode="json")
+    blob = json.dumps([payload, fingerprint or {}], sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def contextual_header(title: str, chain: tuple[str, ...] | list[str]) -> str:
+    """The header prepended to a chunk when it is encoded (title and heading chain)."""
+    return "\n".join(part for part in (title, " > ".join(chain)) if part)
+
+
+def block_at(blocks: list[Block], position: int) -> Block:
+    """The block containing ``position`` (or the nearest one before it)."""
+    found = blocks[0]
+    for block in blocks:
+        if block.start <= position:
+            found = block
+        else:
+            break
+    return found
+
+
+def make_chunks(
+    document: Document,
+    canonical: str,
+    spans: list[tuple[int, int, tuple[str, ...], dict]],
+) -> list[Chunk]:
+    """Chunks for (start, end, heading chain, extra metadata) spans, ordered as given."""
+    chunks: list[Chunk] = []
+    for order, (start, end, chain, extra) in enumerate(spans):
+        text = canonical[start:end]
+        chunks.append(
+            Chunk(
+                id=chunk_id(document.tenant_id, document.id, order, text),
+                doc_id=document.id,
+                tenant_id=document.tenant_id,
+                text=text,
+                title=document.title,
+                section=chain[0] if chain else "",
+                heading_chain=list(chain),
+                order=order,
+                char_start=start,
+                char_end=end,
+                metadata={**document.metadata, **extra},
+                source=document.source,
+            )
+        )
+    return chunks

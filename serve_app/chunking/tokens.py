@@ -1,0 +1,62 @@
+"""Token counting in the dense model's tokenizer, so chunk sizes match what the model sees."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
+
+
+@lru_cache(maxsize=8)
+def load_tokenizer(path: str) -> PreTrainedTokenizerBase:
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer.model_max_length = 10**9  # counting only; the encoders truncate themselves
+    if not tokenizer.is_fast:
+        raise ValueError(f"tokenizer at {path} is not a fast tokenizer (offsets are needed)")
+    return tokenizer
+
+
+class TokenCounter:
+    """Counts tokens and maps token windows to character spans.
+
+    ``reserved`` tokens (special tokens the encoder adds, an appended EOS) are subtracted from
+    every budget, so a chunk within budget never exceeds the model limit.
+    """
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, reserved: int | None = None) -> None:
+        self.tokenizer = tokenizer
+        specials = len(tokenizer("", add_special_tokens=True)["input_ids"])
+        self.reserved = specials if reserved is None else reserved
+
+    @classmethod
+    def from_path(cls, path: str, extra_reserved: int = 0) -> TokenCounter:
+        counter = cls(load_tokenizer(path))
+        counter.reserved += extra_reserved
+        return counter
+
+    def count(self, texts: list[str]) -> list[int]:
+        if not texts:
+            return []
+        encoded = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
+        return [len(ids) for ids in encoded]
+
+    def offsets(self, text: str) -> list[tuple[int, int]]:
+        encoded = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        return [(int(s), int(e)) for s, e in encoded["offset_mapping"]]
+
+    def windows(self, text: str, base: int, size: int, overlap: int) -> list[tuple[int, int]]:
+        """Character spans (shifted by ``base``) of token windows of ``size`` with ``overlap``."""
+        offsets = self.offsets(text)
+        if not offsets:
+            return []
+        step = max(1, size - overlap)
+        spans: list[tuple[int, int]] = []
+        start = 0
+        while True:
+            end = min(start + size, len(offsets))
+            s, e = offsets[start][0], offsets[end - 1][1]
+            spans.append((base + s, base + e))
+            if end == len(offsets):
+                break
+            start += step
+        return spans

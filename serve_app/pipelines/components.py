@@ -1,0 +1,126 @@
+"""Builds the components a configuration names, behind their protocols."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from serve_app.chunking.base import CHUNKERS, Chunker
+from serve_app.chunking.tokens import TokenCounter
+from serve_app.config import AppConfig, resolve_model_path
+from serve_app.encoders.base import (
+    DENSE_BACKENDS,
+    RERANKER_BACKENDS,
+    DenseEncoder,
+    Reranker,
+    SparseEncoder,
+)
+from serve_app.errors import ConfigError
+from serve_app.stores.base import TOPOLOGIES, ChunkIndex, IndexModels
+
+log = logging.getLogger(__name__)
+
+
+def _register_builtins() -> None:
+    """Import the modules whose import registers the built-in components."""
+    import serve_app.chunking.imrad
+    import serve_app.chunking.sections
+    import serve_app.chunking.sliding_window
+    import serve_app.encoders.dense_transformers
+    import serve_app.encoders.reranker
+    import serve_app.stores.embedded  # noqa: F401
+
+
+@dataclass
+class Components:
+    config: AppConfig
+    chunker: Chunker
+    dense: DenseEncoder
+    sparse: dict[str, SparseEncoder]
+    reranker: Reranker | None
+    index: ChunkIndex
+
+    def models(self) -> IndexModels:
+        splade = self.sparse.get("splade")
+        bm25 = self.sparse.get("bm25")
+        return IndexModels(
+            dense_model=self.dense.model_id,
+            dense_dim=self.dense.dim,
+            splade_model=splade.model_id if splade else None,
+            bm25_model=bm25.model_id if bm25 else None,
+        )
+
+    def fingerprint(self) -> dict:
+        """Everything that shapes stored chunks and vectors (part of each document's hash)."""
+        return {
+            "chunker": self.chunker.fingerprint(),
+            "models": self.models().as_dict(),
+            "dense": self.config.dense.model_dump(
+                include={"max_length", "pooling", "append_token"}
+            ),
+            "splade": self.config.splade.model_dump(
+                include={"max_length", "doc_top_k", "min_weight"}
+            ),
+        }
+
+    async def close(self) -> None:
+        await self.index.close()
+
+
+def check_config(config: AppConfig) -> None:
+    """Cross-field rules that need the registries; raises ConfigError naming the field."""
+    _register_builtins()
+    CHUNKERS.get(config.chunker.name)
+    DENSE_BACKENDS.get(config.dense.backend)
+    TOPOLOGIES.get(config.stores.topology)
+    if config.reranker.enabled:
+        RERANKER_BACKENDS.get(config.reranker.backend)
+    if config.chunker.max_tokens > config.dense.max_length:
+        raise ConfigError(
+            f"chunker.max_tokens ({config.chunker.max_tokens}) exceeds dense.max_length "
+            f"({config.dense.max_length}): chunks would be truncated by the dense model"
+        )
+
+
+def build_chunker(config: AppConfig, dense: DenseEncoder | None = None) -> Chunker:
+    _register_builtins()
+    tokenizer_path = resolve_model_path(config.chunker.tokenizer or config.dense.model)
+    extra = 1 if config.dense.append_token else 0
+    counter = TokenCounter.from_path(tokenizer_path, extra_reserved=extra)
+    embedder = getattr(dense, "encode", None)
+    return CHUNKERS.create(config.chunker.name, counter, config.chunker, embedder=embedder)
+
+
+def build_sparse(config: AppConfig) -> dict[str, SparseEncoder]:
+    from serve_app.encoders.bm25 import Bm25Encoder
+    from serve_app.encoders.splade import SpladeEncoder
+
+    sparse: dict[str, SparseEncoder] = {}
+    if config.bm25.enabled:
+        sparse["bm25"] = Bm25Encoder(config.bm25)
+    if config.splade.enabled:
+        sparse["splade"] = SpladeEncoder(config.splade)
+    return sparse
+
+
+async def build_components(config: AppConfig) -> Components:
+    """Load every model once and open the index (model guard included)."""
+    check_config(config)
+    if config.splade.enabled and config.splade.max_length < config.chunker.max_tokens:
+        log.warning("splade.max_length is below chunker.max_tokens: SPLADE sees truncated chunks")
+    dense = DENSE_BACKENDS.create(config.dense.backend, config.dense)
+    reranker = (
+        RERANKER_BACKENDS.create(config.reranker.backend, config.reranker)
+        if config.reranker.enabled
+        else None
+    )
+    components = Components(
+        config=config,
+        chunker=build_chunker(config, dense),
+        dense=dense,
+        sparse=build_sparse(config),
+        reranker=reranker,
+        index=TOPOLOGIES.create(config.stores.topology, config),
+    )
+    await components.index.open(components.models())
+    return components

@@ -1,0 +1,135 @@
+"""Ingest: validate -> chunk -> encode (dense and sparse concurrently) -> write.
+
+All-or-nothing per call: every document is validated, chunked and encoded before the first
+write, so bad input never leaves a half-written index. Documents whose content hash (which
+includes the chunker and model fingerprint) is unchanged are skipped with no model work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+
+from serve_app.chunking.base import contextual_header, document_hash
+from serve_app.errors import InvalidInputError, PayloadTooLargeError
+from serve_app.pipelines.components import Components
+from serve_app.pipelines.timing import StageTimer
+from serve_app.schemas import Chunk, Document, IngestResult
+from serve_app.stores.base import DocumentWrite, EncodedChunk
+
+
+def encoding_text(chunk: Chunk, with_header: bool) -> str:
+    """What the encoders see: the contextual header (title, headings) then the chunk text."""
+    if not with_header:
+        return chunk.text
+    header = contextual_header(chunk.title, chunk.heading_chain)
+    return f"{header}\n{chunk.text}" if header else chunk.text
+
+
+class IngestPipeline:
+    def __init__(self, components: Components) -> None:
+        self.components = components
+        self.config = components.config
+        self._fingerprint = components.fingerprint()
+
+    def validate(self, documents: list[Document]) -> None:
+        limits = self.config.limits
+        if not documents:
+            raise InvalidInputError("no documents to ingest")
+        if len(documents) > limits.max_documents_per_request:
+            raise PayloadTooLargeError(
+                f"{len(documents)} documents in one request, over the limit of "
+                f"{limits.max_documents_per_request} (limits.max_documents_per_request)"
+            )
+        seen: set[tuple[str, str]] = set()
+        for document in documents:
+            key = (document.tenant_id, document.id)
+            if key in seen:
+                raise InvalidInputError(f"document id {document.id!r} appears twice in one request")
+            seen.add(key)
+            size = document.char_count()
+            if size > limits.max_document_chars:
+                raise PayloadTooLargeError(
+                    f"document {document.id!r} has {size} characters, over the limit of "
+                    f"{limits.max_document_chars} (limits.max_document_chars)"
+                )
+
+    async def ingest(self, documents: list[Document]) -> IngestResult:
+        self.validate(documents)
+        timer = StageTimer()
+        started = time.perf_counter()
+        result = IngestResult(documents=len(documents))
+        by_tenant: dict[str, list[Document]] = defaultdict(list)
+        for document in documents:
+            by_tenant[document.tenant_id].append(document)
+
+        plans: list[tuple[str, list[tuple[Document, str]]]] = []
+        for tenant, docs in by_tenant.items():
+            hashes = {d.id: document_hash(d, self._fingerprint) for d in docs}
+            existing = await self.components.index.document_hashes(tenant, list(hashes))
+            changed = []
+            for d in docs:
+                if existing.get(d.id) == hashes[d.id]:
+                    result.unchanged.append(d.id)
+                else:
+                    changed.append((d, hashes[d.id]))
+            plans.append((tenant, changed))
+
+        todo = [d for _, changed in plans for d, _ in changed]
+        if not todo:
+            timer.record("total", started)
+            result.timings_ms = timer.timings_ms
+            return result
+        chunker = self.components.chunker
+        per_doc = await timer.run(
+            "chunk", asyncio.to_thread(lambda: [chunker.chunk(d) for d in todo])
+        )
+        encoded = await self._encode([c for chunks in per_doc for c in chunks], timer)
+
+        # Only now, with everything encoded, does anything touch the store.
+        position = 0
+        chunks_by_doc: dict[tuple[str, str], list[EncodedChunk]] = {}
+        for document, chunks in zip(todo, per_doc, strict=True):
+            chunks_by_doc[(document.tenant_id, document.id)] = encoded[
+                position : position + len(chunks)
+            ]
+            position += len(chunks)
+        write_start = time.perf_counter()
+        for tenant, changed in plans:
+            writes = [
+                DocumentWrite(doc_id=d.id, content_hash=h, chunks=chunks_by_doc[(tenant, d.id)])
+                for d, h in changed
+            ]
+            if writes:
+                result.stale_chunks_removed += await self.components.index.write_documents(
+                    tenant, writes
+                )
+                result.written.extend(w.doc_id for w in writes)
+                result.chunks_written += sum(len(w.chunks) for w in writes)
+        timer.record("write", write_start)
+        timer.record("total", started)
+        result.timings_ms = timer.timings_ms
+        return result
+
+    async def _encode(self, chunks: list[Chunk], timer: StageTimer) -> list[EncodedChunk]:
+        texts = [encoding_text(c, self.config.chunker.contextual_header) for c in chunks]
+        sparse = self.components.sparse
+        names = list(sparse)
+        outputs = await asyncio.gather(
+            timer.run("encode.dense", self.components.dense.embed_documents(texts)),
+            *(timer.run(f"encode.{n}", sparse[n].encode_documents(texts)) for n in names),
+        )
+        dense, sparse_out = outputs[0], dict(zip(names, outputs[1:], strict=True))
+        return [
+            EncodedChunk(
+                chunk=chunk,
+                dense=dense[i],
+                splade=sparse_out["splade"][i] if "splade" in sparse_out else None,
+                bm25=sparse_out["bm25"][i] if "bm25" in sparse_out else None,
+            )
+            for i, chunk in enumerate(chunks)
+        ]
+
+    async def delete(self, tenant_id: str, doc_id: str) -> int:
+        return await self.components.index.delete_document(tenant_id, doc_id)

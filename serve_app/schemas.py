@@ -1,0 +1,213 @@
+"""Data contracts shared by every layer (pydantic v2, strict, unknown fields rejected)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+Strategy = Literal["bm25", "splade", "dense"]
+STRATEGIES: tuple[Strategy, ...] = ("bm25", "splade", "dense")
+FusionMethod = Literal["rrf", "weighted", "dbsf"]
+FUSION_METHODS: tuple[FusionMethod, ...] = ("rrf", "weighted", "dbsf")
+
+Scalar = str | int | float | bool
+MetadataValue = Scalar | list[Scalar]
+Metadata = dict[str, MetadataValue]
+# Ids appear in URLs and payload filters: keep them printable and bounded.
+DocumentId = Annotated[str, Field(min_length=1, max_length=512, pattern=r"^[^\s/?#][^\s?#]*$")]
+TenantId = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")]
+
+DEFAULT_TENANT = "default"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=False)
+
+
+class Section(_Strict):
+    """A node of a document's section tree: a heading, its own text, its subsections."""
+
+    title: str = ""
+    text: str = ""
+    children: list[Section] = Field(default_factory=list)
+
+    def walk(self, chain: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Section]]:
+        """Depth-first (heading chain, section) pairs, this section first."""
+        here = (*chain, self.title) if self.title else chain
+        yield here, self
+        for child in self.children:
+            yield from child.walk(here)
+
+
+class Document(_Strict):
+    """A source document: plain ``text`` or a ``sections`` tree (exactly one of them)."""
+
+    id: DocumentId
+    title: str = ""
+    text: str | None = None
+    sections: list[Section] | None = None
+    metadata: Metadata = Field(default_factory=dict)
+    tenant_id: TenantId = DEFAULT_TENANT
+    source: str | None = None
+
+    @model_validator(mode="after")
+    def _text_or_sections(self) -> Document:
+        if (self.text is None) == (self.sections is None):
+            raise ValueError("a document needs exactly one of 'text' or 'sections'")
+        if not any(block.strip() for _, block in self.iter_blocks()):
+            raise ValueError(f"document {self.id!r} has no text")
+        return self
+
+    def iter_blocks(self) -> Iterator[tuple[tuple[str, ...], str]]:
+        """(heading chain, body text) for every text-bearing part, in reading order."""
+        if self.text is not None:
+            yield (), self.text
+            return
+        for top in self.sections or []:
+            for chain, section in top.walk():
+                if section.text.strip():
+                    yield chain, section.text
+
+    def char_count(self) -> int:
+        return len(self.title) + sum(len(text) for _, text in self.iter_blocks())
+
+
+class Chunk(_Strict):
+    """A retrievable unit with its provenance.
+
+    ``char_start``/``char_end`` index into the document's canonical text, the body blocks
+    joined by ``BLOCK_SEPARATOR`` (see ``serve_app.chunking.base.canonical_text``).
+    """
+
+    id: str
+    doc_id: DocumentId
+    tenant_id: TenantId = DEFAULT_TENANT
+    text: str
+    title: str = ""
+    section: str = ""
+    heading_chain: list[str] = Field(default_factory=list)
+    order: int = Field(ge=0)
+    char_start: int = Field(ge=0)
+    char_end: int = Field(ge=0)
+    metadata: Metadata = Field(default_factory=dict)
+    source: str | None = None
+
+
+class SparseVector(_Strict):
+    """A sparse vector: parallel ``indices``/``values``; ``terms`` when the vocabulary is known."""
+
+    indices: list[int]
+    values: list[float]
+    terms: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _same_length(self) -> SparseVector:
+        if len(self.indices) != len(self.values):
+            raise ValueError("indices and values differ in length")
+        if self.terms is not None and len(self.terms) != len(self.indices):
+            raise ValueError("terms and indices differ in length")
+        if len(set(self.indices)) != len(self.indices):
+            raise ValueError("duplicate indices")
+        return self
+
+    def as_term_weights(self) -> dict[str, float]:
+        """term -> weight (OpenSearch ``rank_features`` shape); needs ``terms``."""
+        if self.terms is None:
+            raise ValueError("this sparse vector carries no term strings")
+        return dict(zip(self.terms, self.values, strict=True))
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+class SearchFilters(_Strict):
+    """Filters applied inside every strategy's retrieval (never after fusion)."""
+
+    doc_ids: list[DocumentId] | None = None
+    sections: list[str] | None = None
+    metadata: dict[str, MetadataValue] = Field(default_factory=dict)
+
+
+class FusionSpec(_Strict):
+    """How per-strategy ranked lists are combined. Unset fields take the configured defaults."""
+
+    method: FusionMethod = "rrf"
+    k: int | None = Field(default=None, ge=1, le=10_000)
+    weights: dict[Strategy, float] | None = None
+
+    @field_validator("weights")
+    @classmethod
+    def _non_negative(cls, weights: dict[str, float] | None) -> dict[str, float] | None:
+        if weights is not None and any(w < 0 for w in weights.values()):
+            raise ValueError("fusion weights must be >= 0")
+        return weights
+
+
+class SearchRequest(_Strict):
+    query: str = Field(max_length=4096)
+    top_k: int = Field(default=10, ge=1, le=200)
+    strategies: list[Strategy] | None = None
+    fusion: FusionSpec | None = None
+    rerank: bool | None = None
+    filters: SearchFilters | None = None
+
+    @field_validator("query")
+    @classmethod
+    def _not_blank(cls, query: str) -> str:
+        if not query.strip():
+            raise ValueError("query must not be empty")
+        return query
+
+    @field_validator("strategies")
+    @classmethod
+    def _distinct(cls, strategies: list[str] | None) -> list[str] | None:
+        if strategies is not None:
+            if not strategies:
+                raise ValueError("strategies must name at least one of bm25, splade, dense")
+            if len(set(strategies)) != len(strategies):
+                raise ValueError("strategies must not repeat")
+        return strategies
+
+
+class ScoredChunk(_Strict):
+    """A result: the chunk, its final score, and how each strategy saw it."""
+
+    chunk: Chunk
+    score: float
+    fused_score: float
+    rerank_score: float | None = None
+    scores: dict[str, float] = Field(default_factory=dict)
+    ranks: dict[str, int] = Field(default_factory=dict)
+
+
+class SearchResponse(_Strict):
+    query: str
+    results: list[ScoredChunk]
+    fusion: str
+    reranked: bool
+    strategies: list[Strategy]
+    total: int
+    timings_ms: dict[str, float]
+
+
+class IngestResult(_Strict):
+    """What an ingest call did, per document."""
+
+    documents: int = 0
+    chunks_written: int = 0
+    written: list[str] = Field(default_factory=list)
+    unchanged: list[str] = Field(default_factory=list)
+    stale_chunks_removed: int = 0
+    timings_ms: dict[str, float] = Field(default_factory=dict)
+
+
+class DocumentInfo(_Strict):
+    id: DocumentId
+    tenant_id: TenantId
+    title: str
+    metadata: Metadata
+    source: str | None
+    content_hash: str
+    chunk_ids: list[str]

@@ -1,0 +1,99 @@
+"""The store protocol the pipelines depend on, and the value types that cross it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from serve_app.registry import Registry
+from serve_app.schemas import Chunk, DocumentInfo, SearchFilters, SparseVector, Strategy
+
+
+@dataclass(frozen=True)
+class IndexModels:
+    """What built the vectors; stored with the index and checked on every open."""
+
+    dense_model: str
+    dense_dim: int
+    splade_model: str | None
+    bm25_model: str | None
+
+    def as_dict(self) -> dict:
+        return {
+            "dense_model": self.dense_model,
+            "dense_dim": self.dense_dim,
+            "splade_model": self.splade_model,
+            "bm25_model": self.bm25_model,
+        }
+
+
+@dataclass
+class EncodedChunk:
+    chunk: Chunk
+    dense: np.ndarray
+    splade: SparseVector | None = None
+    bm25: SparseVector | None = None
+
+
+@dataclass
+class DocumentWrite:
+    """All chunks of one document, replacing whatever the index held for it."""
+
+    doc_id: str
+    content_hash: str
+    chunks: list[EncodedChunk] = field(default_factory=list)
+
+
+@dataclass
+class QueryVectors:
+    text: str
+    dense: np.ndarray | None = None
+    splade: SparseVector | None = None
+    bm25: SparseVector | None = None
+
+
+@dataclass(frozen=True)
+class Hit:
+    chunk: Chunk
+    score: float
+
+
+@runtime_checkable
+class ChunkIndex(Protocol):
+    """Chunk storage and per-strategy retrieval. Every call is scoped to one tenant."""
+
+    strategies: tuple[Strategy, ...]
+
+    async def open(self, models: IndexModels) -> None:
+        """Create or open the index; refuse (ModelMismatchError) vectors from other models."""
+        ...
+
+    async def write_documents(self, tenant_id: str, writes: list[DocumentWrite]) -> int:
+        """Upsert each document's chunks, then remove its stale chunks; returns stale removed."""
+        ...
+
+    async def delete_document(self, tenant_id: str, doc_id: str) -> int: ...
+
+    async def document_hashes(self, tenant_id: str, doc_ids: list[str]) -> dict[str, str]: ...
+
+    async def document_info(self, tenant_id: str, doc_id: str) -> DocumentInfo | None: ...
+
+    async def search(
+        self,
+        strategy: Strategy,
+        query: QueryVectors,
+        limit: int,
+        tenant_id: str,
+        filters: SearchFilters | None = None,
+    ) -> list[Hit]: ...
+
+    async def count(self, tenant_id: str | None = None) -> int: ...
+
+    async def healthy(self) -> bool: ...
+
+    async def close(self) -> None: ...
+
+
+TOPOLOGIES: Registry[ChunkIndex] = Registry("store topology", "stores.topology")

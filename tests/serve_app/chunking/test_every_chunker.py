@@ -1,0 +1,64 @@
+"""Contracts every chunker keeps, parametrised over all of them on real PLOS articles."""
+
+import pytest
+
+from serve_app.chunking.base import canonical_text, contextual_header
+from serve_app.schemas import Document
+
+NAMES = ["sliding_window", "sections", "imrad"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+class TestChunkerContract:
+    def test_deterministic_ids_and_text(self, chunkers, plos_article, name):
+        first = chunkers[name].chunk(plos_article)
+        second = chunkers[name].chunk(plos_article.model_copy(deep=True))
+        assert [c.id for c in first] == [c.id for c in second]
+        assert len({c.id for c in first}) == len(first)
+
+    def test_provenance_offsets_point_into_canonical_text(self, chunkers, plos_article, name):
+        canonical, _ = canonical_text(plos_article)
+        for chunk in chunkers[name].chunk(plos_article):
+            assert canonical[chunk.char_start : chunk.char_end] == chunk.text
+            assert chunk.doc_id == plos_article.id and chunk.title == plos_article.title
+            assert chunk.metadata["doi"] == plos_article.id
+            assert chunk.source == plos_article.source
+
+    def test_orders_are_consecutive(self, chunkers, plos_article, name):
+        chunks = chunkers[name].chunk(plos_article)
+        assert [c.order for c in chunks] == list(range(len(chunks)))
+
+    def test_no_chunk_over_the_token_budget(self, chunkers, minilm_counter, plos_sample, name):
+        chunker = chunkers[name]
+        for doc in plos_sample:
+            chunks = chunker.chunk(doc)
+            texts = [f"{contextual_header(c.title, c.heading_chain)}\n{c.text}" for c in chunks]
+            counts = minilm_counter.count(texts)
+            assert max(counts) + minilm_counter.reserved <= chunker.max_tokens, doc.id
+
+    def test_covers_the_text(self, chunkers, plos_article, name):
+        canonical, _ = canonical_text(plos_article)
+        covered = bytearray(len(canonical))
+        for chunk in chunkers[name].chunk(plos_article):
+            covered[chunk.char_start : chunk.char_end] = b"\x01" * (
+                chunk.char_end - chunk.char_start
+            )
+        uncovered = [canonical[i] for i in range(len(canonical)) if not covered[i]]
+        assert all(ch.isspace() for ch in uncovered)
+
+    def test_short_text_document(self, chunkers, name):
+        doc = Document(id="tiny", title="T", text="One short sentence.")
+        (chunk,) = chunkers[name].chunk(doc)
+        assert chunk.text == "One short sentence." and chunk.char_start == 0
+
+    def test_tenant_changes_ids(self, chunkers, name):
+        a = chunkers[name].chunk(Document(id="d", text="Same text.", tenant_id="a"))
+        b = chunkers[name].chunk(Document(id="d", text="Same text.", tenant_id="b"))
+        assert a[0].id != b[0].id
+
+    def test_fingerprint_is_serialisable(self, chunkers, name):
+        import json
+
+        fingerprint = chunkers[name].fingerprint()
+        assert json.loads(json.dumps(fingerprint)) == fingerprint
+        assert fingerprint["chunker"] == name

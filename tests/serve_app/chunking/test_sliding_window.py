@@ -1,0 +1,31 @@
+import itertools
+
+import pytest
+
+from serve_app.chunking.sliding_window import SlidingWindowChunker
+from serve_app.schemas import Document
+
+
+def test_windows_overlap_by_the_configured_tokens(minilm_counter):
+    chunker = SlidingWindowChunker(
+        minilm_counter, max_tokens=40, overlap_tokens=10, contextual_header=False
+    )
+    text = " ".join(f"word{i}" for i in range(200))
+    chunks = chunker.chunk(Document(id="d", text=text))
+    assert len(chunks) > 3
+    budget = 40 - minilm_counter.reserved
+    for a, b in itertools.pairwise(chunks):
+        assert b.char_start < a.char_end  # overlapping windows
+        assert minilm_counter.count([a.text])[0] <= budget
+
+
+def test_crosses_sections(minilm_counter, plos_article):
+    chunker = SlidingWindowChunker(minilm_counter, 128, 16)
+    chunks = chunker.chunk(plos_article)
+    # Some window starts in one section and runs into the next.
+    assert any("\n\n" in c.text for c in chunks)
+
+
+def test_rejects_overlap_not_below_size(minilm_counter):
+    with pytest.raises(ValueError):
+        SlidingWindowChunker(minilm_counter, 32, 32)

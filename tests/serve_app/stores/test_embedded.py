@@ -1,0 +1,170 @@
+"""The embedded store on Qdrant's real engine (qdrant-edge), with small hand-made vectors."""
+
+import numpy as np
+import pytest
+
+from serve_app.config import EmbeddedStoreConfig
+from serve_app.errors import ModelMismatchError
+from serve_app.schemas import Chunk, SearchFilters, SparseVector
+from serve_app.stores.base import ChunkIndex, DocumentWrite, EncodedChunk, IndexModels, QueryVectors
+from serve_app.stores.embedded import EmbeddedIndex
+
+MODELS = IndexModels(dense_model="m", dense_dim=4, splade_model="s", bm25_model="b")
+
+
+def encoded(
+    doc_id: str,
+    order: int,
+    text: str,
+    dense: list[float],
+    terms: dict[int, float],
+    tenant: str = "t1",
+    section: str = "Intro",
+    metadata: dict | None = None,
+) -> EncodedChunk:
+    chunk = Chunk(
+        id=f"00000000-0000-0000-0000-{abs(hash((tenant, doc_id, order, text))) % 10**12:012d}",
+        doc_id=doc_id,
+        tenant_id=tenant,
+        text=text,
+        title=f"title {doc_id}",
+        section=section,
+        heading_chain=[section],
+        order=order,
+        char_start=0,
+        char_end=len(text),
+        metadata=metadata or {},
+    )
+    sparse = SparseVector(indices=list(terms), values=list(terms.values()))
+    return EncodedChunk(
+        chunk=chunk, dense=np.array(dense, dtype=np.float32), splade=sparse, bm25=sparse
+    )
+
+
+def write(doc_id: str, chunks: list[EncodedChunk], content_hash: str = "h1") -> DocumentWrite:
+    return DocumentWrite(doc_id=doc_id, content_hash=content_hash, chunks=chunks)
+
+
+@pytest.fixture
+async def index(tmp_path):
+    store = EmbeddedIndex(tmp_path / "idx", EmbeddedStoreConfig(exact=True))
+    await store.open(MODELS)
+    await store.write_documents(
+        "t1",
+        [
+            write(
+                "d1",
+                [
+                    encoded("d1", 0, "alpha", [1, 0, 0, 0], {1: 1.0, 2: 0.5}),
+                    encoded("d1", 1, "beta", [0, 1, 0, 0], {2: 2.0}, section="Methods"),
+                ],
+            ),
+            write(
+                "d2",
+                [encoded("d2", 0, "gamma", [0.9, 0.1, 0, 0], {1: 0.2}, metadata={"year": 2020})],
+            ),
+        ],
+    )
+    await store.write_documents(
+        "t2", [write("d1", [encoded("d1", 0, "other tenant", [1, 0, 0, 0], {1: 5.0}, tenant="t2")])]
+    )
+    yield store
+    await store.close()
+
+
+def query(dense=(1, 0, 0, 0), terms=None) -> QueryVectors:
+    terms = terms or {1: 1.0}
+    sparse = SparseVector(indices=list(terms), values=list(terms.values()))
+    return QueryVectors(
+        text="q", dense=np.array(dense, dtype=np.float32), splade=sparse, bm25=sparse
+    )
+
+
+async def test_protocol_and_counts(index):
+    assert isinstance(index, ChunkIndex)
+    assert await index.count("t1") == 3
+    assert await index.count("t2") == 1
+    assert await index.count() == 4
+
+
+@pytest.mark.parametrize("strategy", ["dense", "splade", "bm25"])
+async def test_search_each_strategy_is_tenant_scoped(index, strategy):
+    hits = await index.search(strategy, query(), 10, "t1")
+    assert hits and all(h.chunk.tenant_id == "t1" for h in hits)
+    assert hits[0].chunk.doc_id in {"d1", "d2"}
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+
+
+async def test_dense_exact_ranking(index):
+    hits = await index.search("dense", query(), 10, "t1")
+    assert [h.chunk.text for h in hits] == ["alpha", "gamma", "beta"]
+    assert hits[0].score == pytest.approx(1.0)
+
+
+async def test_filters(index):
+    by_doc = await index.search("dense", query(), 10, "t1", SearchFilters(doc_ids=["d2"]))
+    assert [h.chunk.doc_id for h in by_doc] == ["d2"]
+    by_section = await index.search(
+        "splade", query(terms={2: 1.0}), 10, "t1", SearchFilters(sections=["Methods"])
+    )
+    assert [h.chunk.text for h in by_section] == ["beta"]
+    by_meta = await index.search("dense", query(), 10, "t1", SearchFilters(metadata={"year": 2020}))
+    assert [h.chunk.text for h in by_meta] == ["gamma"]
+
+
+async def test_bm25_applies_idf(index):
+    # Term 1 is in two chunks of t1 and term 2 in two as well; IDF must make scores differ from raw dot.
+    raw = await index.search("splade", query(terms={1: 1.0}), 10, "t1")
+    idf = await index.search("bm25", query(terms={1: 1.0}), 10, "t1")
+    assert [h.chunk.id for h in raw] == [h.chunk.id for h in idf]
+    assert raw[0].score != pytest.approx(idf[0].score)
+
+
+async def test_replace_removes_stale_chunks_and_keeps_others(index):
+    removed = await index.write_documents(
+        "t1", [write("d1", [encoded("d1", 0, "alpha v2", [1, 0, 0, 0], {1: 1.0})], "h2")]
+    )
+    assert removed == 2
+    info = await index.document_info("t1", "d1")
+    assert info is not None and info.content_hash == "h2" and len(info.chunk_ids) == 1
+    assert await index.count("t2") == 1
+
+
+async def test_hashes_info_and_delete(index):
+    assert await index.document_hashes("t1", ["d1", "d2", "missing"]) == {"d1": "h1", "d2": "h1"}
+    info = await index.document_info("t1", "d1")
+    assert info.title == "title d1" and len(info.chunk_ids) == 2
+    assert await index.document_info("t2", "d2") is None
+    assert await index.delete_document("t1", "d1") == 2
+    assert await index.delete_document("t1", "d1") == 0
+    assert await index.count("t1") == 1 and await index.count("t2") == 1
+
+
+async def test_empty_sparse_query_returns_nothing(index):
+    empty = QueryVectors(text="q", splade=SparseVector(indices=[], values=[]))
+    assert await index.search("splade", empty, 10, "t1") == []
+
+
+async def test_persists_and_reopens(tmp_path):
+    path = tmp_path / "persist"
+    store = EmbeddedIndex(path, EmbeddedStoreConfig())
+    await store.open(MODELS)
+    await store.write_documents(
+        "t1", [write("d1", [encoded("d1", 0, "alpha", [1, 0, 0, 0], {1: 1.0})])]
+    )
+    await store.close()
+    reopened = EmbeddedIndex(path, EmbeddedStoreConfig())
+    await reopened.open(MODELS)
+    assert await reopened.count("t1") == 1
+    assert (await reopened.search("dense", query(), 5, "t1"))[0].chunk.text == "alpha"
+    await reopened.close()
+
+
+async def test_model_guard(tmp_path):
+    path = tmp_path / "guard"
+    store = EmbeddedIndex(path, EmbeddedStoreConfig())
+    await store.open(MODELS)
+    await store.close()
+    other = IndexModels(dense_model="other", dense_dim=4, splade_model="s", bm25_model="b")
+    with pytest.raises(ModelMismatchError, match="dense_model: 'm' -> 'other'"):
+        await EmbeddedIndex(path, EmbeddedStoreConfig()).open(other)
