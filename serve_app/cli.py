@@ -10,8 +10,10 @@ import os
 import sys
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from serve_app.config import AppConfig, load_config
-from serve_app.errors import ServeAppError
+from serve_app.errors import ServeAppError, describe_validation_errors
 from serve_app.schemas import FUSION_METHODS, STRATEGIES, FusionSpec, SearchRequest
 
 log = logging.getLogger("serve_app")
@@ -233,6 +235,11 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(COMMANDS[args.command](config, args))
     except ServeAppError as error:
         print(f"error [{error.code}]: {error.message}", file=sys.stderr)
+        return 2
+    except ValidationError as error:
+        print(
+            f"error [INVALID_INPUT]: {describe_validation_errors(error.errors())}", file=sys.stderr
+        )
         return 2
     except KeyboardInterrupt:
         return 130

@@ -70,3 +70,14 @@ class ConfigError(ServeAppError):
 
     code = "CONFIG_ERROR"
     status = 500
+
+
+def describe_validation_errors(errors: list[dict]) -> str:
+    """One line per pydantic error: ``field.path: message (got 'value')``."""
+    parts = []
+    for error in errors:
+        field = ".".join(str(p) for p in error.get("loc", ())) or "request"
+        value = error.get("input")
+        got = f" (got {value!r})" if isinstance(value, str | int | float | bool) else ""
+        parts.append(f"{field}: {error['msg']}{got}")
+    return "; ".join(parts)

@@ -1,0 +1,92 @@
+import pytest
+
+from serve_app.errors import InvalidInputError, PayloadTooLargeError
+from serve_app.pipelines.ingest import IngestPipeline, encoding_text
+from serve_app.schemas import Chunk, Document, Section
+
+
+async def test_ingest_then_reingest_is_idempotent(components, corpus):
+    pipeline = IngestPipeline(components)
+    first = await pipeline.ingest(corpus)
+    assert first.documents == len(corpus) and len(first.written) == len(corpus)
+    assert first.chunks_written >= len(corpus)
+    count = await components.index.count("default")
+    assert count == first.chunks_written
+
+    again = await pipeline.ingest([d.model_copy(deep=True) for d in corpus])
+    assert again.written == [] and sorted(again.unchanged) == sorted(d.id for d in corpus)
+    assert not any(k.startswith("encode") for k in again.timings_ms)  # no model work
+    assert await components.index.count("default") == count
+
+
+async def test_changed_document_replaces_its_chunks(components, corpus):
+    pipeline = IngestPipeline(components)
+    await pipeline.ingest(corpus)
+    before = await components.index.count("default")
+    doc = corpus[0]
+    long_text = " ".join([doc.text] * 6)
+    grown = await pipeline.ingest([doc.model_copy(update={"text": long_text})])
+    assert grown.written == [doc.id] and grown.chunks_written > 1
+    info = await components.index.document_info("default", doc.id)
+    assert len(info.chunk_ids) == grown.chunks_written
+    shrunk = await pipeline.ingest([doc])
+    assert shrunk.stale_chunks_removed == grown.chunks_written - shrunk.chunks_written
+    assert await components.index.count("default") == before
+
+
+async def test_bad_batch_writes_nothing(components):
+    pipeline = IngestPipeline(components)
+    limit = components.config.limits.max_document_chars
+    good = Document(id="fresh-good", text="A perfectly fine document.")
+    huge = Document(id="fresh-huge", text="x" * (limit + 1))
+    before = await components.index.count("default")
+    with pytest.raises(PayloadTooLargeError, match="fresh-huge"):
+        await pipeline.ingest([good, huge])
+    with pytest.raises(InvalidInputError, match="twice"):
+        await pipeline.ingest([good, good])
+    with pytest.raises(InvalidInputError, match="no documents"):
+        await pipeline.ingest([])
+    assert await components.index.count("default") == before
+    assert await components.index.document_info("default", "fresh-good") is None
+
+
+async def test_tenants_are_separate(components):
+    pipeline = IngestPipeline(components)
+    await pipeline.ingest([Document(id="shared-id", text="Tenant A text.", tenant_id="a")])
+    result = await pipeline.ingest([Document(id="shared-id", text="Tenant B text.", tenant_id="b")])
+    assert result.written == ["shared-id"]
+    info_a = await components.index.document_info("a", "shared-id")
+    info_b = await components.index.document_info("b", "shared-id")
+    assert set(info_a.chunk_ids).isdisjoint(info_b.chunk_ids)
+    assert await pipeline.delete("a", "shared-id") == 1
+    assert await components.index.document_info("b", "shared-id") is not None
+
+
+async def test_sectioned_document_keeps_provenance(components):
+    doc = Document(
+        id="sectioned",
+        title="A Study",
+        sections=[
+            Section(title="Methods", text="We measured things."),
+            Section(title="Results", text="It rose."),
+        ],
+        metadata={"year": 2021},
+    )
+    await IngestPipeline(components).ingest([doc])
+    info = await components.index.document_info("default", "sectioned")
+    assert info.metadata["year"] == 2021 and len(info.chunk_ids) == 2
+
+
+def test_encoding_text_prepends_the_contextual_header():
+    chunk = Chunk(
+        id="c",
+        doc_id="d",
+        text="body",
+        title="Title",
+        heading_chain=["Methods", "Assay"],
+        order=0,
+        char_start=0,
+        char_end=4,
+    )
+    assert encoding_text(chunk, True) == "Title\nMethods > Assay\nbody"
+    assert encoding_text(chunk, False) == "body"
