@@ -232,7 +232,7 @@ class EmbeddedIndex:
             metadata=metadata,
             source=first.get("source"),
             content_hash=first["content_hash"],
-            chunk_ids=[p["chunk_id"] if "chunk_id" in p else p["id"] for p in payloads],
+            chunk_ids=[p["id"] for p in payloads],
         )
 
     async def document_info(self, tenant_id: str, doc_id: str) -> DocumentInfo | None:
@@ -289,8 +289,10 @@ class EmbeddedIndex:
 
 
 def _chunk(payload: dict | None) -> Chunk:
+    # The payload was written from a validated Chunk; re-validating hundreds of candidates per
+    # query costs more than the search itself, so it is trusted here.
     data = {k: v for k, v in (payload or {}).items() if k not in _EXTRA_PAYLOAD}
-    return Chunk.model_validate(data)
+    return Chunk.model_construct(**data)
 
 
 @TOPOLOGIES.register("embedded")
