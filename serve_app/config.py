@@ -145,6 +145,114 @@ class SearchConfig(_Section):
     fusion_presets: dict[FusionMethod, FusionConfig] = Field(default_factory=dict)
 
 
+class ApiKeyConfig(_Section):
+    """An API key, stored only as the SHA-256 hex digest of the key."""
+
+    name: str = ""
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    tenant_id: str = Field(pattern=r"^[A-Za-z0-9_.:-]+$")
+    scopes: list[Literal["read", "write"]] = Field(default_factory=lambda: ["read", "write"])
+
+
+class JwtConfig(_Section):
+    enabled: bool = False
+    algorithms: list[Literal["HS256", "RS256"]] = Field(default_factory=lambda: ["HS256"])
+    secret: str | None = None  # HS256 shared secret (from a Secret / env, never in git)
+    public_key: str | None = None  # RS256 PEM
+    tenant_claim: str = "tenant"
+    scope_claim: str = "scope"
+    audience: str | None = None
+    issuer: str | None = None
+
+    @model_validator(mode="after")
+    def _keys_for_algorithms(self) -> JwtConfig:
+        if self.enabled and "HS256" in self.algorithms and not self.secret:
+            raise ValueError("jwt.secret is required for HS256")
+        if self.enabled and "RS256" in self.algorithms and not self.public_key:
+            raise ValueError("jwt.public_key is required for RS256")
+        return self
+
+
+class AuthConfig(_Section):
+    """``none`` serves one anonymous tenant (local use only); ``required`` needs a credential."""
+
+    mode: Literal["none", "required"] = "required"
+    anonymous_tenant: str = "default"
+    api_keys: list[ApiKeyConfig] = Field(default_factory=list)
+    jwt: JwtConfig = Field(default_factory=JwtConfig)
+
+    @model_validator(mode="after")
+    def _some_credential(self) -> AuthConfig:
+        if self.mode == "required" and not self.api_keys and not self.jwt.enabled:
+            raise ValueError("auth.mode is 'required' but no api_keys and jwt is disabled")
+        return self
+
+
+class ApiConfig(_Section):
+    request_timeout_s: float = Field(default=30.0, gt=0)
+    max_request_bytes: int = Field(default=50_000_000, ge=1024)
+    ingest_batch_size: int = Field(default=32, ge=1)
+    ingest_concurrency: int = Field(default=2, ge=1)
+    auth: AuthConfig = Field(default_factory=lambda: AuthConfig(mode="none"))
+
+
+class AutoscalingSettings(_Section):
+    min_replicas: int = Field(default=1, ge=0)
+    max_replicas: int = Field(default=1, ge=1)
+    target_ongoing_requests: float = Field(default=2.0, gt=0)
+    upscale_delay_s: float = Field(default=30.0, ge=0)
+    downscale_delay_s: float = Field(default=600.0, ge=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> AutoscalingSettings:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError("min_replicas must not exceed max_replicas")
+        return self
+
+
+class DeploymentSettings(_Section):
+    """Resources, replicas and batching of one Ray Serve deployment."""
+
+    num_replicas: int = Field(default=1, ge=1)
+    autoscaling: AutoscalingSettings | None = None
+    num_cpus: float = Field(default=0.5, ge=0)
+    num_gpus: float = Field(default=0.0, ge=0)
+    accelerator_type: str | None = None
+    memory_bytes: int | None = Field(default=None, ge=0)
+    max_ongoing_requests: int = Field(default=16, ge=1)
+    max_batch_size: int = Field(default=16, ge=1)
+    batch_wait_timeout_s: float = Field(default=0.005, ge=0)
+
+    @model_validator(mode="after")
+    def _queue_holds_a_batch(self) -> DeploymentSettings:
+        if self.max_ongoing_requests < self.max_batch_size:
+            raise ValueError(
+                "max_ongoing_requests must be >= max_batch_size, or batches can never fill"
+            )
+        return self
+
+
+class ServeConfig(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    app_name: str = "retrieval"
+    route_prefix: str = "/"
+    chunker: DeploymentSettings = Field(default_factory=DeploymentSettings)
+    dense: DeploymentSettings = Field(default_factory=DeploymentSettings)
+    splade: DeploymentSettings = Field(default_factory=DeploymentSettings)
+    reranker: DeploymentSettings = Field(default_factory=DeploymentSettings)
+    store: DeploymentSettings = Field(default_factory=DeploymentSettings)
+    ingress: DeploymentSettings = Field(
+        default_factory=lambda: DeploymentSettings(max_ongoing_requests=64, max_batch_size=1)
+    )
+
+    @model_validator(mode="after")
+    def _single_store_owner(self) -> ServeConfig:
+        if self.store.num_replicas != 1 or self.store.autoscaling is not None:
+            raise ValueError("store: the embedded store has one owning replica (num_replicas: 1)")
+        return self
+
+
 class AppConfig(_Section):
     data_dir: str = ".data"
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
@@ -155,6 +263,8 @@ class AppConfig(_Section):
     reranker: RerankerConfig = Field(default_factory=RerankerConfig)
     stores: StoresConfig = Field(default_factory=StoresConfig)
     search: SearchConfig = Field(default_factory=SearchConfig)
+    api: ApiConfig = Field(default_factory=ApiConfig)
+    serve: ServeConfig = Field(default_factory=ServeConfig)
 
     @model_validator(mode="after")
     def _consistent(self) -> AppConfig:

@@ -17,11 +17,15 @@ _CHUNK_NAMESPACE = uuid.UUID("6f1f5b9e-3c1a-4f59-9a53-0d6c8f6f2a10")
 
 @runtime_checkable
 class Chunker(Protocol):
-    """Splits a document into chunks; deterministic (same input, same chunks and ids)."""
+    """Splits documents into chunks; deterministic (same input, same chunks and ids).
+
+    ``chunk_many`` is what pipelines call (a Ray Serve handle implements it remotely);
+    ``fingerprint`` describes the settings that shape the chunks (part of content hashes).
+    """
 
     name: str
 
-    def chunk(self, document: Document) -> list[Chunk]: ...
+    async def chunk_many(self, documents: list[Document]) -> list[list[Chunk]]: ...
 
     def fingerprint(self) -> dict: ...
 

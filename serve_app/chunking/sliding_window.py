@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from serve_app.chunking.base import (
     CHUNKERS,
     block_at,
@@ -37,6 +39,10 @@ class SlidingWindowChunker:
             "overlap_tokens": self.overlap_tokens,
             "contextual_header": self.contextual_header,
         }
+
+    async def chunk_many(self, documents: list[Document]) -> list[list[Chunk]]:
+        """Chunks of each document, computed off the event loop."""
+        return await asyncio.to_thread(lambda: [self.chunk(d) for d in documents])
 
     def budget(self, document: Document, chains: list[tuple[str, ...]]) -> int:
         """Tokens left for body text once special tokens and the longest header are counted."""

@@ -81,10 +81,7 @@ class IngestPipeline:
             timer.record("total", started)
             result.timings_ms = timer.timings_ms
             return result
-        chunker = self.components.chunker
-        per_doc = await timer.run(
-            "chunk", asyncio.to_thread(lambda: [chunker.chunk(d) for d in todo])
-        )
+        per_doc = await timer.run("chunk", self.components.chunker.chunk_many(todo))
         encoded = await self._encode([c for chunks in per_doc for c in chunks], timer)
 
         # Only now, with everything encoded, does anything touch the store.

@@ -1,0 +1,1 @@
+"""The HTTP API (FastAPI): transport only, over the pipelines; no Ray imports."""

@@ -1,0 +1,99 @@
+"""Credentials -> tenant. API keys are compared by SHA-256 digest; JWTs are verified (HS256 or
+RS256) and carry the tenant in a claim. The tenant never comes from the request body."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from dataclasses import dataclass
+
+import jwt
+
+from serve_app.config import AuthConfig
+from serve_app.errors import ServeAppError
+
+
+class UnauthenticatedError(ServeAppError):
+    code = "UNAUTHENTICATED"
+    status = 401
+
+
+class ForbiddenError(ServeAppError):
+    code = "FORBIDDEN"
+    status = 403
+
+
+@dataclass(frozen=True)
+class Principal:
+    tenant_id: str
+    subject: str
+    scopes: frozenset[str]
+
+    def require(self, scope: str) -> None:
+        if scope not in self.scopes:
+            raise ForbiddenError(f"this credential lacks the '{scope}' scope")
+
+
+def hash_api_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+class Authenticator:
+    def __init__(self, config: AuthConfig) -> None:
+        self.config = config
+
+    def authenticate(self, authorization: str | None, api_key: str | None) -> Principal:
+        """The principal for the request's credentials, or UnauthenticatedError."""
+        if self.config.mode == "none":
+            return Principal(
+                self.config.anonymous_tenant, "anonymous", frozenset({"read", "write"})
+            )
+        token = None
+        if authorization:
+            scheme, _, value = authorization.partition(" ")
+            if scheme.lower() != "bearer" or not value.strip():
+                raise UnauthenticatedError("Authorization must be 'Bearer <token>'")
+            token = value.strip()
+        if api_key:
+            return self._api_key(api_key)
+        if token is None:
+            raise UnauthenticatedError(
+                "missing credentials: send X-API-Key or Authorization: Bearer"
+            )
+        if token.count(".") == 2 and self.config.jwt.enabled:
+            return self._jwt(token)
+        return self._api_key(token)
+
+    def _api_key(self, key: str) -> Principal:
+        digest = hash_api_key(key)
+        for entry in self.config.api_keys:
+            if hmac.compare_digest(digest, entry.sha256):
+                return Principal(entry.tenant_id, entry.name or "api-key", frozenset(entry.scopes))
+        raise UnauthenticatedError("invalid API key")
+
+    def _jwt(self, token: str) -> Principal:
+        settings = self.config.jwt
+        try:
+            header = jwt.get_unverified_header(token)
+            algorithm = header.get("alg")
+            if algorithm not in settings.algorithms:
+                raise UnauthenticatedError(f"token algorithm {algorithm!r} is not accepted")
+            key = settings.secret if algorithm == "HS256" else settings.public_key
+            claims = jwt.decode(
+                token,
+                key,
+                algorithms=[algorithm],
+                audience=settings.audience,
+                issuer=settings.issuer,
+                options={"require": ["exp"], "verify_aud": settings.audience is not None},
+            )
+        except jwt.ExpiredSignatureError:
+            raise UnauthenticatedError("token expired") from None
+        except jwt.PyJWTError as error:
+            raise UnauthenticatedError(f"invalid token: {error}") from None
+        tenant = claims.get(settings.tenant_claim)
+        if not isinstance(tenant, str) or not tenant:
+            raise UnauthenticatedError(f"token has no '{settings.tenant_claim}' claim")
+        raw_scopes = claims.get(settings.scope_claim, "read write")
+        scopes = raw_scopes.split() if isinstance(raw_scopes, str) else list(raw_scopes)
+        return Principal(tenant, str(claims.get("sub", "jwt")), frozenset(scopes))

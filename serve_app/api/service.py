@@ -1,0 +1,90 @@
+"""What the HTTP API calls: the pipelines plus readiness checks, in-process or over Serve."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from serve_app.errors import NotFoundError
+from serve_app.pipelines.components import Components
+from serve_app.pipelines.ingest import IngestPipeline
+from serve_app.pipelines.search import SearchPipeline
+from serve_app.schemas import Document, DocumentInfo, IngestResult, SearchRequest, SearchResponse
+
+# A readiness check returns normally when its dependency works and raises otherwise.
+ReadinessCheck = Callable[[], Awaitable[None]]
+# Called with (model name, batch stats) for batches that model deployments report.
+BatchObserver = Callable[[str, dict], None]
+
+
+class RetrievalService:
+    def __init__(
+        self, components: Components, checks: dict[str, ReadinessCheck] | None = None
+    ) -> None:
+        self.components = components
+        self.config = components.config
+        self.ingest_pipeline = IngestPipeline(components)
+        self.search_pipeline = SearchPipeline(components)
+        self.checks = checks or {"store": self._store_check}
+
+    async def _store_check(self) -> None:
+        if not await self.components.index.healthy():
+            raise RuntimeError("store not healthy")
+
+    async def ingest(self, documents: list[Document]) -> IngestResult:
+        """Validate everything, then ingest in bounded sub-batches, a few at a time.
+
+        Each document is written whole or not at all; if a later sub-batch fails, earlier
+        ones stay written and a retry of the same request converges (idempotent ingest).
+        """
+        self.ingest_pipeline.validate(documents)
+        size = self.config.api.ingest_batch_size
+        gate = asyncio.Semaphore(self.config.api.ingest_concurrency)
+
+        async def one(batch: list[Document]) -> IngestResult:
+            async with gate:
+                return await self.ingest_pipeline.ingest(batch)
+
+        parts = await asyncio.gather(
+            *(one(documents[i : i + size]) for i in range(0, len(documents), size))
+        )
+        merged = IngestResult(documents=len(documents))
+        for part in parts:
+            merged.chunks_written += part.chunks_written
+            merged.written.extend(part.written)
+            merged.unchanged.extend(part.unchanged)
+            merged.stale_chunks_removed += part.stale_chunks_removed
+            for stage, ms in part.timings_ms.items():
+                merged.timings_ms[stage] = round(merged.timings_ms.get(stage, 0.0) + ms, 3)
+        return merged
+
+    async def search(self, request: SearchRequest, tenant_id: str) -> SearchResponse:
+        return await self.search_pipeline.search(request, tenant_id)
+
+    async def get_document(self, tenant_id: str, doc_id: str) -> DocumentInfo:
+        info = await self.components.index.document_info(tenant_id, doc_id)
+        if info is None:
+            raise NotFoundError(f"document {doc_id!r} not found")
+        return info
+
+    async def delete_document(self, tenant_id: str, doc_id: str) -> int:
+        removed = await self.ingest_pipeline.delete(tenant_id, doc_id)
+        if removed == 0:
+            raise NotFoundError(f"document {doc_id!r} not found")
+        return removed
+
+    async def readiness(self, timeout_s: float = 2.0) -> dict[str, str]:
+        """name -> "ok" or the failure, each check bounded by ``timeout_s``."""
+
+        async def run(check: ReadinessCheck) -> str:
+            try:
+                await asyncio.wait_for(check(), timeout_s)
+                return "ok"
+            except TimeoutError:
+                return f"timed out after {timeout_s}s"
+            except Exception as error:
+                return f"{type(error).__name__}: {error}"[:300]
+
+        names = list(self.checks)
+        results = await asyncio.gather(*(run(self.checks[n]) for n in names))
+        return dict(zip(names, results, strict=True))
