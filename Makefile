@@ -3,15 +3,15 @@ VENV ?= .venv
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: setup run test lint eval
+.PHONY: setup run test lint eval serve-configs
 
 setup:
 	bash scripts/setup.sh
 
-# The service's main job, locally: index the PLOS starter corpus, then answer a query.
+# The service, locally: Ray Serve on CPU at http://127.0.0.1:8000, indexing the 122 PLOS
+# articles once it is up (searchable while they stream in); Ctrl-C stops it cleanly.
 run: setup
-	$(VENV)/bin/serve-app --config config/local.yaml ingest ../shared/data/plos_fulltext
-	$(VENV)/bin/serve-app --config config/local.yaml search "How do bacteria resist antibiotics?"
+	$(VENV)/bin/serve-app --config config/local.yaml serve --port 8000 --ingest ../shared/data/plos_fulltext
 
 lint: setup
 	$(VENV)/bin/ruff check serve_app deployments benchmarks tests
@@ -21,3 +21,8 @@ test: setup lint
 
 eval: setup
 	$(VENV)/bin/serve-app --config config/local.yaml eval --beir ../shared/data/scifact --split test
+
+# Regenerate the checked-in Serve configs from the app configs (a test keeps them in sync).
+serve-configs: setup
+	$(VENV)/bin/python -m deployments.serve_config --config config/local.yaml -o deployments/local.yaml
+	$(VENV)/bin/python -m deployments.serve_config --config config/gpu.yaml -o deployments/gpu.yaml

@@ -226,13 +226,22 @@ def build_parser() -> argparse.ArgumentParser:
 COMMANDS = {"ingest": _ingest, "search": _search, "eval": _eval}
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(
+    argv: list[str] | None = None,
+    parser: argparse.ArgumentParser | None = None,
+    commands: dict | None = None,
+) -> int:
+    """Entry point; ``parser``/``commands`` let the Serve layer add its own subcommands."""
+    commands = commands or COMMANDS
+    args = (parser or build_parser()).parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     _quiet_libraries()
     try:
         config = load_config(args.config)
-        return asyncio.run(COMMANDS[args.command](config, args))
+        handler = commands[args.command]
+        if asyncio.iscoroutinefunction(handler):
+            return asyncio.run(handler(config, args))
+        return handler(config, args)
     except ServeAppError as error:
         print(f"error [{error.code}]: {error.message}", file=sys.stderr)
         return 2

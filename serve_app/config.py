@@ -157,7 +157,8 @@ class ApiKeyConfig(_Section):
 class JwtConfig(_Section):
     enabled: bool = False
     algorithms: list[Literal["HS256", "RS256"]] = Field(default_factory=lambda: ["HS256"])
-    secret: str | None = None  # HS256 shared secret (from a Secret / env, never in git)
+    secret: str | None = None  # HS256 shared secret; prefer secret_env over a literal
+    secret_env: str | None = None  # name of the environment variable holding the secret
     public_key: str | None = None  # RS256 PEM
     tenant_claim: str = "tenant"
     scope_claim: str = "scope"
@@ -166,8 +167,8 @@ class JwtConfig(_Section):
 
     @model_validator(mode="after")
     def _keys_for_algorithms(self) -> JwtConfig:
-        if self.enabled and "HS256" in self.algorithms and not self.secret:
-            raise ValueError("jwt.secret is required for HS256")
+        if self.enabled and "HS256" in self.algorithms and not (self.secret or self.secret_env):
+            raise ValueError("jwt.secret or jwt.secret_env is required for HS256")
         if self.enabled and "RS256" in self.algorithms and not self.public_key:
             raise ValueError("jwt.public_key is required for RS256")
         return self
@@ -332,11 +333,11 @@ def env_overrides(environ: dict[str, str] | None = None) -> dict[str, Any]:
     return tree
 
 
-def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+def merge_dicts(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for key, value in override.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
+            out[key] = merge_dicts(out[key], value)
         else:
             out[key] = value
     return out
@@ -371,5 +372,5 @@ def load_config(path: str | Path | None = None, environ: dict[str, str] | None =
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file {file} must hold a mapping at the top level")
         data, origin = loaded, str(file)
-    data = _merge(data, env_overrides(env))
+    data = merge_dicts(data, env_overrides(env))
     return config_from_dict(data, origin)

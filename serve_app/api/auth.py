@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 from dataclasses import dataclass
 
 import jwt
 
 from serve_app.config import AuthConfig
-from serve_app.errors import ServeAppError
+from serve_app.errors import ConfigError, ServeAppError
 
 
 class UnauthenticatedError(ServeAppError):
@@ -41,6 +42,13 @@ def hash_api_key(key: str) -> str:
 class Authenticator:
     def __init__(self, config: AuthConfig) -> None:
         self.config = config
+        self._hs_secret = config.jwt.secret
+        if config.jwt.enabled and config.jwt.secret_env:
+            self._hs_secret = os.environ.get(config.jwt.secret_env) or None
+            if "HS256" in config.jwt.algorithms and not self._hs_secret:
+                raise ConfigError(
+                    f"api.auth.jwt.secret_env names {config.jwt.secret_env!r}, which is not set"
+                )
 
     def authenticate(self, authorization: str | None, api_key: str | None) -> Principal:
         """The principal for the request's credentials, or UnauthenticatedError."""
@@ -78,7 +86,7 @@ class Authenticator:
             algorithm = header.get("alg")
             if algorithm not in settings.algorithms:
                 raise UnauthenticatedError(f"token algorithm {algorithm!r} is not accepted")
-            key = settings.secret if algorithm == "HS256" else settings.public_key
+            key = self._hs_secret if algorithm == "HS256" else settings.public_key
             claims = jwt.decode(
                 token,
                 key,

@@ -10,7 +10,7 @@ from transformers import AutoModel, AutoTokenizer
 
 from serve_app.config import DenseConfig, resolve_model_path
 from serve_app.encoders.base import DENSE_BACKENDS
-from serve_app.encoders.batching import token_budget_batches
+from serve_app.encoders.batching import padding_ratio, token_budget_batches
 from serve_app.encoders.torch_runtime import ModelLock, resolve_device, resolve_dtype
 
 
@@ -65,11 +65,15 @@ class TransformersDenseEncoder:
             encoded = [[*ids, self._append_id] for ids in encoded]
         return encoded
 
-    @torch.inference_mode()
     def encode(self, texts: list[str]) -> np.ndarray:
         """Blocking encode of already-formatted texts."""
+        return self.encode_with_stats(texts)[0]
+
+    @torch.inference_mode()
+    def encode_with_stats(self, texts: list[str]) -> tuple[np.ndarray, dict]:
+        """Vectors plus batching stats (texts, model batches, padding ratio)."""
         if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
+            return np.zeros((0, self.dim), dtype=np.float32), {"batch_size": 0}
         ids = self._token_ids(texts)
         lengths = [len(x) for x in ids]
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
@@ -91,7 +95,12 @@ class TransformersDenseEncoder:
                 if self.config.normalize:
                     pooled = torch.nn.functional.normalize(pooled, p=2, dim=-1)
                 out[batch] = pooled.cpu().numpy()
-        return out
+        stats = {
+            "batch_size": len(texts),
+            "model_batches": len(batches),
+            "padding_ratio": padding_ratio(lengths, batches),
+        }
+        return out, stats
 
     def _pool(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         if self.config.pooling == "cls":

@@ -9,7 +9,7 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from serve_app.config import RerankerConfig, resolve_model_path
 from serve_app.encoders.base import RERANKER_BACKENDS
-from serve_app.encoders.batching import token_budget_batches
+from serve_app.encoders.batching import padding_ratio, token_budget_batches
 from serve_app.encoders.torch_runtime import ModelLock, resolve_device, resolve_dtype
 
 
@@ -33,12 +33,16 @@ class CrossEncoderReranker:
         self.model.to(self.device).eval()
         self._lock = ModelLock()
 
-    @torch.inference_mode()
     def score_sync(self, query: str, passages: list[str]) -> list[float]:
+        return self.score_pairs([query] * len(passages), passages)[0]
+
+    @torch.inference_mode()
+    def score_pairs(self, queries: list[str], passages: list[str]) -> tuple[list[float], dict]:
+        """Scores of (query, passage) pairs in input order, plus batching stats."""
         if not passages:
-            return []
+            return [], {"batch_size": 0}
         encoded = self.tokenizer(
-            [query] * len(passages),
+            queries,
             passages,
             truncation="only_second",
             max_length=self.config.max_length,
@@ -58,7 +62,12 @@ class CrossEncoderReranker:
                 logits = self.model(**features).logits.float().view(-1)
                 for index, value in zip(batch, torch.sigmoid(logits).tolist(), strict=True):
                     scores[index] = float(value)
-        return scores
+        stats = {
+            "batch_size": len(passages),
+            "model_batches": len(batches),
+            "padding_ratio": padding_ratio(lengths, batches),
+        }
+        return scores, stats
 
     async def score(self, query: str, passages: list[str]) -> list[float]:
         return await asyncio.to_thread(self.score_sync, query, passages)

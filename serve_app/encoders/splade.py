@@ -8,7 +8,7 @@ import torch
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 from serve_app.config import SpladeConfig, resolve_model_path
-from serve_app.encoders.batching import token_budget_batches
+from serve_app.encoders.batching import padding_ratio, token_budget_batches
 from serve_app.encoders.torch_runtime import ModelLock, resolve_device, resolve_dtype
 from serve_app.schemas import SparseVector
 
@@ -34,11 +34,15 @@ class SpladeEncoder:
         self._pad_id = int(self.tokenizer.pad_token_id or 0)
         self._lock = ModelLock()
 
-    @torch.inference_mode()
     def encode(self, texts: list[str], top_k: int) -> list[SparseVector]:
         """Blocking encode; vectors in input order."""
+        return self.encode_with_stats(texts, top_k)[0]
+
+    @torch.inference_mode()
+    def encode_with_stats(self, texts: list[str], top_k: int) -> tuple[list[SparseVector], dict]:
+        """Vectors plus batching stats (texts, model batches, padding ratio)."""
         if not texts:
-            return []
+            return [], {"batch_size": 0}
         ids = self.tokenizer(
             texts, add_special_tokens=True, truncation=True, max_length=self.config.max_length
         )["input_ids"]
@@ -70,7 +74,12 @@ class SpladeEncoder:
                         values=values[row][keep[row]].tolist(),
                         terms=[self._vocab[i] for i in row_idx],
                     )
-        return [v for v in out if v is not None]
+        stats = {
+            "batch_size": len(texts),
+            "model_batches": len(batches),
+            "padding_ratio": padding_ratio(lengths, batches),
+        }
+        return [v for v in out if v is not None], stats
 
     async def encode_documents(self, texts: list[str]) -> list[SparseVector]:
         return await asyncio.to_thread(self.encode, texts, self.config.doc_top_k)

@@ -21,7 +21,7 @@ from serve_app.stores.base import TOPOLOGIES, ChunkIndex, IndexModels
 log = logging.getLogger(__name__)
 
 
-def _register_builtins() -> None:
+def register_builtins() -> None:
     """Import the modules whose import registers the built-in components."""
     import serve_app.chunking.imrad
     import serve_app.chunking.sections
@@ -69,7 +69,7 @@ class Components:
 
 def check_config(config: AppConfig) -> None:
     """Cross-field rules that need the registries; raises ConfigError naming the field."""
-    _register_builtins()
+    register_builtins()
     CHUNKERS.get(config.chunker.name)
     DENSE_BACKENDS.get(config.dense.backend)
     TOPOLOGIES.get(config.stores.topology)
@@ -83,7 +83,7 @@ def check_config(config: AppConfig) -> None:
 
 
 def build_chunker(config: AppConfig, dense: DenseEncoder | None = None) -> Chunker:
-    _register_builtins()
+    register_builtins()
     tokenizer_path = resolve_model_path(config.chunker.tokenizer or config.dense.model)
     extra = 1 if config.dense.append_token else 0
     counter = TokenCounter.from_path(tokenizer_path, extra_reserved=extra)

@@ -1,0 +1,33 @@
+"""The chunker deployment (CPU): loads the tokenizer and spaCy once per replica."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray import serve
+
+from serve_app.config import config_from_dict
+from serve_app.pipelines.components import build_chunker
+from serve_app.schemas import Chunk, Document
+
+
+@serve.deployment(name="chunker")
+class ChunkerDeployment:
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config_from_dict(config, "serve args")
+        # Semantic IMRaD splitting embeds sentences: the chunker then loads the dense model too.
+        dense = None
+        if self.config.chunker.semantic_split:
+            from serve_app.encoders.base import DENSE_BACKENDS
+
+            dense = DENSE_BACKENDS.create(self.config.dense.backend, self.config.dense)
+        self.chunker = build_chunker(self.config, dense)
+
+    def fingerprint(self) -> dict:
+        return self.chunker.fingerprint()
+
+    def ping(self) -> str:
+        return "ok"
+
+    async def chunk_many(self, documents: list[Document]) -> list[list[Chunk]]:
+        return await self.chunker.chunk_many(documents)

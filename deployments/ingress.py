@@ -1,0 +1,86 @@
+"""The ingress deployment: composes the model and store deployments into the ingest and
+search graphs behind serve_app's HTTP API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray import serve
+from ray.serve.handle import DeploymentHandle
+
+from deployments.handles import (
+    RemoteChunker,
+    RemoteDenseEncoder,
+    RemoteIndex,
+    RemoteReranker,
+    RemoteSparseEncoder,
+    call,
+)
+from serve_app.api.app import create_app
+from serve_app.api.observability import Metrics, configure_json_logging
+from serve_app.api.service import ReadinessCheck, RetrievalService
+from serve_app.config import config_from_dict
+from serve_app.encoders.bm25 import Bm25Encoder
+from serve_app.pipelines.components import Components
+
+
+def _ping(name: str, handle: DeploymentHandle) -> ReadinessCheck:
+    async def check() -> None:
+        await call(name, handle.ping.remote())
+
+    return check
+
+
+@serve.deployment(name="ingress")
+@serve.ingress()
+class IngressDeployment:
+    async def __init__(
+        self,
+        config: dict[str, Any],
+        chunker: DeploymentHandle,
+        dense: DeploymentHandle,
+        splade: DeploymentHandle | None,
+        reranker: DeploymentHandle | None,
+        store: DeploymentHandle,
+    ) -> None:
+        configure_json_logging()
+        self.config = config_from_dict(config, "serve args")
+        self.metrics = Metrics()
+        observe = self.metrics.observe_batch
+        sparse: dict[str, Any] = {}
+        if self.config.bm25.enabled:
+            sparse["bm25"] = Bm25Encoder(self.config.bm25)  # tokenising only: no model to serve
+        if splade is not None:
+            sparse["splade"] = RemoteSparseEncoder(splade, await splade.info.remote(), observe)
+        components = Components(
+            config=self.config,
+            chunker=RemoteChunker(chunker, await chunker.fingerprint.remote()),
+            dense=RemoteDenseEncoder(dense, await dense.info.remote(), observe),
+            sparse=sparse,
+            reranker=RemoteReranker(reranker, await reranker.info.remote(), observe)
+            if reranker
+            else None,
+            index=RemoteIndex(store),
+        )
+        await components.index.open(components.models())
+
+        models = components.models()
+
+        async def store_ready() -> None:
+            # A restarted store replica comes up closed: readiness re-opens it (self-healing).
+            if not await components.index.healthy():
+                await components.index.open(models)
+
+        checks: dict[str, ReadinessCheck] = {
+            "store": store_ready,
+            "chunker": _ping("chunker", chunker),
+        }
+        checks["dense"] = _ping("dense", dense)
+        if splade is not None:
+            checks["splade"] = _ping("splade", splade)
+        if reranker is not None:
+            checks["reranker"] = _ping("reranker", reranker)
+        self.service = RetrievalService(components, checks)
+
+    def __serve_build_asgi_app__(self):
+        return create_app(self.service, self.metrics)

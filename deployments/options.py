@@ -1,0 +1,41 @@
+"""Deployment options (replicas, autoscaling, resources) from the one configuration model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from serve_app.config import DeploymentSettings
+
+
+def deployment_options(settings: DeploymentSettings) -> dict[str, Any]:
+    actor: dict[str, Any] = {"num_cpus": settings.num_cpus}
+    if settings.num_gpus:
+        actor["num_gpus"] = settings.num_gpus
+    if settings.accelerator_type:
+        actor["accelerator_type"] = settings.accelerator_type
+    if settings.memory_bytes:
+        actor["memory"] = settings.memory_bytes
+    options: dict[str, Any] = {
+        "ray_actor_options": actor,
+        "max_ongoing_requests": settings.max_ongoing_requests,
+        "health_check_period_s": 10,
+        "health_check_timeout_s": 30,
+    }
+    if settings.autoscaling is not None:
+        scaling = settings.autoscaling
+        options["autoscaling_config"] = {
+            "min_replicas": scaling.min_replicas,
+            "max_replicas": scaling.max_replicas,
+            "target_ongoing_requests": scaling.target_ongoing_requests,
+            "upscale_delay_s": scaling.upscale_delay_s,
+            "downscale_delay_s": scaling.downscale_delay_s,
+        }
+    else:
+        options["num_replicas"] = settings.num_replicas
+    return options
+
+
+def configure_batching(batched_method: Any, settings: DeploymentSettings) -> None:
+    """Apply the configured batch size and wait to a ``@serve.batch`` method."""
+    batched_method.set_max_batch_size(settings.max_batch_size)
+    batched_method.set_batch_wait_timeout_s(settings.batch_wait_timeout_s)

@@ -1,0 +1,56 @@
+"""The checked-in Serve configs are exactly what the graph builder produces for their configs."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+from ray.serve.schema import ServeDeploySchema
+
+from deployments.app import build_app, resolve_config
+from deployments.options import deployment_options
+from deployments.serve_config import render_yaml
+from serve_app.config import DeploymentSettings, load_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("name", ["local", "gpu"])
+def test_checked_in_serve_config_is_in_sync(name):
+    expected = render_yaml(load_config(ROOT / "config" / f"{name}.yaml", environ={}))
+    actual = (ROOT / "deployments" / f"{name}.yaml").read_text()
+    assert actual == expected, (
+        f"deployments/{name}.yaml is stale: run "
+        f"python -m deployments.serve_config --config config/{name}.yaml -o deployments/{name}.yaml"
+    )
+
+
+@pytest.mark.parametrize("name", ["local", "gpu"])
+def test_serve_config_is_valid_and_round_trips_through_the_builder(name):
+    document = yaml.safe_load((ROOT / "deployments" / f"{name}.yaml").read_text())
+    ServeDeploySchema.model_validate(document)
+    (application,) = document["applications"]
+    assert application["import_path"] == "deployments.app:build_app"
+    # The inline args rebuild the same configuration the file was generated from.
+    assert resolve_config(application["args"]) == load_config(
+        ROOT / "config" / f"{name}.yaml", environ={}
+    )
+    names = [d["name"] for d in application["deployments"]]
+    assert {"chunker", "dense", "store", "ingress"} <= set(names)
+    assert build_app(application["args"]) is not None
+
+
+def test_gpu_deployments_ask_for_gpus_and_autoscale():
+    document = yaml.safe_load((ROOT / "deployments" / "gpu.yaml").read_text())
+    deployments = {d["name"]: d for d in document["applications"][0]["deployments"]}
+    assert deployments["dense"]["ray_actor_options"]["num_gpus"] == 1
+    assert deployments["splade"]["ray_actor_options"]["num_gpus"] == 0.5
+    assert deployments["reranker"]["ray_actor_options"]["num_gpus"] == 0.5
+    assert deployments["dense"]["autoscaling_config"]["max_replicas"] == 4
+
+
+def test_options_from_settings():
+    options = deployment_options(DeploymentSettings(num_replicas=3, num_cpus=0.25, num_gpus=0.5))
+    assert options["num_replicas"] == 3
+    assert options["ray_actor_options"] == {"num_cpus": 0.25, "num_gpus": 0.5}
+    with pytest.raises(ValueError, match="max_ongoing_requests"):
+        DeploymentSettings(max_ongoing_requests=4, max_batch_size=8)

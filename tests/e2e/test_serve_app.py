@@ -1,0 +1,194 @@
+"""End to end over HTTP on a real local Ray Serve application (deployments per model)."""
+
+import json
+import time
+
+import httpx
+import pytest
+
+from serve_app.pipelines.components import build_components
+from serve_app.pipelines.ingest import IngestPipeline
+from serve_app.pipelines.search import SearchPipeline
+from serve_app.schemas import Document, SearchRequest
+
+A = {"X-API-Key": "key-a"}
+B = {"X-API-Key": "key-b"}
+READ_ONLY = {"X-API-Key": "key-read"}
+
+
+def scifact(scifact_dir, n: int) -> list[dict]:
+    rows = []
+    with (scifact_dir / "corpus.jsonl").open() as handle:
+        for line in handle:
+            row = json.loads(line)
+            rows.append({"id": row["_id"], "title": row["title"], "text": row["text"]})
+            if len(rows) == n:
+                break
+    return rows
+
+
+@pytest.fixture(scope="module")
+def corpus(scifact_dir):
+    return scifact(scifact_dir, 30)
+
+
+@pytest.fixture(scope="module")
+def ingested(serve_url, corpus):
+    with httpx.Client(base_url=serve_url, timeout=300) as client:
+        response = client.post("/v1/documents", json={"documents": corpus}, headers=A)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+
+def test_ingest_search_delete_reingest(http, ingested, corpus, plos_dir):
+    assert ingested["documents"] == len(corpus) and len(ingested["written"]) == len(corpus)
+    target = corpus[5]
+    found = http.post("/v1/search", json={"query": target["title"], "top_k": 3}, headers=A).json()
+    top = found["results"][0]
+    assert top["doc_id"] == target["id"] and top["text"] in target["text"]
+    assert set(top["scores"]) == {"bm25", "splade", "dense"} and top["chunk_id"]
+
+    # multipart upload of a real JATS article, with provenance on the hits
+    article = plos_dir / "journal.pcbi.1004082.xml"
+    upload = http.post(
+        "/v1/documents",
+        files=[("files", (article.name, article.read_bytes(), "text/xml"))],
+        headers=A,
+    )
+    assert upload.status_code == 200 and upload.json()["written"] == [
+        "10.1371/journal.pcbi.1004082"
+    ]
+    info = http.get("/v1/documents/10.1371/journal.pcbi.1004082", headers=A).json()
+    hit = http.get("/v1/search", params={"q": info["title"], "top_k": 5}, headers=A).json()[
+        "results"
+    ]
+    assert any(r["doc_id"] == info["id"] and r["metadata"]["doi"] == info["id"] for r in hit)
+
+    again = http.post("/v1/documents", json={"documents": corpus}, headers=A).json()
+    assert again["written"] == [] and len(again["unchanged"]) == len(corpus)
+
+    deleted = http.delete(f"/v1/documents/{target['id']}", headers=A)
+    assert deleted.status_code == 200 and deleted.json()["chunks_removed"] >= 1
+    after = http.post("/v1/search", json={"query": target["title"], "top_k": 10}, headers=A).json()
+    assert target["id"] not in {r["doc_id"] for r in after["results"]}
+    restored = http.post("/v1/documents", json={"documents": [target]}, headers=A).json()
+    assert restored["written"] == [target["id"]]
+    chunk_ids = http.get(f"/v1/documents/{target['id']}", headers=A).json()["chunk_ids"]
+    assert len(chunk_ids) == len(set(chunk_ids)) >= 1
+
+
+def test_tenant_isolation(http, ingested, corpus):
+    own = {"documents": [{"id": "b-only", "text": "Tenant B studies axolotl limb regeneration."}]}
+    assert http.post("/v1/documents", json=own, headers=B).status_code == 200
+    seen_by_a = http.post(
+        "/v1/search", json={"query": "axolotl limb regeneration"}, headers=A
+    ).json()
+    assert "b-only" not in {r["doc_id"] for r in seen_by_a["results"]}
+    assert http.get("/v1/documents/b-only", headers=A).status_code == 404
+    assert http.delete("/v1/documents/b-only", headers=A).status_code == 404
+    assert http.get("/v1/documents/b-only", headers=B).status_code == 200
+    seen_by_b = http.post("/v1/search", json={"query": corpus[0]["title"]}, headers=B).json()
+    assert corpus[0]["id"] not in {r["doc_id"] for r in seen_by_b["results"]}
+
+
+@pytest.mark.parametrize(
+    "method,path,kwargs,status,code",
+    [
+        ("post", "/v1/search", {"json": {"query": ""}, "headers": A}, 422, "INVALID_INPUT"),
+        (
+            "post",
+            "/v1/documents",
+            {"files": [("files", ("x.docx", b"PK\x03\x04", "application/zip"))], "headers": A},
+            400,
+            "INVALID_INPUT",
+        ),
+        ("post", "/v1/search", {"json": {"query": "x"}}, 401, "UNAUTHENTICATED"),
+        (
+            "post",
+            "/v1/documents",
+            {"json": {"documents": [{"id": "r", "text": "t"}]}, "headers": READ_ONLY},
+            403,
+            "FORBIDDEN",
+        ),
+        ("get", "/v1/documents/no-such-doc", {"headers": A}, 404, "NOT_FOUND"),
+        (
+            "post",
+            "/v1/documents",
+            {"content": b"x" * 3_100_000, "headers": {**A, "content-type": "application/json"}},
+            413,
+            "PAYLOAD_TOO_LARGE",
+        ),
+        (
+            "post",
+            "/v1/search",
+            {"json": {"query": "cells"}, "headers": {**A, "X-Request-Timeout-Ms": "1"}},
+            504,
+            "TIMEOUT",
+        ),
+    ],
+)
+def test_error_codes(http, method, path, kwargs, status, code):
+    response = getattr(http, method)(path, **kwargs)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["code"] == code and error["request_id"] == response.headers["x-request-id"]
+
+
+async def test_same_results_as_the_in_process_pipeline(http, ingested, corpus, app_config_factory):
+    components = await build_components(app_config_factory())
+    try:
+        documents = [Document(**d, tenant_id="tenant-a") for d in corpus]
+        await IngestPipeline(components).ingest(documents)
+        search = SearchPipeline(components)
+        for query in (
+            "vitamin D and bone density",
+            "gene expression in tumour cells",
+            corpus[7]["title"],
+        ):
+            local = await search.search(SearchRequest(query=query, top_k=10), "tenant-a")
+            served = http.post("/v1/search", json={"query": query, "top_k": 10}, headers=A).json()
+            assert [r.chunk.id for r in local.results] == [r["chunk_id"] for r in served["results"]]
+            for mine, theirs in zip(local.results, served["results"], strict=True):
+                assert mine.score == pytest.approx(theirs["score"], rel=1e-4)
+    finally:
+        await components.close()
+
+
+def test_metrics_expose_stage_latency_and_batches(http, ingested):
+    http.post("/v1/search", json={"query": "metrics please"}, headers=A)
+    text = http.get("/metrics").text
+    assert 'serve_app_stage_latency_seconds_count{operation="search",stage="encode.dense"}' in text
+    assert 'serve_app_stage_latency_seconds_count{operation="search",stage="retrieve.bm25"}' in text
+    assert 'serve_app_model_batch_size_count{model="dense"}' in text
+    assert 'serve_app_requests_total{endpoint="/v1/search",method="POST",status="200"}' in text
+    assert "x-request-id" in http.get("/healthz").headers
+
+
+def test_store_outage_gives_503_then_recovers(http, ingested):
+    import ray
+
+    assert http.get("/readyz").status_code == 200
+    store = next(
+        a
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if "#store#" in a["name"] and a["name"].startswith("SERVE_REPLICA")
+    )
+    ray.kill(ray.get_actor(store["name"], namespace=store["namespace"]), no_restart=True)
+
+    saw_unavailable = False
+    deadline = time.time() + 90
+    while time.time() < deadline and not saw_unavailable:
+        response = http.post(
+            "/v1/search", json={"query": "cells"}, headers={**A, "X-Request-Timeout-Ms": "5000"}
+        )
+        saw_unavailable = response.status_code == 503
+        if saw_unavailable:
+            assert response.json()["error"]["code"] == "SERVICE_UNAVAILABLE"
+        time.sleep(0.2)
+    assert saw_unavailable, "no 503 while the store replica was down or restarting"
+
+    deadline = time.time() + 90
+    while time.time() < deadline and http.get("/readyz").status_code != 200:
+        time.sleep(0.5)
+    assert http.get("/readyz").status_code == 200
+    assert http.post("/v1/search", json={"query": "cells"}, headers=A).status_code == 200
