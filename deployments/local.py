@@ -109,15 +109,7 @@ def serve_forever(config: AppConfig, ingest: list[str] | None = None) -> int:
                 f"{totals['unchanged']} unchanged, {totals['chunks_written']} chunks",
                 flush=True,
             )
-        example = "how do bacteria resist antibiotics"
-        print(
-            "try:\n"
-            f"  curl -s '{url}/v1/search?q={example.replace(' ', '+')}&top_k=3'\n"
-            f"  curl -s -X POST {url}/v1/search -H 'content-type: application/json' "
-            f'-d \'{{"query": "{example}", "fusion": {{"method": "rrf"}}}}\'\n'
-            f"  open {url}/docs for the OpenAPI UI",
-            flush=True,
-        )
+            print_examples(url)
         stop_event.wait()
     finally:
         print("shutting down", flush=True)
