@@ -83,4 +83,4 @@ class IngressDeployment:
         self.service = RetrievalService(components, checks)
 
     def __serve_build_asgi_app__(self):
-        return create_app(self.service, self.metrics)
+        return create_app(self.service, self.metrics, set_request_id_header=False)

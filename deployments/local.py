@@ -84,7 +84,7 @@ def print_examples(url: str) -> None:
         "try:\n"
         f"  curl -s '{url}/v1/search?q={example.replace(' ', '+')}&top_k=3'\n"
         f"  curl -s -X POST {url}/v1/search -H 'content-type: application/json' "
-        f"-d '{{\"query\": \"{example}\", \"fusion\": {{\"method\": \"rrf\"}}}}'\n"
+        f'-d \'{{"query": "{example}", "fusion": {{"method": "rrf"}}}}\'\n'
         f"  {url}/docs is the OpenAPI UI",
         flush=True,
     )

@@ -70,7 +70,12 @@ def error_response(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse(body, status_code=status)
 
 
-def create_app(service: RetrievalService, metrics: Metrics | None = None) -> FastAPI:
+def create_app(
+    service: RetrievalService, metrics: Metrics | None = None, set_request_id_header: bool = True
+) -> FastAPI:
+    """The API over ``service``. Behind Ray Serve, the proxy already assigns the request id
+    (honouring the client's ``X-Request-ID``), passes it in and writes the response header,
+    so ``set_request_id_header`` is off there to avoid a second copy."""
     config = service.config
     metrics = metrics or Metrics()
     authenticator = Authenticator(config.api.auth)
@@ -123,7 +128,8 @@ def create_app(service: RetrievalService, metrics: Metrics | None = None) -> Fas
                 except Exception:
                     log.exception("unhandled error")
                     response = error_response(500, "INTERNAL", "internal error; see the server log")
-            response.headers["X-Request-ID"] = request_id
+            if set_request_id_header:
+                response.headers["X-Request-ID"] = request_id
             route = request.scope.get("route")
             endpoint = getattr(route, "path", "unmatched")
             metrics.observe_request(endpoint, request.method, response.status_code, watch.seconds())

@@ -257,7 +257,15 @@ class EmbeddedIndex:
                 raise ValueError(f"{strategy} search needs a {strategy} query vector")
             if not len(sparse):
                 return []
-            vector, params = _sparse(sparse), None
+            vector = _sparse(sparse)
+            # BM25 document frequencies come from the tenant's own chunks: scores never depend
+            # on (or reveal) what other tenants indexed.
+            tenant_only = edge.Filter(must=[_match("tenant_id", tenant_id)])
+            params = (
+                edge.SearchParams(idf=edge.IdfParams(corpus=tenant_only))
+                if strategy == "bm25"
+                else None
+            )
         points = self.shard.query(
             edge.QueryRequest(
                 limit=limit,

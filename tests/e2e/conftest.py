@@ -13,6 +13,7 @@ KEYS = {
     "key-a": ("tenant-a", ["read", "write"]),
     "key-b": ("tenant-b", ["read", "write"]),
     "key-read": ("tenant-a", ["read"]),
+    "key-c": ("tenant-c", ["read", "write"]),
 }
 
 

@@ -1,19 +1,53 @@
-"""Schemathesis against the served OpenAPI (bounded): no 5xx, every response as documented."""
+"""Schemathesis against the served OpenAPI (bounded): no 5xx, every response as documented.
+
+Driven through Hypothesis directly: schemathesis' pytest plugin does not load under pytest 9.
+"""
 
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+# What the issue asks of the API: no 5xx and nothing outside the documented responses.
+# Schemathesis' "positive data acceptance" check is left out on purpose: a schema-valid body
+# can still be semantically invalid (random bytes as a file, a document over the size limit,
+# duplicate ids) and the API answers those with a documented 400.
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+    response_headers_conformance,
+]
+
+MAX_EXAMPLES = 12
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def served_schema(serve_url):
     return schemathesis.openapi.from_url(f"{serve_url}/openapi.json")
 
 
-schema = schemathesis.pytest.from_fixture("served_schema")
+def test_api_conforms_to_its_schema(served_schema, http):
+    operations = [result.ok() for result in served_schema.get_all_operations()]
+    assert len(operations) >= 8
+    for operation in operations:
 
+        @given(case=operation.as_strategy())
+        @settings(
+            max_examples=MAX_EXAMPLES,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            derandomize=True,
+            database=None,
+        )
+        def run(case):
+            case.call_and_validate(headers={"X-API-Key": "key-a"}, checks=CHECKS, timeout=60)
 
-@schema.parametrize()
-@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
-def test_api_conforms_to_its_schema(case):
-    case.call_and_validate(headers={"X-API-Key": "key-a"}, timeout=60)
+        run()

@@ -134,10 +134,13 @@ def test_error_codes(http, method, path, kwargs, status, code):
     assert error["code"] == code and error["request_id"] == response.headers["x-request-id"]
 
 
-async def test_same_results_as_the_in_process_pipeline(http, ingested, corpus, app_config_factory):
+async def test_same_results_as_the_in_process_pipeline(http, corpus, app_config_factory):
+    """The same documents through both paths (tenant-c holds exactly these) rank the same."""
+    C = {"X-API-Key": "key-c"}
+    assert http.post("/v1/documents", json={"documents": corpus}, headers=C).status_code == 200
     components = await build_components(app_config_factory())
     try:
-        documents = [Document(**d, tenant_id="tenant-a") for d in corpus]
+        documents = [Document(**d, tenant_id="tenant-c") for d in corpus]
         await IngestPipeline(components).ingest(documents)
         search = SearchPipeline(components)
         for query in (
@@ -145,8 +148,8 @@ async def test_same_results_as_the_in_process_pipeline(http, ingested, corpus, a
             "gene expression in tumour cells",
             corpus[7]["title"],
         ):
-            local = await search.search(SearchRequest(query=query, top_k=10), "tenant-a")
-            served = http.post("/v1/search", json={"query": query, "top_k": 10}, headers=A).json()
+            local = await search.search(SearchRequest(query=query, top_k=10), "tenant-c")
+            served = http.post("/v1/search", json={"query": query, "top_k": 10}, headers=C).json()
             assert [r.chunk.id for r in local.results] == [r["chunk_id"] for r in served["results"]]
             for mine, theirs in zip(local.results, served["results"], strict=True):
                 assert mine.score == pytest.approx(theirs["score"], rel=1e-4)
@@ -155,7 +158,10 @@ async def test_same_results_as_the_in_process_pipeline(http, ingested, corpus, a
 
 
 def test_metrics_expose_stage_latency_and_batches(http, ingested):
-    http.post("/v1/search", json={"query": "metrics please"}, headers=A)
+    echoed = http.post(
+        "/v1/search", json={"query": "metrics please"}, headers={**A, "X-Request-ID": "e2e-42"}
+    )
+    assert echoed.headers["x-request-id"] == "e2e-42"
     text = http.get("/metrics").text
     assert 'serve_app_stage_latency_seconds_count{operation="search",stage="encode.dense"}' in text
     assert 'serve_app_stage_latency_seconds_count{operation="search",stage="retrieve.bm25"}' in text

@@ -168,3 +168,23 @@ async def test_model_guard(tmp_path):
     other = IndexModels(dense_model="other", dense_dim=4, splade_model="s", bm25_model="b")
     with pytest.raises(ModelMismatchError, match="dense_model: 'm' -> 'other'"):
         await EmbeddedIndex(path, EmbeddedStoreConfig()).open(other)
+
+
+async def test_bm25_idf_is_per_tenant(tmp_path):
+    store = EmbeddedIndex(tmp_path / "idf", EmbeddedStoreConfig(exact=True))
+    await store.open(MODELS)
+    doc = encoded("d", 0, "x", [1, 0, 0, 0], {7: 1.0, 8: 1.0}, tenant="t1")
+    await store.write_documents("t1", [write("d", [doc])])
+    await store.write_documents(
+        "t1", [write("e", [encoded("e", 0, "y", [0, 1, 0, 0], {8: 1.0}, tenant="t1")])]
+    )
+    before = (await store.search("bm25", query(terms={7: 1.0}), 5, "t1"))[0].score
+    # Another tenant indexing the same term many times must not change t1's BM25 scores.
+    noise = [
+        write(f"n{i}", [encoded(f"n{i}", 0, "z", [0, 0, 1, 0], {7: 1.0}, tenant="t2")])
+        for i in range(20)
+    ]
+    await store.write_documents("t2", noise)
+    after = (await store.search("bm25", query(terms={7: 1.0}), 5, "t1"))[0].score
+    assert after == pytest.approx(before)
+    await store.close()
