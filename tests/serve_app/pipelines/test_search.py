@@ -21,7 +21,8 @@ async def test_finds_the_document_a_query_is_about(indexed, corpus):
     top = response.results[0]
     assert set(top.scores) == {"bm25", "splade", "dense"} and set(top.ranks) == set(top.scores)
     assert top.rerank_score is None and top.score == top.fused_score
-    assert response.strategies == ["bm25", "splade", "dense"] and response.fusion == "rrf"
+    assert response.strategies == ["bm25", "splade", "dense"]
+    assert response.fusion == indexed.config.search.fusion.method == "dbsf"
 
 
 async def test_timings_cover_every_stage(indexed):
