@@ -3,7 +3,7 @@ VENV ?= .venv
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: setup run test lint eval serve-configs
+.PHONY: setup run test lint eval serve-configs k8s-manifests
 
 setup:
 	bash scripts/setup.sh
@@ -26,3 +26,7 @@ eval: setup
 serve-configs: setup
 	$(VENV)/bin/python -m deployments.serve_config --config config/local.yaml -o deployments/local.yaml
 	$(VENV)/bin/python -m deployments.serve_config --config config/gpu.yaml -o deployments/gpu.yaml
+
+# Regenerate the plain Kubernetes manifests from the chart (a test keeps them in sync).
+k8s-manifests: setup
+	bash scripts/render_k8s.sh

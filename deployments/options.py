@@ -15,6 +15,8 @@ def deployment_options(settings: DeploymentSettings) -> dict[str, Any]:
         actor["accelerator_type"] = settings.accelerator_type
     if settings.memory_bytes:
         actor["memory"] = settings.memory_bytes
+    if settings.resources:
+        actor["resources"] = dict(sorted(settings.resources.items()))
     options: dict[str, Any] = {
         "ray_actor_options": actor,
         "max_ongoing_requests": settings.max_ongoing_requests,

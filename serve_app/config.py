@@ -122,11 +122,35 @@ class EmbeddedStoreConfig(_Section):
     exact: bool = False
 
 
+class OpenSearchConfig(_Section):
+    """An external OpenSearch cluster (BM25 + SPLADE ``rank_features``). Credentials are read
+    from the environment variables named here (set from a Kubernetes Secret)."""
+
+    hosts: list[str] = Field(default_factory=list)
+    index: str = "serve-app-chunks"
+    username_env: str | None = None
+    password_env: str | None = None
+    verify_certs: bool = True
+    ca_certs: str | None = None
+
+
+class QdrantConfig(_Section):
+    """An external Qdrant server (dense vectors); the API key is read from ``api_key_env``."""
+
+    url: str | None = None
+    collection: str = "serve-app-chunks"
+    api_key_env: str | None = None
+    verify_certs: bool = True
+    ca_certs: str | None = None
+
+
 class StoresConfig(_Section):
     """``topology`` picks a registered store layout (embedded)."""
 
     topology: str = "embedded"
     embedded: EmbeddedStoreConfig = Field(default_factory=EmbeddedStoreConfig)
+    opensearch: OpenSearchConfig = Field(default_factory=OpenSearchConfig)
+    qdrant: QdrantConfig = Field(default_factory=QdrantConfig)
 
 
 class FusionConfig(_Section):
@@ -220,6 +244,8 @@ class DeploymentSettings(_Section):
     num_gpus: float = Field(default=0.0, ge=0)
     accelerator_type: str | None = None
     memory_bytes: int | None = Field(default=None, ge=0)
+    # Custom Ray resources, e.g. {"dense_gpu": 1} to pin a deployment to its worker group.
+    resources: dict[str, float] = Field(default_factory=dict)
     max_ongoing_requests: int = Field(default=16, ge=1)
     max_batch_size: int = Field(default=16, ge=1)
     batch_wait_timeout_s: float = Field(default=0.005, ge=0)
