@@ -158,6 +158,9 @@ class RemoteIndex:
             "store", self.handle.search.remote(strategy, query, limit, tenant_id, filters)
         )
 
+    async def fetch(self, tenant_id: str, chunk_ids: list[str]) -> list[Chunk]:
+        return await call("store", self.handle.fetch.remote(tenant_id, chunk_ids))
+
     async def count(self, tenant_id: str | None = None) -> int:
         return await call("store", self.handle.count.remote(tenant_id))
 

@@ -8,7 +8,7 @@ from ray import serve
 
 from serve_app.config import config_from_dict
 from serve_app.pipelines.components import register_builtins
-from serve_app.schemas import DocumentInfo, SearchFilters, Strategy
+from serve_app.schemas import Chunk, DocumentInfo, SearchFilters, Strategy
 from serve_app.stores.base import TOPOLOGIES, DocumentWrite, Hit, IndexModels, QueryVectors
 
 
@@ -65,6 +65,10 @@ class StoreDeployment:
     ) -> list[Hit]:
         self._require_open()
         return await self.index.search(strategy, query, limit, tenant_id, filters)
+
+    async def fetch(self, tenant_id: str, chunk_ids: list[str]) -> list[Chunk]:
+        self._require_open()
+        return await self.index.fetch(tenant_id, chunk_ids)
 
     async def count(self, tenant_id: str | None = None) -> int:
         self._require_open()

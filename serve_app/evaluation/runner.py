@@ -55,7 +55,7 @@ def doc_ranking(hits: list) -> list[tuple[str, float]]:
     """Chunk hits (best first) -> documents at their best chunk's rank and score."""
     seen: dict[str, float] = {}
     for hit in hits:
-        seen.setdefault(hit.chunk.doc_id, hit.score)
+        seen.setdefault(hit.doc_id, hit.score)
     return list(seen.items())
 
 

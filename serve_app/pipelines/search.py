@@ -114,17 +114,23 @@ class SearchPipeline:
         timer.record("retrieve", retrieve_start)
 
         fuse_start = time.perf_counter()
-        chunks = {h.chunk.id: h.chunk for per in hits.values() for h in per}
-        ranked = {s: [(h.chunk.id, h.score) for h in per] for s, per in hits.items()}
+        ranked = {s: [(h.chunk_id, h.score) for h in per] for s, per in hits.items()}
         fused = fuse(fusion.method, ranked, k=fusion.k or 60, weights=fusion.weights or None)
         scores = {s: {cid: sc for cid, sc in lst} for s, lst in ranked.items()}
         ranks = {s: {cid: r for r, (cid, _) in enumerate(lst, 1)} for s, lst in ranked.items()}
         timer.record("fusion", fuse_start)
 
+        # Only the chunks that can reach the answer are fetched: the rerank depth, or top_k.
+        fetch_start = time.perf_counter()
+        wanted = [c for c, _ in fused[: depth if rerank else request.top_k]]
+        fetched = await self.components.index.fetch(tenant_id, wanted)
+        chunks = {c.id: c for c in fetched}
+        timer.record("fetch", fetch_start)
+
         rerank_scores: dict[str, float] = {}
         if rerank and fused:
             rerank_start = time.perf_counter()
-            candidates = fused[:depth]
+            candidates = [item for item in fused[:depth] if item[0] in chunks]
             reranker = self.components.reranker
             assert reranker is not None
             values = await reranker.score(request.query, [chunks[c].text for c, _ in candidates])
@@ -145,6 +151,7 @@ class SearchPipeline:
                 ranks={s: ranks[s][cid] for s in strategies if cid in ranks[s]},
             )
             for cid, fused_score in fused[: request.top_k]
+            if cid in chunks
         ]
         timer.record("total", started)
         return SearchResponse(

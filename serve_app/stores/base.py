@@ -56,7 +56,11 @@ class QueryVectors:
 
 @dataclass(frozen=True)
 class Hit:
-    chunk: Chunk
+    """A retrieval hit by reference: chunks themselves are fetched only for the final results
+    (``ChunkIndex.fetch``), so candidates cost ids and scores, not payloads."""
+
+    chunk_id: str
+    doc_id: str
     score: float
 
 
@@ -88,6 +92,10 @@ class ChunkIndex(Protocol):
         tenant_id: str,
         filters: SearchFilters | None = None,
     ) -> list[Hit]: ...
+
+    async def fetch(self, tenant_id: str, chunk_ids: list[str]) -> list[Chunk]:
+        """The tenant's chunks with these ids, in the order asked (unknown ids are skipped)."""
+        ...
 
     async def count(self, tenant_id: str | None = None) -> int: ...
 

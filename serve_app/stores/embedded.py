@@ -271,11 +271,11 @@ class EmbeddedIndex:
                 limit=limit,
                 query=edge.Query.Nearest(vector, using=strategy),
                 filter=build_filter(tenant_id, filters),
-                with_payload=True,
+                with_payload=edge.PayloadSelector.Include(["doc_id"]),
                 params=params,
             )
         )
-        return [Hit(chunk=_chunk(p.payload), score=float(p.score)) for p in points]
+        return [Hit(str(p.id), p.payload["doc_id"], float(p.score)) for p in points]
 
     async def search(
         self,
@@ -288,6 +288,17 @@ class EmbeddedIndex:
         return await asyncio.to_thread(
             self._search_sync, strategy, query, limit, tenant_id, filters
         )
+
+    def _fetch_sync(self, tenant_id: str, chunk_ids: list[str]) -> list[Chunk]:
+        if not chunk_ids:
+            return []
+        records = self.shard.retrieve(list(chunk_ids), with_payload=True, with_vector=False)
+        by_id = {str(r.id): r.payload for r in records}
+        found = [by_id.get(i) for i in chunk_ids]
+        return [_chunk(p) for p in found if p is not None and p.get("tenant_id") == tenant_id]
+
+    async def fetch(self, tenant_id: str, chunk_ids: list[str]) -> list[Chunk]:
+        return await asyncio.to_thread(self._fetch_sync, tenant_id, chunk_ids)
 
     async def count(self, tenant_id: str | None = None) -> int:
         selector = edge.Filter(must=[_match("tenant_id", tenant_id)]) if tenant_id else None

@@ -90,33 +90,39 @@ async def test_protocol_and_counts(index):
 @pytest.mark.parametrize("strategy", ["dense", "splade", "bm25"])
 async def test_search_each_strategy_is_tenant_scoped(index, strategy):
     hits = await index.search(strategy, query(), 10, "t1")
-    assert hits and all(h.chunk.tenant_id == "t1" for h in hits)
-    assert hits[0].chunk.doc_id in {"d1", "d2"}
+    chunks = await index.fetch("t1", [h.chunk_id for h in hits])
+    assert hits and all(c.tenant_id == "t1" for c in chunks) and len(chunks) == len(hits)
+    assert [c.doc_id for c in chunks] == [h.doc_id for h in hits]
+    assert hits[0].doc_id in {"d1", "d2"}
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
 
 
 async def test_dense_exact_ranking(index):
     hits = await index.search("dense", query(), 10, "t1")
-    assert [h.chunk.text for h in hits] == ["alpha", "gamma", "beta"]
+    assert [c.text for c in await index.fetch("t1", [h.chunk_id for h in hits])] == [
+        "alpha",
+        "gamma",
+        "beta",
+    ]
     assert hits[0].score == pytest.approx(1.0)
 
 
 async def test_filters(index):
     by_doc = await index.search("dense", query(), 10, "t1", SearchFilters(doc_ids=["d2"]))
-    assert [h.chunk.doc_id for h in by_doc] == ["d2"]
+    assert [h.doc_id for h in by_doc] == ["d2"]
     by_section = await index.search(
         "splade", query(terms={2: 1.0}), 10, "t1", SearchFilters(sections=["Methods"])
     )
-    assert [h.chunk.text for h in by_section] == ["beta"]
+    assert [c.text for c in await index.fetch("t1", [h.chunk_id for h in by_section])] == ["beta"]
     by_meta = await index.search("dense", query(), 10, "t1", SearchFilters(metadata={"year": 2020}))
-    assert [h.chunk.text for h in by_meta] == ["gamma"]
+    assert [c.text for c in await index.fetch("t1", [h.chunk_id for h in by_meta])] == ["gamma"]
 
 
 async def test_bm25_applies_idf(index):
     # Term 1 is in two chunks of t1 and term 2 in two as well; IDF must make scores differ from raw dot.
     raw = await index.search("splade", query(terms={1: 1.0}), 10, "t1")
     idf = await index.search("bm25", query(terms={1: 1.0}), 10, "t1")
-    assert [h.chunk.id for h in raw] == [h.chunk.id for h in idf]
+    assert [h.chunk_id for h in raw] == [h.chunk_id for h in idf]
     assert raw[0].score != pytest.approx(idf[0].score)
 
 
@@ -156,7 +162,8 @@ async def test_persists_and_reopens(tmp_path):
     reopened = EmbeddedIndex(path, EmbeddedStoreConfig())
     await reopened.open(MODELS)
     assert await reopened.count("t1") == 1
-    assert (await reopened.search("dense", query(), 5, "t1"))[0].chunk.text == "alpha"
+    (hit,) = (await reopened.search("dense", query(), 5, "t1"))[:1]
+    assert (await reopened.fetch("t1", [hit.chunk_id]))[0].text == "alpha"
     await reopened.close()
 
 
@@ -188,3 +195,12 @@ async def test_bm25_idf_is_per_tenant(tmp_path):
     after = (await store.search("bm25", query(terms={7: 1.0}), 5, "t1"))[0].score
     assert after == pytest.approx(before)
     await store.close()
+
+
+async def test_fetch_keeps_order_and_tenant(index):
+    hits = await index.search("dense", query(), 10, "t1")
+    ids = [h.chunk_id for h in hits]
+    assert [c.id for c in await index.fetch("t1", list(reversed(ids)))] == list(reversed(ids))
+    assert await index.fetch("t2", ids) == []  # another tenant's ids are not served
+    assert await index.fetch("t1", []) == []
+    assert await index.fetch("t1", ["00000000-0000-0000-0000-000000000000"]) == []

@@ -1,0 +1,376 @@
+"""HTTP load generator for the search API (127.0.0.1 only; bounded in time and count).
+
+    python benchmarks/load.py --url http://127.0.0.1:8000 --rate 10 --duration 30 [--check-p95-ms 500]
+    python benchmarks/load.py --url http://127.0.0.1:8000 --concurrency 4 --duration 30
+    python benchmarks/load.py --url http://127.0.0.1:8000 --sweep --duration 20 [--json PATH]
+
+Open loop (``--rate``): request i is due at ``start + i / rate`` and is sent then whether or
+not earlier ones have finished; its latency runs from that due time, so a slow server cannot
+hide its queue (no coordinated omission). Closed loop (``--concurrency``): N clients, each
+sending its next request when the last one returns. The first ``--warmup`` seconds are sent
+but not counted. ``--sweep`` raises the offered rate step by step; the maximum sustainable
+QPS is the highest offered rate with achieved >= 97 % of offered, no errors and P99 < 5 s.
+Each request is a SearchRequest (RRF, no rerank by default) with a query drawn in turn from
+the query file (SciFact test claims by default). The JSON report holds ``p50_ms``,
+``p95_ms``, ``p99_ms``, ``achieved_qps``, ``errors`` (and ``max_sustainable_qps``, ``points``
+when sweeping); a Markdown report and a latency-vs-load plot go beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+DEFAULT_QUERIES = ROOT.parent / "shared" / "data" / "scifact"
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+MAX_REQUESTS = 200_000
+
+
+@dataclass
+class Sample:
+    latency_ms: float
+    status: int
+    code: str
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def load_queries(path: Path) -> list[str]:
+    """Queries from a BEIR folder (test-split claims), a .jsonl with "text", or plain lines."""
+    if path.is_dir():
+        qrels = path / "qrels" / "test.tsv"
+        wanted = {
+            line.split("\t")[0] for line in qrels.read_text().splitlines()[1:] if line.strip()
+        }
+        rows = [
+            json.loads(line)
+            for line in (path / "queries.jsonl").read_text().splitlines()
+            if line.strip()
+        ]
+        return [r["text"] for r in rows if str(r["_id"]) in wanted]
+    if path.suffix == ".jsonl":
+        return [json.loads(line)["text"] for line in path.read_text().splitlines() if line.strip()]
+    return [line.strip() for line in path.read_text().splitlines() if line.strip()]
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = q / 100 * (len(ordered) - 1)
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+class LoadRunner:
+    def __init__(
+        self, url: str, queries: list[str], body: dict, timeout_s: float, headers: dict
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.queries = queries
+        self.body = body
+        self.headers = headers
+        self.timeout_s = timeout_s
+        self._next = 0
+
+    def _payload(self) -> dict:
+        query = self.queries[self._next % len(self.queries)]
+        self._next += 1
+        return {**self.body, "query": query}
+
+    async def _one(self, client: httpx.AsyncClient, due: float) -> Sample:
+        payload = self._payload()
+        try:
+            response = await client.post("/v1/search", json=payload)
+            latency = (time.perf_counter() - due) * 1000
+            if response.status_code == 200:
+                return Sample(latency, 200, "OK", response.json().get("timings_ms", {}))
+            try:
+                code = response.json()["error"]["code"]
+            except Exception:
+                code = f"HTTP_{response.status_code}"
+            return Sample(latency, response.status_code, code)
+        except httpx.HTTPError as error:
+            return Sample((time.perf_counter() - due) * 1000, 0, type(error).__name__)
+
+    def _client(self, connections: int) -> httpx.AsyncClient:
+        limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+        return httpx.AsyncClient(
+            base_url=self.url, timeout=self.timeout_s, limits=limits, headers=self.headers
+        )
+
+    async def open_loop(
+        self, rate: float, duration_s: float, warmup_s: float
+    ) -> tuple[list[Sample], float]:
+        """Fixed arrival rate; returns counted samples and the measured window in seconds."""
+        total = min(int(rate * (duration_s + warmup_s)), MAX_REQUESTS)
+        counted_from = int(rate * warmup_s)
+        async with self._client(connections=max(64, int(rate * 5))) as client:
+            start = time.perf_counter() + 0.05
+            tasks = []
+            for i in range(total):
+                due = start + i / rate
+                delay = due - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                tasks.append(asyncio.create_task(self._one(client, due)))
+            samples = await asyncio.gather(*tasks)
+            window = time.perf_counter() - (start + counted_from / rate)
+        return list(samples[counted_from:]), window
+
+    async def closed_loop(
+        self, concurrency: int, duration_s: float, warmup_s: float
+    ) -> tuple[list[Sample], float]:
+        samples: list[Sample] = []
+        async with self._client(connections=concurrency) as client:
+            begin = time.perf_counter()
+            counted_start = begin + warmup_s
+            stop_at = counted_start + duration_s
+
+            async def worker() -> None:
+                while time.perf_counter() < stop_at and len(samples) < MAX_REQUESTS:
+                    sent = time.perf_counter()
+                    sample = await self._one(client, sent)
+                    if sent >= counted_start:
+                        samples.append(sample)
+
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+            window = time.perf_counter() - counted_start
+        return samples, window
+
+
+def summarise(samples: list[Sample], window_s: float, offered_qps: float | None) -> dict:
+    ok = [s.latency_ms for s in samples if s.status == 200]
+    all_latencies = [s.latency_ms for s in samples]
+    errors = Counter(s.code for s in samples if s.status != 200)
+    stages: dict[str, list[float]] = {}
+    for sample in samples:
+        for stage, ms in sample.timings.items():
+            stages.setdefault(stage, []).append(ms)
+    result = {
+        "requests": len(samples),
+        "ok": len(ok),
+        "errors": dict(errors),
+        "window_s": round(window_s, 2),
+        "achieved_qps": round(len(ok) / window_s, 2) if window_s > 0 else 0.0,
+        "p50_ms": round(percentile(all_latencies, 50), 1),
+        "p90_ms": round(percentile(all_latencies, 90), 1),
+        "p95_ms": round(percentile(all_latencies, 95), 1),
+        "p99_ms": round(percentile(all_latencies, 99), 1),
+        "max_ms": round(max(all_latencies), 1) if all_latencies else float("nan"),
+        "stage_ms_median": {k: round(statistics.median(v), 2) for k, v in sorted(stages.items())},
+    }
+    if "total" in result["stage_ms_median"]:
+        # What the client sees beyond the ingress' own pipeline: HTTP, Serve proxy, routing.
+        result["outside_pipeline_ms_median"] = round(
+            result["p50_ms"] - result["stage_ms_median"]["total"], 2
+        )
+    if offered_qps is not None:
+        result["offered_qps"] = offered_qps
+    return result
+
+
+def sustainable(point: dict) -> bool:
+    return (
+        point["achieved_qps"] >= 0.97 * point["offered_qps"]
+        and not point["errors"]
+        and point["p99_ms"] < 5000
+    )
+
+
+async def sweep(runner: LoadRunner, args: argparse.Namespace) -> dict:
+    points = []
+    rate = args.sweep_start
+    failures_in_a_row = 0
+    while rate <= args.sweep_max:
+        samples, window = await runner.open_loop(rate, args.duration, args.warmup)
+        point = summarise(samples, window, rate)
+        point["sustainable"] = sustainable(point)
+        points.append(point)
+        print(
+            f"offered {rate:6.2f} qps: achieved {point['achieved_qps']:6.2f}, p50 {point['p50_ms']:7.1f} ms, "
+            f"p95 {point['p95_ms']:7.1f} ms, p99 {point['p99_ms']:7.1f} ms, errors {point['errors'] or 0}"
+            f"{'' if point['sustainable'] else '  <- not sustainable'}",
+            flush=True,
+        )
+        failures_in_a_row = 0 if point["sustainable"] else failures_in_a_row + 1
+        if failures_in_a_row >= 2:
+            break
+        await asyncio.sleep(args.cooldown)  # let the previous step's queue drain
+        rate = round(
+            rate * args.sweep_factor if args.sweep_factor > 1 else rate + args.sweep_step, 2
+        )
+    ok_points = [p for p in points if p["sustainable"]]
+    best = max((p["offered_qps"] for p in ok_points), default=0.0)
+    summary = dict(next(p for p in points if p["offered_qps"] == best)) if ok_points else {}
+    return {**summary, "mode": "sweep", "max_sustainable_qps": best, "points": points}
+
+
+def plot(report: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = report["points"]
+    offered = [p["offered_qps"] for p in points]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for key in ("p50_ms", "p95_ms", "p99_ms"):
+        ax.plot(offered, [p[key] for p in points], marker="o", label=key.replace("_ms", ""))
+    ax.axhline(500, color="grey", linestyle="--", linewidth=1, label="500 ms target")
+    if report.get("max_sustainable_qps"):
+        ax.axvline(
+            report["max_sustainable_qps"], color="red", linestyle=":", label="max sustainable"
+        )
+    ax.set_xlabel("offered load (queries/s)")
+    ax.set_ylabel("latency (ms)")
+    ax.set_yscale("log")
+    ax.set_title("Search latency vs offered load")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def markdown(report: dict, args: argparse.Namespace) -> str:
+    lines = [f"# Load: {report.get('mode')} against {args.url}", ""]
+    if report.get("mode") == "sweep":
+        lines += [
+            f"Maximum sustainable QPS: **{report['max_sustainable_qps']}** "
+            "(achieved >= 97 % of offered, no errors, P99 < 5 s)",
+            "",
+            "| offered qps | achieved qps | p50 ms | p90 ms | p95 ms | p99 ms | max ms | errors | sustainable |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for p in report["points"]:
+            lines.append(
+                f"| {p['offered_qps']} | {p['achieved_qps']} | {p['p50_ms']} | {p['p90_ms']} | {p['p95_ms']} | "
+                f"{p['p99_ms']} | {p['max_ms']} | {sum(p['errors'].values())} | {p['sustainable']} |"
+            )
+    else:
+        lines += [
+            "| measure | value |",
+            "|---|---|",
+            *[
+                f"| {k} | {report[k]} |"
+                for k in (
+                    "offered_qps",
+                    "concurrency",
+                    "requests",
+                    "achieved_qps",
+                    "p50_ms",
+                    "p90_ms",
+                    "p95_ms",
+                    "p99_ms",
+                    "max_ms",
+                    "errors",
+                )
+                if k in report
+            ],
+        ]
+    stages = report.get("stage_ms_median") or {}
+    if stages:
+        lines += ["", "Median per-stage time inside the ingress (ms): " + json.dumps(stages)]
+    if "outside_pipeline_ms_median" in report:
+        lines.append(
+            f"Client p50 minus pipeline total (HTTP, Serve proxy and routing): {report['outside_pipeline_ms_median']} ms"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--url", required=True)
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--rate", type=float, help="open loop at this many queries per second")
+    mode.add_argument("--concurrency", type=int, help="closed loop with this many clients")
+    mode.add_argument(
+        "--sweep", action="store_true", help="raise the offered rate until it is unsustainable"
+    )
+    parser.add_argument(
+        "--duration", type=float, default=30, help="measured seconds (per sweep step)"
+    )
+    parser.add_argument("--warmup", type=float, default=3, help="seconds sent but not counted")
+    parser.add_argument("--queries", type=Path, default=DEFAULT_QUERIES)
+    parser.add_argument("--top-k", type=int, default=10)
+    parser.add_argument("--fusion", default="rrf")
+    parser.add_argument("--strategies", default="bm25,splade,dense")
+    parser.add_argument("--rerank", action="store_true")
+    parser.add_argument("--api-key")
+    parser.add_argument("--timeout", type=float, default=30)
+    parser.add_argument("--sweep-start", type=float, default=2)
+    parser.add_argument("--sweep-step", type=float, default=2)
+    parser.add_argument(
+        "--sweep-factor", type=float, default=1.0, help=">1: multiply the rate instead of adding"
+    )
+    parser.add_argument("--sweep-max", type=float, default=500)
+    parser.add_argument("--cooldown", type=float, default=3)
+    parser.add_argument("--check-p95-ms", type=float)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+
+    host = urlparse(args.url).hostname
+    if host not in LOOPBACK:
+        parser.error(f"load is only sent to this machine (127.0.0.1); got {host!r}")
+    if args.duration <= 0 or args.duration > 3600:
+        parser.error("--duration must be in (0, 3600] seconds")
+    queries = load_queries(args.queries)
+    if not queries:
+        parser.error(f"no queries in {args.queries}")
+    body = {
+        "top_k": args.top_k,
+        "strategies": args.strategies.split(","),
+        "fusion": {"method": args.fusion},
+        "rerank": args.rerank,
+    }
+    headers = {"X-API-Key": args.api_key} if args.api_key else {}
+    runner = LoadRunner(args.url, queries, body, args.timeout, headers)
+
+    if args.sweep:
+        report = asyncio.run(sweep(runner, args))
+    elif args.rate:
+        samples, window = asyncio.run(runner.open_loop(args.rate, args.duration, args.warmup))
+        report = {"mode": "open-loop", **summarise(samples, window, args.rate)}
+    else:
+        samples, window = asyncio.run(
+            runner.closed_loop(args.concurrency, args.duration, args.warmup)
+        )
+        report = {
+            "mode": "closed-loop",
+            "concurrency": args.concurrency,
+            **summarise(samples, window, None),
+        }
+    report["request"] = body
+
+    print(json.dumps({k: v for k, v in report.items() if k != "points"}, indent=2))
+    out = args.json or RESULTS / f"load_{report['mode']}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+    out.with_suffix(".md").write_text(markdown(report, args))
+    if args.sweep and report["points"]:
+        plot(report, out.with_suffix(".png"))
+    if (
+        args.check_p95_ms is not None
+        and not report.get("p95_ms", float("inf")) <= args.check_p95_ms
+    ):
+        print(f"FAIL: p95 {report.get('p95_ms')} ms > {args.check_p95_ms} ms", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
