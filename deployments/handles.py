@@ -158,6 +158,17 @@ class RemoteIndex:
             "store", self.handle.search.remote(strategy, query, limit, tenant_id, filters)
         )
 
+    async def search_many(
+        self,
+        strategies: list[Strategy],
+        query: QueryVectors,
+        limit: int,
+        tenant_id: str,
+        filters: SearchFilters | None = None,
+    ) -> dict[str, list[Hit]]:
+        remote = self.handle.search_many.remote(strategies, query, limit, tenant_id, filters)
+        return await call("store", remote)
+
     async def fetch(self, tenant_id: str, chunk_ids: list[str]) -> list[Chunk]:
         return await call("store", self.handle.fetch.remote(tenant_id, chunk_ids))
 

@@ -66,6 +66,17 @@ class StoreDeployment:
         self._require_open()
         return await self.index.search(strategy, query, limit, tenant_id, filters)
 
+    async def search_many(
+        self,
+        strategies: list[Strategy],
+        query: QueryVectors,
+        limit: int,
+        tenant_id: str,
+        filters: SearchFilters | None,
+    ) -> dict[str, list[Hit]]:
+        self._require_open()
+        return await self.index.search_many(strategies, query, limit, tenant_id, filters)
+
     async def fetch(self, tenant_id: str, chunk_ids: list[str]) -> list[Chunk]:
         self._require_open()
         return await self.index.fetch(tenant_id, chunk_ids)

@@ -85,14 +85,8 @@ class SearchPipeline:
         timer: StageTimer | None = None,
     ) -> dict[str, list[Hit]]:
         timer = timer or StageTimer()
-        index = self.components.index
-        results = await asyncio.gather(
-            *(
-                timer.run(f"retrieve.{s}", index.search(s, query, limit, tenant_id, filters))
-                for s in strategies
-            )
-        )
-        return dict(zip(strategies, results, strict=True))
+        search = self.components.index.search_many(strategies, query, limit, tenant_id, filters)
+        return await timer.run("retrieve", search)
 
     # -- the request path --------------------------------------------------------------------
     async def search(self, request: SearchRequest, tenant_id: str) -> SearchResponse:
@@ -109,9 +103,7 @@ class SearchPipeline:
         encode_start = time.perf_counter()
         (query,) = await self.encode_queries([request.query], strategies, timer)
         timer.record("encode", encode_start)
-        retrieve_start = time.perf_counter()
         hits = await self.retrieve(query, strategies, limit, tenant_id, request.filters, timer)
-        timer.record("retrieve", retrieve_start)
 
         fuse_start = time.perf_counter()
         ranked = {s: [(h.chunk_id, h.score) for h in per] for s, per in hits.items()}

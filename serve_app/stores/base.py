@@ -93,6 +93,17 @@ class ChunkIndex(Protocol):
         filters: SearchFilters | None = None,
     ) -> list[Hit]: ...
 
+    async def search_many(
+        self,
+        strategies: list[Strategy],
+        query: QueryVectors,
+        limit: int,
+        tenant_id: str,
+        filters: SearchFilters | None = None,
+    ) -> dict[str, list[Hit]]:
+        """Every strategy for one query in one call: one round trip to a remote store."""
+        ...
+
     async def fetch(self, tenant_id: str, chunk_ids: list[str]) -> list[Chunk]:
         """The tenant's chunks with these ids, in the order asked (unknown ids are skipped)."""
         ...

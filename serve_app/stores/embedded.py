@@ -238,14 +238,15 @@ class EmbeddedIndex:
     async def document_info(self, tenant_id: str, doc_id: str) -> DocumentInfo | None:
         return await asyncio.to_thread(self._info_sync, tenant_id, doc_id)
 
-    def _search_sync(
+    def _request(
         self,
         strategy: Strategy,
         query: QueryVectors,
         limit: int,
         tenant_id: str,
         filters: SearchFilters | None,
-    ) -> list[Hit]:
+    ) -> edge.QueryRequest | None:
+        """The engine request for one strategy, or None when the query has no terms."""
         if strategy == "dense":
             if query.dense is None:
                 raise ValueError("dense search needs a dense query vector")
@@ -256,7 +257,7 @@ class EmbeddedIndex:
             if sparse is None:
                 raise ValueError(f"{strategy} search needs a {strategy} query vector")
             if not len(sparse):
-                return []
+                return None
             vector = _sparse(sparse)
             # BM25 document frequencies come from the tenant's own chunks: scores never depend
             # on (or reveal) what other tenants indexed.
@@ -266,16 +267,44 @@ class EmbeddedIndex:
                 if strategy == "bm25"
                 else None
             )
-        points = self.shard.query(
-            edge.QueryRequest(
-                limit=limit,
-                query=edge.Query.Nearest(vector, using=strategy),
-                filter=build_filter(tenant_id, filters),
-                with_payload=edge.PayloadSelector.Include(["doc_id"]),
-                params=params,
-            )
+        return edge.QueryRequest(
+            limit=limit,
+            query=edge.Query.Nearest(vector, using=strategy),
+            filter=build_filter(tenant_id, filters),
+            with_payload=edge.PayloadSelector.Include(["doc_id"]),
+            params=params,
         )
-        return [Hit(str(p.id), p.payload["doc_id"], float(p.score)) for p in points]
+
+    def _search_many_sync(
+        self,
+        strategies: list[Strategy],
+        query: QueryVectors,
+        limit: int,
+        tenant_id: str,
+        filters: SearchFilters | None,
+    ) -> dict[str, list[Hit]]:
+        requests = {s: self._request(s, query, limit, tenant_id, filters) for s in strategies}
+        runnable = [s for s in strategies if requests[s] is not None]
+        results: dict[str, list[Hit]] = {s: [] for s in strategies}
+        if runnable:
+            batch = self.shard.query_batch(edge.QueryBatchRequest([requests[s] for s in runnable]))
+            for strategy, points in zip(runnable, batch, strict=True):
+                results[strategy] = [
+                    Hit(str(p.id), p.payload["doc_id"], float(p.score)) for p in points
+                ]
+        return results
+
+    async def search_many(
+        self,
+        strategies: list[Strategy],
+        query: QueryVectors,
+        limit: int,
+        tenant_id: str,
+        filters: SearchFilters | None = None,
+    ) -> dict[str, list[Hit]]:
+        return await asyncio.to_thread(
+            self._search_many_sync, strategies, query, limit, tenant_id, filters
+        )
 
     async def search(
         self,
@@ -285,9 +314,7 @@ class EmbeddedIndex:
         tenant_id: str,
         filters: SearchFilters | None = None,
     ) -> list[Hit]:
-        return await asyncio.to_thread(
-            self._search_sync, strategy, query, limit, tenant_id, filters
-        )
+        return (await self.search_many([strategy], query, limit, tenant_id, filters))[strategy]
 
     def _fetch_sync(self, tenant_id: str, chunk_ids: list[str]) -> list[Chunk]:
         if not chunk_ids:

@@ -164,7 +164,7 @@ def test_metrics_expose_stage_latency_and_batches(http, ingested):
     assert echoed.headers["x-request-id"] == "e2e-42"
     text = http.get("/metrics").text
     assert 'serve_app_stage_latency_seconds_count{operation="search",stage="encode.dense"}' in text
-    assert 'serve_app_stage_latency_seconds_count{operation="search",stage="retrieve.bm25"}' in text
+    assert 'serve_app_stage_latency_seconds_count{operation="search",stage="retrieve"}' in text
     assert 'serve_app_model_batch_size_count{model="dense"}' in text
     assert 'serve_app_requests_total{endpoint="/v1/search",method="POST",status="200"}' in text
     assert "x-request-id" in http.get("/healthz").headers

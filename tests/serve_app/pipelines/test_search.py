@@ -31,9 +31,8 @@ async def test_timings_cover_every_stage(indexed):
         "encode.dense",
         "encode.splade",
         "encode.bm25",
-        "retrieve.dense",
-        "retrieve.splade",
-        "retrieve.bm25",
+        "retrieve",
+        "fetch",
         "fusion",
         "total",
     ):
