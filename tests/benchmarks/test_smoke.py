@@ -87,3 +87,15 @@ def test_scale_benchmark(tmp_path):
 def test_serve_startup_benchmark(tmp_path):
     result = run("serve_startup.py", "--docs", "10", "--queries", "5", timeout=900)
     assert "ready after" in result.stdout and "replica dense" in result.stdout
+
+
+def test_chunking_benchmark(tmp_path, plos_dir):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for path in sorted(plos_dir.glob("*.xml"))[:2]:
+        (folder / path.name).write_bytes(path.read_bytes())
+    out = tmp_path / "chunking"
+    run("chunking.py", "--folder", str(folder), "--out", str(out))
+    report = json.loads(out.with_suffix(".json").read_text())
+    assert set(report["chunkers"]) == {"sliding_window", "sections", "imrad"}
+    assert all(r["same_ids_on_rechunk"] and r["chunks"] > 0 for r in report["chunkers"].values())
