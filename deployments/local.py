@@ -55,18 +55,32 @@ def stop() -> None:
 
 
 def ingest_folder(
-    base_url: str, paths: list[str], batch_files: int = 8, timeout_s: float = 600
+    base_url: str, paths: list[str], batch_files: int = 4, timeout_s: float = 1000
 ) -> dict:
     """POST files as multipart batches; returns summed counts."""
     files = list(iter_files(paths))
-    totals = {"files": len(files), "written": 0, "unchanged": 0, "chunks_written": 0}
+    totals = {
+        "files": len(files),
+        "written": 0,
+        "unchanged": 0,
+        "chunks_written": 0,
+        "failed_files": 0,
+    }
     with httpx.Client(base_url=base_url, timeout=timeout_s) as client:
         for start_index in range(0, len(files), batch_files):
             group = files[start_index : start_index + batch_files]
             parts = [("files", (p.name, p.read_bytes(), "application/octet-stream")) for p in group]
-            response = client.post("/v1/documents", files=parts)
-            if response.status_code != 200:
-                raise RuntimeError(f"ingest of {[p.name for p in group]} failed: {response.text}")
+            try:
+                response = client.post("/v1/documents", files=parts)
+            except httpx.HTTPError as error:
+                response = None
+                problem = f"{type(error).__name__}: {error}"
+            if response is None or response.status_code != 200:
+                # The service stays up: report the batch and go on with the next one.
+                problem = problem if response is None else response.text
+                print(f"  ingest of {[p.name for p in group]} failed: {problem}", file=sys.stderr)
+                totals["failed_files"] += len(group)
+                continue
             body = response.json()
             totals["written"] += len(body["written"])
             totals["unchanged"] += len(body["unchanged"])
@@ -106,7 +120,8 @@ def serve_forever(config: AppConfig, ingest: list[str] | None = None) -> int:
             totals = ingest_folder(url, ingest)
             print(
                 f"ingested {totals['files']} files: {totals['written']} written, "
-                f"{totals['unchanged']} unchanged, {totals['chunks_written']} chunks",
+                f"{totals['unchanged']} unchanged, {totals['chunks_written']} chunks, "
+                f"{totals['failed_files']} files failed",
                 flush=True,
             )
             print_examples(url)

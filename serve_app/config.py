@@ -214,7 +214,8 @@ class AuthConfig(_Section):
 
 
 class ApiConfig(_Section):
-    request_timeout_s: float = Field(default=30.0, gt=0)
+    request_timeout_s: float = Field(default=30.0, gt=0)  # search, reads, deletes
+    ingest_timeout_s: float = Field(default=900.0, gt=0)  # a document upload encodes everything
     max_request_bytes: int = Field(default=50_000_000, ge=1024)
     ingest_batch_size: int = Field(default=32, ge=1)
     ingest_concurrency: int = Field(default=2, ge=1)

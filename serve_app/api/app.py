@@ -163,6 +163,14 @@ def create_app(
             else min(configured, x_request_timeout_ms / 1000)
         )
 
+    def ingest_deadline_s(x_request_timeout_ms: int | None = Header(default=None, ge=1)) -> float:
+        configured = config.api.ingest_timeout_s
+        return (
+            configured
+            if x_request_timeout_ms is None
+            else min(configured, x_request_timeout_ms / 1000)
+        )
+
     async def within(seconds: float, work):  # type: ignore[no-untyped-def]
         try:
             return await asyncio.wait_for(work, seconds)
@@ -195,7 +203,9 @@ def create_app(
         },
     )
     async def ingest_documents(
-        request: Request, who: Principal = Depends(principal), seconds: float = Depends(deadline_s)
+        request: Request,
+        who: Principal = Depends(principal),
+        seconds: float = Depends(ingest_deadline_s),
     ) -> IngestResponse:
         who.require("write")
         documents = await _read_documents(request, who.tenant_id, config.limits.max_document_chars)

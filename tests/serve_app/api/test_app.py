@@ -259,3 +259,21 @@ async def test_health_ready_metrics_openapi(client):
     assert 'serve_app_errors_total{code="UNAUTHENTICATED"}' in metrics
     spec = (await client.get("/openapi.json")).json()
     assert {"/v1/documents", "/v1/search", "/readyz"} <= set(spec["paths"])
+
+
+async def test_ingest_has_its_own_deadline(app_config_factory):
+    """Uploads encode every chunk inside the request: they get api.ingest_timeout_s, while
+    searches keep the short api.request_timeout_s."""
+    config = app_config_factory(api={"request_timeout_s": 0.001, "ingest_timeout_s": 120})
+    components = await build_components(config)
+    try:
+        transport = httpx.ASGITransport(app=create_app(RetrievalService(components)))
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://test", timeout=60
+        ) as http:
+            ingest = await http.post("/v1/documents", json={"documents": DOCS["documents"][:2]})
+            assert ingest.status_code == 200, ingest.text
+            search = await http.post("/v1/search", json={"query": "dense vectors"})
+            assert search.status_code == 504 and search.json()["error"]["code"] == "TIMEOUT"
+    finally:
+        await components.close()
