@@ -39,6 +39,20 @@ class PayloadTooLargeError(ServeAppError):
     status = 413
 
 
+class UnauthenticatedError(ServeAppError):
+    """Missing or invalid credentials."""
+
+    code = "UNAUTHENTICATED"
+    status = 401
+
+
+class ForbiddenError(ServeAppError):
+    """Valid credentials without the scope the operation needs."""
+
+    code = "FORBIDDEN"
+    status = 403
+
+
 class NotFoundError(ServeAppError):
     code = "NOT_FOUND"
     status = 404

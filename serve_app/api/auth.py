@@ -11,17 +11,9 @@ from dataclasses import dataclass
 import jwt
 
 from serve_app.config import AuthConfig
-from serve_app.errors import ConfigError, ServeAppError
+from serve_app.errors import ConfigError, ForbiddenError, UnauthenticatedError
 
-
-class UnauthenticatedError(ServeAppError):
-    code = "UNAUTHENTICATED"
-    status = 401
-
-
-class ForbiddenError(ServeAppError):
-    code = "FORBIDDEN"
-    status = 403
+__all__ = ["Authenticator", "ForbiddenError", "Principal", "UnauthenticatedError", "hash_api_key"]
 
 
 @dataclass(frozen=True)
