@@ -28,7 +28,8 @@ def register_builtins() -> None:
     import serve_app.chunking.sliding_window
     import serve_app.encoders.dense_transformers
     import serve_app.encoders.reranker
-    import serve_app.stores.embedded  # noqa: F401
+    import serve_app.stores.embedded
+    import serve_app.stores.split  # noqa: F401
 
 
 @dataclass

@@ -1,0 +1,223 @@
+"""Request bodies the OpenSearch adapter sends, as pure functions.
+
+Kept apart from the transport so every body can be checked against the official OpenSearch
+API specification (tests/serve_app/stores/test_opensearch_contract.py) without a server.
+Written to the documented query DSL of OpenSearch 2.x/3.x.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from serve_app.config import OpenSearchConfig
+from serve_app.schemas import SearchFilters, SparseVector
+from serve_app.stores.base import DocumentWrite, IndexModels
+
+MAPPING_VERSION = 1
+"""Bumped whenever the mapping below changes; stored in the index's ``_meta``."""
+
+_TEXT = {"type": "text", "analyzer": "english"}
+
+
+def index_body(config: OpenSearchConfig, models: IndexModels) -> dict[str, Any]:
+    """Settings and the versioned mapping of a physical chunk index."""
+    return {
+        "settings": {
+            "index": {
+                "number_of_shards": config.number_of_shards,
+                "number_of_replicas": config.number_of_replicas,
+            },
+        },
+        "mappings": {
+            "dynamic": "strict",
+            "_meta": {"mapping_version": MAPPING_VERSION, "models": models.as_dict()},
+            # Metadata keys are free-form; their strings are exact-match keywords (filters).
+            "dynamic_templates": [
+                {
+                    "metadata_strings": {
+                        "path_match": "metadata.*",
+                        "match_mapping_type": "string",
+                        "mapping": {"type": "keyword"},
+                    }
+                }
+            ],
+            "properties": {
+                "id": {"type": "keyword"},
+                "doc_id": {"type": "keyword"},
+                "tenant_id": {"type": "keyword"},
+                "content": _TEXT,
+                "title": {**_TEXT, "fields": {"keyword": {"type": "keyword", "ignore_above": 512}}},
+                "section": {**_TEXT, "fields": {"keyword": {"type": "keyword"}}},
+                "heading_chain": _TEXT,
+                "order": {"type": "integer"},
+                "char_start": {"type": "integer"},
+                "char_end": {"type": "integer"},
+                "source": {"type": "keyword", "index": False},
+                "metadata": {"type": "object", "dynamic": True},
+                "content_hash": {"type": "keyword"},
+                "chunk_count": {"type": "integer"},
+                "splade": {"type": "rank_features"},
+            },
+        },
+    }
+
+
+def alias_switch_body(alias: str, new_index: str, old_index: str | None) -> dict[str, Any]:
+    """One atomic ``_aliases`` request: the alias leaves the old index as it joins the new."""
+    actions: list[dict[str, Any]] = []
+    if old_index is not None:
+        actions.append({"remove": {"index": old_index, "alias": alias}})
+    actions.append({"add": {"index": new_index, "alias": alias, "is_write_index": True}})
+    return {"actions": actions}
+
+
+def splade_features(vector: SparseVector) -> dict[str, float]:
+    """SPLADE weights as ``rank_features`` keys (token ids: dot-free, vocabulary-agnostic).
+    ``rank_features`` only holds positive values."""
+    return {str(i): float(v) for i, v in zip(vector.indices, vector.values, strict=True) if v > 0}
+
+
+def chunk_source(write: DocumentWrite, position: int) -> dict[str, Any]:
+    encoded = write.chunks[position]
+    chunk = encoded.chunk
+    source = chunk.model_dump(mode="json")
+    source["content"] = source.pop("text")
+    source["content_hash"] = write.content_hash
+    source["chunk_count"] = len(write.chunks)
+    if encoded.splade is not None:
+        source["splade"] = splade_features(encoded.splade)
+    return source
+
+
+def bulk_index_actions(index: str, items: list[tuple[str, dict[str, Any]]]) -> list[dict]:
+    """``_bulk`` action/source pairs (upserts by the deterministic chunk id)."""
+    body: list[dict] = []
+    for chunk_id, source in items:
+        body.append({"index": {"_index": index, "_id": chunk_id}})
+        body.append(source)
+    return body
+
+
+def filter_clauses(
+    tenant_id: str, filters: SearchFilters | None, doc_ids: list[str] | None = None
+) -> list[dict[str, Any]]:
+    clauses: list[dict[str, Any]] = [{"term": {"tenant_id": tenant_id}}]
+    if doc_ids is not None:
+        clauses.append({"terms": {"doc_id": list(doc_ids)}})
+    if filters is not None:
+        if filters.doc_ids:
+            clauses.append({"terms": {"doc_id": list(filters.doc_ids)}})
+        if filters.sections:
+            clauses.append({"terms": {"section.keyword": list(filters.sections)}})
+        for key, value in sorted(filters.metadata.items()):
+            field = f"metadata.{key}"
+            clauses.append(
+                {"terms": {field: list(value)}}
+                if isinstance(value, list)
+                else {"term": {field: value}}
+            )
+    return clauses
+
+
+def bm25_query(
+    config: OpenSearchConfig, text: str, limit: int, filters: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """BM25F-style: one ``cross_fields`` multi_match blends term statistics across the boosted
+    fields, so a term counts once per chunk whichever field it is in."""
+    fields = [f"{name}^{boost:g}" for name, boost in config.field_boosts.items() if boost > 0]
+    return {
+        "size": limit,
+        "_source": ["doc_id"],
+        "query": {
+            "bool": {
+                "must": [
+                    {
+                        "multi_match": {
+                            "query": text,
+                            "fields": fields,
+                            "type": "cross_fields",
+                            "operator": "or",
+                        }
+                    }
+                ],
+                "filter": filters,
+            }
+        },
+    }
+
+
+def prune(vector: SparseVector, top_terms: int) -> list[tuple[int, float]]:
+    """The query's strongest positive terms (ties broken by token id, for determinism)."""
+    pairs = [(i, v) for i, v in zip(vector.indices, vector.values, strict=True) if v > 0]
+    pairs.sort(key=lambda p: (-p[1], p[0]))
+    return pairs[:top_terms]
+
+
+def splade_query(
+    config: OpenSearchConfig, vector: SparseVector, limit: int, filters: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """The SPLADE dot product: each query term is a ``rank_feature`` clause whose ``linear``
+    score is the document's weight, boosted by the query's weight. None when no term is left."""
+    terms = prune(vector, config.splade_query_top_terms)
+    if not terms:
+        return None
+    if config.splade_query == "neural_sparse":
+        scoring: dict[str, Any] = {
+            "neural_sparse": {"splade": {"query_tokens": {str(i): w for i, w in terms}}}
+        }
+        query: dict[str, Any] = {"bool": {"must": [scoring], "filter": filters}}
+    else:
+        should = [
+            {"rank_feature": {"field": f"splade.{i}", "boost": w, "linear": {}}} for i, w in terms
+        ]
+        # With a filter present, should clauses become optional: require one term to match.
+        query = {"bool": {"should": should, "minimum_should_match": 1, "filter": filters}}
+    return {"size": limit, "_source": ["doc_id"], "query": query}
+
+
+def hashes_query(tenant_id: str, doc_ids: list[str]) -> dict[str, Any]:
+    """Per document: how many chunks carry each content hash, and how many there should be."""
+    return {
+        "size": 0,
+        "query": {"bool": {"filter": filter_clauses(tenant_id, None, doc_ids=doc_ids)}},
+        "aggs": {
+            "docs": {
+                "terms": {"field": "doc_id", "size": max(len(doc_ids), 1)},
+                "aggs": {
+                    "hashes": {
+                        "terms": {"field": "content_hash", "size": 4},
+                        "aggs": {"expected": {"max": {"field": "chunk_count"}}},
+                    }
+                },
+            }
+        },
+    }
+
+
+def selector_query(
+    tenant_id: str, doc_id: str, keep_ids: list[str] | None = None
+) -> dict[str, Any]:
+    """A document's chunks, minus ``keep_ids`` (the stale-chunk sweep after an upsert)."""
+    query: dict[str, Any] = {"bool": {"filter": filter_clauses(tenant_id, None, doc_ids=[doc_id])}}
+    if keep_ids:
+        query["bool"]["must_not"] = [{"ids": {"values": list(keep_ids)}}]
+    return {"query": query}
+
+
+def document_query(tenant_id: str, doc_id: str, size: int) -> dict[str, Any]:
+    return {
+        "size": size,
+        "_source": {"excludes": ["splade"]},
+        "sort": [{"order": {"order": "asc"}}],
+        "query": {"bool": {"filter": filter_clauses(tenant_id, None, doc_ids=[doc_id])}},
+    }
+
+
+def count_query(tenant_id: str | None) -> dict[str, Any]:
+    if tenant_id is None:
+        return {"query": {"match_all": {}}}
+    return {"query": {"bool": {"filter": [{"term": {"tenant_id": tenant_id}}]}}}
+
+
+def snapshot_body(index: str) -> dict[str, Any]:
+    return {"indices": index, "include_global_state": False, "ignore_unavailable": False}

@@ -1,0 +1,266 @@
+"""The same store behaviour on every topology, against real engines: qdrant-edge (embedded),
+qdrant-client local mode (the Qdrant API) and osmem-server (the OpenSearch REST API)."""
+
+from __future__ import annotations
+
+import pytest
+from store_helpers import MODELS, TOPOLOGY_NAMES, encoded, make_store, query, write
+
+from serve_app.errors import ModelMismatchError
+from serve_app.schemas import SearchFilters, SparseVector
+from serve_app.stores.base import ChunkIndex, IndexModels, QueryVectors
+from serve_app.stores.opensearch_store import OpenSearchIndex
+from serve_app.stores.qdrant_store import QdrantIndex
+
+# The stores hold async HTTP clients: fixtures and tests share the session's event loop.
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+
+async def _fill(store) -> None:
+    await store.write_documents(
+        "t1",
+        [
+            write(
+                "d1",
+                [
+                    encoded("d1", 0, "alpha particles decay", [1, 0, 0, 0], {1: 1.0, 2: 0.5}),
+                    encoded(
+                        "d1", 1, "beta decay of neutrons", [0, 1, 0, 0], {2: 2.0}, section="Methods"
+                    ),
+                ],
+            ),
+            write(
+                "d2",
+                [
+                    encoded(
+                        "d2", 0, "gamma rays", [0.9, 0.1, 0, 0], {1: 0.2}, metadata={"year": 2020}
+                    )
+                ],
+            ),
+        ],
+    )
+    await store.write_documents(
+        "t2",
+        [
+            write(
+                "d1", [encoded("d1", 0, "alpha other tenant", [1, 0, 0, 0], {1: 5.0}, tenant="t2")]
+            )
+        ],
+    )
+
+
+@pytest.fixture(params=TOPOLOGY_NAMES)
+async def store(request, tmp_path, opensearch_url):
+    index = make_store(request.param, tmp_path, opensearch_url)
+    await index.open(MODELS)
+    await _fill(index)
+    yield index
+    await index.close()
+
+
+async def _texts(store, tenant, hits):
+    return [c.text for c in await store.fetch(tenant, [h.chunk_id for h in hits])]
+
+
+async def test_protocol_and_counts(store):
+    assert isinstance(store, ChunkIndex)
+    assert (await store.count("t1"), await store.count("t2"), await store.count()) == (3, 1, 4)
+    assert await store.healthy()
+
+
+@pytest.mark.parametrize("strategy", ["dense", "splade"])
+async def test_search_is_tenant_scoped_and_ordered(store, strategy):
+    hits = await store.search(strategy, query(), 10, "t1")
+    chunks = await store.fetch("t1", [h.chunk_id for h in hits])
+    assert hits and len(chunks) == len(hits) and all(c.tenant_id == "t1" for c in chunks)
+    assert [c.doc_id for c in chunks] == [h.doc_id for h in hits]
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+
+
+async def test_dense_exact_ranking(store):
+    hits = await store.search("dense", query(), 10, "t1")
+    assert await _texts(store, "t1", hits) == [
+        "alpha particles decay",
+        "gamma rays",
+        "beta decay of neutrons",
+    ]
+    assert hits[0].score == pytest.approx(1.0, abs=1e-6)
+
+
+async def test_splade_is_the_dot_product(store):
+    hits = await store.search("splade", query(terms={1: 1.0, 2: 1.0}), 10, "t1")
+    got = dict(zip(await _texts(store, "t1", hits), (h.score for h in hits), strict=True))
+    # rank_features keep about 9 significant bits in Lucene: allow 1 % relative.
+    assert got == pytest.approx(
+        {"beta decay of neutrons": 2.0, "alpha particles decay": 1.5, "gamma rays": 0.2}, rel=0.01
+    )
+
+
+async def test_filters(store):
+    by_doc = await store.search("dense", query(), 10, "t1", SearchFilters(doc_ids=["d2"]))
+    assert [h.doc_id for h in by_doc] == ["d2"]
+    by_section = await store.search(
+        "splade", query(terms={2: 1.0}), 10, "t1", SearchFilters(sections=["Methods"])
+    )
+    assert await _texts(store, "t1", by_section) == ["beta decay of neutrons"]
+    by_meta = await store.search("dense", query(), 10, "t1", SearchFilters(metadata={"year": 2020}))
+    assert await _texts(store, "t1", by_meta) == ["gamma rays"]
+    none = await store.search("splade", query(), 10, "t1", SearchFilters(metadata={"year": 1999}))
+    assert none == []
+
+
+async def test_replace_removes_stale_chunks_and_keeps_others(store):
+    removed = await store.write_documents(
+        "t1", [write("d1", [encoded("d1", 0, "alpha v2", [1, 0, 0, 0], {1: 1.0})], "h2")]
+    )
+    assert removed == 2
+    info = await store.document_info("t1", "d1")
+    assert info is not None and info.content_hash == "h2" and len(info.chunk_ids) == 1
+    assert await store.count("t1") == 2 and await store.count("t2") == 1
+    assert await store.document_hashes("t1", ["d1"]) == {"d1": "h2"}
+
+
+async def test_reingest_is_idempotent(store):
+    again = [
+        write(
+            "d2",
+            [encoded("d2", 0, "gamma rays", [0.9, 0.1, 0, 0], {1: 0.2}, metadata={"year": 2020})],
+        )
+    ]
+    assert await store.write_documents("t1", again) == 0
+    assert await store.count("t1") == 3
+    hits = await store.search("dense", query(), 10, "t1")
+    assert len({h.chunk_id for h in hits}) == len(hits) == 3
+
+
+async def test_hashes_info_and_delete(store):
+    assert await store.document_hashes("t1", ["d1", "d2", "missing"]) == {"d1": "h1", "d2": "h1"}
+    info = await store.document_info("t1", "d1")
+    assert info.title == "title d1" and len(info.chunk_ids) == 2
+    assert await store.document_info("t2", "d2") is None
+    assert await store.delete_document("t1", "d1") == 2
+    assert await store.delete_document("t1", "d1") == 0
+    assert await store.count("t1") == 1 and await store.count("t2") == 1
+    assert await store.search("dense", query(), 10, "t1", SearchFilters(doc_ids=["d1"])) == []
+
+
+async def test_empty_sparse_query_returns_nothing(store):
+    empty = QueryVectors(text="", splade=SparseVector(indices=[], values=[]))
+    assert await store.search("splade", empty, 10, "t1") == []
+
+
+async def test_fetch_keeps_order_and_tenant(store):
+    hits = await store.search("dense", query(), 10, "t1")
+    ids = [h.chunk_id for h in hits]
+    assert [c.id for c in await store.fetch("t1", list(reversed(ids)))] == list(reversed(ids))
+    assert await store.fetch("t2", ids) == []
+    assert await store.fetch("t1", []) == []
+    assert await store.fetch("t1", ["00000000-0000-0000-0000-000000000000"]) == []
+
+
+async def test_search_many_is_one_call_per_store(store):
+    results = await store.search_many(["dense", "splade"], query(), 10, "t1")
+    assert set(results) == {"dense", "splade"} and all(results.values())
+
+
+# -- BM25: vectors with IDF in Qdrant, analysed text in OpenSearch ---------------------------
+async def test_bm25_in_qdrant_applies_per_tenant_idf(tmp_path):
+    store = make_store("qdrant", tmp_path)
+    await store.open(MODELS)
+    await store.write_documents(
+        "t1", [write("d", [encoded("d", 0, "x", [1, 0, 0, 0], {7: 1.0, 8: 1.0})])]
+    )
+    await store.write_documents("t1", [write("e", [encoded("e", 0, "y", [0, 1, 0, 0], {8: 1.0})])])
+    before = (await store.search("bm25", query(terms={7: 1.0}), 5, "t1"))[0].score
+    raw = (await store.search("splade", query(terms={7: 1.0}), 5, "t1"))[0].score
+    assert before != pytest.approx(raw)  # IDF applied
+    noise = [
+        write(f"n{i}", [encoded(f"n{i}", 0, "z", [0, 0, 1, 0], {7: 1.0}, tenant="t2")])
+        for i in range(20)
+    ]
+    await store.write_documents("t2", noise)
+    after = (await store.search("bm25", query(terms={7: 1.0}), 5, "t1"))[0].score
+    assert after == pytest.approx(before)
+    await store.close()
+
+
+async def test_bm25_in_opensearch_matches_analysed_text(tmp_path, opensearch_url):
+    store = make_store("opensearch+qdrant", tmp_path, opensearch_url)
+    await store.open(MODELS)
+    await _fill(store)
+    # "decays" and "neutron" stem to the indexed forms (english analyzer).
+    hits = await store.search("bm25", query(text="neutron decays"), 10, "t1")
+    assert await _texts(store, "t1", hits) == ["beta decay of neutrons", "alpha particles decay"]
+    title_hits = await store.search("bm25", query(text="title d2"), 10, "t1")
+    assert title_hits[0].doc_id == "d2"  # the boosted title field is searched too
+    filtered = await store.search(
+        "bm25", query(text="decay"), 10, "t1", SearchFilters(sections=["Intro"])
+    )
+    assert await _texts(store, "t1", filtered) == ["alpha particles decay"]
+    assert await store.search("bm25", query(text="decay"), 10, "t3") == []
+    await store.close()
+
+
+# -- model guard and migration behind the alias ------------------------------------------
+OTHER = IndexModels(dense_model="other", dense_dim=4, splade_model="s", bm25_model="b")
+
+
+@pytest.mark.parametrize("topology", ["qdrant", "opensearch+qdrant"])
+async def test_model_guard_and_migration_switch_the_alias(topology, tmp_path, opensearch_url):
+    from store_helpers import opensearch_config
+
+    os_config = opensearch_config(opensearch_url)
+    first = make_store(topology, tmp_path, opensearch_url, qdrant_local="q", os_config=os_config)
+    await first.open(MODELS)
+    await _fill(first)
+    await first.close()
+
+    refused = make_store(topology, tmp_path, opensearch_url, qdrant_local="q", os_config=os_config)
+    with pytest.raises(ModelMismatchError, match=r"stores\.migrate"):
+        await refused.open(OTHER)
+    await refused.close()
+
+    migrated = make_store(
+        topology, tmp_path, opensearch_url, qdrant_local="q", os_config=os_config, migrate=True
+    )
+    await migrated.open(OTHER)
+    assert await migrated.count("t1") == 0  # a fresh version behind the alias
+    parts = [migrated.text, migrated.vectors] if topology != "qdrant" else [migrated]
+    for part in parts:
+        assert part.physical.endswith("-v2")
+    await migrated.write_documents(
+        "t1", [write("d9", [encoded("d9", 0, "new", [1, 0, 0, 0], {1: 1.0})])]
+    )
+    assert await migrated.count("t1") == 1
+    await migrated.close()
+
+    # Reopening with the new models finds v2 through the alias; the old models are refused.
+    reopened = make_store(topology, tmp_path, opensearch_url, qdrant_local="q", os_config=os_config)
+    await reopened.open(OTHER)
+    assert await reopened.count("t1") == 1
+    await reopened.close()
+
+
+async def test_opensearch_alias_points_at_one_versioned_index(tmp_path, opensearch_url):
+    from store_helpers import opensearch_config
+
+    config = opensearch_config(opensearch_url)
+    index = OpenSearchIndex(config)
+    await index.open(MODELS)
+    aliases = await index.client.indices.get_alias(name=config.index)
+    assert list(aliases) == [f"{config.index}-v1"]
+    mapping = await index.client.indices.get_mapping(index=config.index)
+    meta = mapping[f"{config.index}-v1"]["mappings"]["_meta"]
+    assert meta["models"] == MODELS.as_dict() and meta["mapping_version"] == 1
+    await index.close()
+
+
+async def test_qdrant_collection_records_models_and_dimension(tmp_path):
+    from serve_app.config import QdrantConfig
+
+    store = QdrantIndex(QdrantConfig(local_path=":memory:", collection="c"), tmp_path, ("dense",))
+    await store.open(MODELS)
+    info = await store.client.get_collection("c")
+    assert info.config.params.vectors["dense"].size == 4
+    assert info.config.metadata["models"]["dense_model"] == "m"
+    await store.close()
