@@ -208,7 +208,7 @@ def document_query(tenant_id: str, doc_id: str, size: int) -> dict[str, Any]:
     return {
         "size": size,
         "_source": {"excludes": ["splade"]},
-        "sort": [{"order": {"order": "asc"}}],
+        "sort": ["order"],  # ascending, the default for a field sort
         "query": {"bool": {"filter": filter_clauses(tenant_id, None, doc_ids=[doc_id])}},
     }
 
