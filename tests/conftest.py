@@ -134,3 +134,15 @@ def tiny_reranker_dir(tmp_path_factory: pytest.TempPathFactory, local_config) ->
     BertForSequenceClassification(config).eval().save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def opensearch_url():
+    """A real OpenSearch-REST server (osmem-server) for the store tests, one per session."""
+    from osmem_server import OsmemServer
+
+    server = OsmemServer.start(startup_timeout=30)
+    try:
+        yield server.url
+    finally:
+        server.close()

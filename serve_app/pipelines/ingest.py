@@ -76,38 +76,45 @@ class IngestPipeline:
                     changed.append((d, hashes[d.id]))
             plans.append((tenant, changed))
 
-        todo = [d for _, changed in plans for d, _ in changed]
-        if not todo:
+        if not any(changed for _, changed in plans):
             timer.record("total", started)
             result.timings_ms = timer.timings_ms
             return result
-        per_doc = await timer.run("chunk", self.components.chunker.chunk_many(todo))
-        encoded = await self._encode([c for chunks in per_doc for c in chunks], timer)
+        writes = await self.build_writes(
+            [(d, h) for _, changed in plans for d, h in changed], timer
+        )
+        by_key = {(tenant, w.doc_id): w for w, tenant in writes}
 
         # Only now, with everything encoded, does anything touch the store.
-        position = 0
-        chunks_by_doc: dict[tuple[str, str], list[EncodedChunk]] = {}
-        for document, chunks in zip(todo, per_doc, strict=True):
-            chunks_by_doc[(document.tenant_id, document.id)] = encoded[
-                position : position + len(chunks)
-            ]
-            position += len(chunks)
         write_start = time.perf_counter()
         for tenant, changed in plans:
-            writes = [
-                DocumentWrite(doc_id=d.id, content_hash=h, chunks=chunks_by_doc[(tenant, d.id)])
-                for d, h in changed
-            ]
-            if writes:
+            tenant_writes = [by_key[(tenant, d.id)] for d, _ in changed]
+            if tenant_writes:
                 result.stale_chunks_removed += await self.components.index.write_documents(
-                    tenant, writes
+                    tenant, tenant_writes
                 )
-                result.written.extend(w.doc_id for w in writes)
-                result.chunks_written += sum(len(w.chunks) for w in writes)
+                result.written.extend(w.doc_id for w in tenant_writes)
+                result.chunks_written += sum(len(w.chunks) for w in tenant_writes)
         timer.record("write", write_start)
         timer.record("total", started)
         result.timings_ms = timer.timings_ms
         return result
+
+    async def build_writes(
+        self, documents: list[tuple[Document, str]], timer: StageTimer | None = None
+    ) -> list[tuple[DocumentWrite, str]]:
+        """Chunk and encode documents (with their content hashes) into store writes, each
+        paired with its tenant. Nothing touches the store."""
+        timer = timer or StageTimer()
+        docs = [d for d, _ in documents]
+        per_doc = await timer.run("chunk", self.components.chunker.chunk_many(docs))
+        encoded = await self._encode([c for chunks in per_doc for c in chunks], timer)
+        writes, position = [], 0
+        for (document, content_hash), chunks in zip(documents, per_doc, strict=True):
+            part = encoded[position : position + len(chunks)]
+            position += len(chunks)
+            writes.append((DocumentWrite(document.id, content_hash, part), document.tenant_id))
+        return writes
 
     async def _encode(self, chunks: list[Chunk], timer: StageTimer) -> list[EncodedChunk]:
         texts = [encoding_text(c, self.config.chunker.contextual_header) for c in chunks]
