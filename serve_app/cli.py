@@ -8,12 +8,13 @@ import json
 import logging
 import os
 import sys
+import time
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from serve_app.config import AppConfig, load_config
-from serve_app.errors import ServeAppError, describe_validation_errors
+from serve_app.errors import ConfigError, ServeAppError, describe_validation_errors
 from serve_app.schemas import FUSION_METHODS, STRATEGIES, FusionSpec, SearchRequest
 
 log = logging.getLogger("serve_app")
@@ -26,6 +27,8 @@ def _quiet_libraries() -> None:
 
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
+    # opensearch-py logs every non-2xx answer, including the expected 404 of an alias lookup.
+    logging.getLogger("opensearch").setLevel(logging.ERROR)
 
 
 def _progress(total: int, desc: str, unit: str):
@@ -155,10 +158,19 @@ async def _eval(config: AppConfig, args: argparse.Namespace) -> int:
         dataset.queries = {q: dataset.queries[q] for q in keep}
         dataset.qrels = {q: dataset.qrels[q] for q in keep}
     # The eval index lives apart from the service's, one per dataset (reused across runs).
-    store = config.stores.embedded.model_copy(update={"path": f"eval/{dataset.name}"})
-    config = config.model_copy(
-        update={"stores": config.stores.model_copy(update={"embedded": store})}
+    stores = config.stores
+    eval_name = f"eval-{dataset.name}"
+    qdrant_update: dict = {"collection": eval_name}
+    if stores.qdrant.local_path and stores.qdrant.local_path != ":memory:":
+        qdrant_update["local_path"] = f"eval/{dataset.name}-qdrant"
+    stores = stores.model_copy(
+        update={
+            "embedded": stores.embedded.model_copy(update={"path": f"eval/{dataset.name}"}),
+            "qdrant": stores.qdrant.model_copy(update=qdrant_update),
+            "opensearch": stores.opensearch.model_copy(update={"index": eval_name}),
+        }
     )
+    config = config.model_copy(update={"stores": stores})
     components = await build_components(config)
     try:
         with _progress(len(dataset.corpus), "index corpus", "doc") as bar:
@@ -172,7 +184,10 @@ async def _eval(config: AppConfig, args: argparse.Namespace) -> int:
         await components.close()
 
     width = max(len(name) for name in report.results)
-    print(f"{dataset.name} ({args.split}): {report.queries} queries, {report.documents} documents")
+    print(
+        f"{dataset.name} ({args.split}, {config.stores.topology}): {report.queries} queries, "
+        f"{report.documents} documents"
+    )
     print(f"{'run':<{width}}  nDCG@10  Recall@100  MRR@10")
     for name, metrics in report.results.items():
         print(
@@ -186,6 +201,29 @@ async def _eval(config: AppConfig, args: argparse.Namespace) -> int:
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(report.to_dict(), indent=2))
+    return 0
+
+
+async def _snapshot(config: AppConfig, args: argparse.Namespace) -> int:
+    from serve_app.pipelines.components import register_builtins
+    from serve_app.stores.base import TOPOLOGIES
+
+    register_builtins()
+    index = TOPOLOGIES.create(config.stores.topology, config)
+    if not hasattr(index, "create_snapshot"):
+        raise ConfigError(
+            f"the {config.stores.topology!r} topology has no snapshot API; stop the service and "
+            "copy its data directory instead"
+        )
+    try:
+        if args.action == "create":
+            name = args.name or time.strftime("serve-app-%Y%m%dt%H%M%Sz", time.gmtime())
+            result = await index.create_snapshot(name)
+        else:
+            result = await index.list_snapshots()
+    finally:
+        await index.close()
+    print(json.dumps(result, indent=2))
     return 0
 
 
@@ -220,10 +258,14 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--strategies")
     evaluate.add_argument("--max-queries", type=int)
     evaluate.add_argument("--max-docs", type=int, help="judged documents plus others up to N")
+
+    snapshot = sub.add_parser("snapshot", help="create or list store snapshots (server stores)")
+    snapshot.add_argument("action", choices=["create", "list"])
+    snapshot.add_argument("--name", help="snapshot name (default: serve-app-<UTC timestamp>)")
     return parser
 
 
-COMMANDS = {"ingest": _ingest, "search": _search, "eval": _eval}
+COMMANDS = {"ingest": _ingest, "search": _search, "eval": _eval, "snapshot": _snapshot}
 
 
 def main(

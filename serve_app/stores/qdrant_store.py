@@ -448,21 +448,29 @@ class QdrantIndex:
         return await self._call("count", self._count(selector))  # type: ignore[arg-type]
 
     # -- snapshots -----------------------------------------------------------------------
+    async def _snapshot_target(self) -> str:
+        """The physical collection behind the alias (snapshots belong to a collection)."""
+        if self.physical is None:
+            self.physical = await self._call("alias lookup", self._alias_target())
+        if self.physical is None:
+            raise QdrantStoreError(f"no Qdrant collection behind the alias {self.alias}")
+        return self.physical
+
     async def create_snapshot(self, name: str) -> dict[str, Any]:
         del name  # Qdrant names its snapshots itself
         if self.config.local_path:
             raise ConfigError("snapshots need a Qdrant server; qdrant-client local mode has none")
+        collection = await self._snapshot_target()
         description = await self._call(
-            "snapshot creation", self.client.create_snapshot(self.physical or self.alias, wait=True)
+            "snapshot creation", self.client.create_snapshot(collection, wait=True)
         )
         return {"store": "qdrant", "name": description.name, "size": description.size}
 
     async def list_snapshots(self) -> list[dict[str, Any]]:
         if self.config.local_path:
             raise ConfigError("snapshots need a Qdrant server; qdrant-client local mode has none")
-        found = await self._call(
-            "snapshot listing", self.client.list_snapshots(self.physical or self.alias)
-        )
+        collection = await self._snapshot_target()
+        found = await self._call("snapshot listing", self.client.list_snapshots(collection))
         return [{"store": "qdrant", "name": s.name, "size": s.size} for s in found]
 
 

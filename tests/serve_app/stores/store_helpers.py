@@ -7,6 +7,8 @@ import uuid
 from pathlib import Path
 
 import numpy as np
+from opensearchpy import AIOHttpConnection
+from opensearchpy.exceptions import ConnectionError as OpenSearchConnectionError
 
 from serve_app.config import EmbeddedStoreConfig, OpenSearchConfig, QdrantConfig
 from serve_app.schemas import Chunk, SparseVector
@@ -101,3 +103,25 @@ def make_store(
             QdrantIndex(qdrant, tmp_path, strategies=("dense",), migrate=migrate),
         )
     raise ValueError(topology)
+
+
+class FlakyConnection(AIOHttpConnection):
+    """An injected transport error at the client boundary: fails ``_bulk`` requests after
+    ``bulk_budget`` of them (then everything, if ``down_after_bulk_failure``), or every request
+    while ``down``."""
+
+    bulk_budget: int | None = None
+    down = False
+
+    async def perform_request(self, method, url, params=None, body=None, *args, **kwargs):
+        cls = type(self)
+        if cls.down:
+            raise OpenSearchConnectionError("N/A", "injected: OpenSearch down", None)
+        if "_bulk" in url and cls.bulk_budget is not None:
+            if cls.bulk_budget == 0:
+                cls.down = cls.down_after_bulk_failure
+                raise OpenSearchConnectionError("N/A", "injected: connection reset", None)
+            cls.bulk_budget -= 1
+        return await super().perform_request(method, url, params, body, *args, **kwargs)
+
+    down_after_bulk_failure = False

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from opensearchpy import AIOHttpConnection, AsyncOpenSearch
-from opensearchpy.exceptions import ConnectionError as OpenSearchConnectionError
-from store_helpers import MODELS, encoded, opensearch_config, query, write
+from opensearchpy import AsyncOpenSearch
+from store_helpers import MODELS, FlakyConnection, encoded, opensearch_config, query, write
 
 from serve_app.config import QdrantConfig
 from serve_app.errors import ServiceUnavailableError
@@ -18,26 +17,6 @@ from serve_app.stores.qdrant_store import QdrantIndex
 from serve_app.stores.split import SplitIndex
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
-
-
-class FlakyConnection(AIOHttpConnection):
-    """Fails ``_bulk`` requests after ``bulk_budget`` of them, or everything when ``down``."""
-
-    bulk_budget: int | None = None
-    down = False
-
-    async def perform_request(self, method, url, params=None, body=None, *args, **kwargs):
-        cls = type(self)
-        if cls.down:
-            raise OpenSearchConnectionError("N/A", "injected: OpenSearch down", None)
-        if "_bulk" in url and cls.bulk_budget is not None:
-            if cls.bulk_budget == 0:
-                cls.down = cls.down_after_bulk_failure
-                raise OpenSearchConnectionError("N/A", "injected: connection reset", None)
-            cls.bulk_budget -= 1
-        return await super().perform_request(method, url, params, body, *args, **kwargs)
-
-    down_after_bulk_failure = False
 
 
 @pytest.fixture

@@ -1,0 +1,95 @@
+"""The HTTP API over the opensearch+qdrant topology (osmem-server + qdrant-client local mode)
+with the real small models: ingest, search, delete, and the API's answer when OpenSearch fails
+mid-ingest (503, nothing half-visible, a retry converges)."""
+
+from __future__ import annotations
+
+import uuid
+
+import httpx
+import pytest
+from opensearchpy import AsyncOpenSearch
+from store_helpers import FlakyConnection
+
+from serve_app.api.app import create_app
+from serve_app.api.service import RetrievalService
+from serve_app.pipelines.components import build_components
+
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="session")]
+
+PARAGRAPH = (
+    "Plasmids carry antibiotic resistance genes between bacteria by conjugation. "
+    "Horizontal gene transfer spreads resistance across species in hospitals. "
+)
+DOCS = [
+    {"id": f"doc-{i}", "title": f"Resistance study {i}", "text": PARAGRAPH * 40 + f"marker{i}"}
+    for i in range(3)
+]
+
+
+@pytest.fixture(scope="module")
+async def api(app_config_factory, opensearch_url):
+    config = app_config_factory(
+        stores={
+            "topology": "opensearch+qdrant",
+            "opensearch": {
+                "hosts": [opensearch_url],
+                "index": f"api-{uuid.uuid4().hex[:8]}",
+                "number_of_replicas": 0,
+                "bulk_batch_size": 4,
+                "max_retries": 0,
+            },
+            "qdrant": {"local_path": ":memory:", "collection": "api"},
+        },
+        api={"ingest_batch_size": 8},
+    )
+    components = await build_components(config)
+    text_store = components.index.text
+    await text_store.client.close()
+    text_store._client = AsyncOpenSearch(
+        hosts=[opensearch_url], connection_class=FlakyConnection, max_retries=0
+    )
+    transport = httpx.ASGITransport(app=create_app(RetrievalService(components)))
+    async with httpx.AsyncClient(transport=transport, base_url="http://t", timeout=120) as http:
+        yield http, components
+    FlakyConnection.bulk_budget, FlakyConnection.down = None, False
+    await components.close()
+
+
+async def found_docs(http: httpx.AsyncClient, query: str) -> set[str]:
+    response = await http.post("/v1/search", json={"query": query, "top_k": 20})
+    assert response.status_code == 200, response.text
+    return {r["doc_id"] for r in response.json()["results"]}
+
+
+async def test_opensearch_failure_mid_ingest_is_reported_and_retry_converges(api):
+    http, components = api
+    assert (await http.get("/readyz")).status_code == 200
+    FlakyConnection.bulk_budget = 1
+    failed = await http.post("/v1/documents", json={"documents": DOCS})
+    FlakyConnection.bulk_budget = None
+    assert failed.status_code == 503, failed.text
+    error = failed.json()["error"]
+    assert error["code"] == "SERVICE_UNAVAILABLE" and "withdrawn" in error["message"]
+    assert await found_docs(http, "antibiotic resistance plasmids") == set()
+    assert await components.index.vectors.count("default") == 0
+
+    retried = await http.post("/v1/documents", json={"documents": DOCS})
+    assert retried.status_code == 200, retried.text
+    chunks = retried.json()["chunks_written"]
+    assert chunks > 3
+    again = await http.post("/v1/documents", json={"documents": DOCS})
+    assert sorted(again.json()["unchanged"]) == sorted(d["id"] for d in DOCS)
+    assert await components.index.count("default") == chunks
+    assert await components.index.vectors.count("default") == chunks
+
+    assert await found_docs(http, "antibiotic resistance plasmids") == {d["id"] for d in DOCS}
+    for strategy in ("bm25", "splade", "dense"):
+        response = await http.post(
+            "/v1/search", json={"query": "marker1 resistance", "strategies": [strategy]}
+        )
+        assert response.status_code == 200 and response.json()["results"], strategy
+
+    assert (await http.delete("/v1/documents/doc-0")).status_code == 200
+    assert "doc-0" not in await found_docs(http, "antibiotic resistance plasmids")
+    assert await components.index.vectors.count("default") < chunks
