@@ -110,7 +110,11 @@ class QdrantIndex:
             raise ConfigError(f"stores.qdrant.api_key_env names {config.api_key_env}, not set")
         verify: bool | str = config.ca_certs or config.verify_certs
         return AsyncQdrantClient(
-            url=config.url, api_key=api_key, timeout=int(config.timeout_s), verify=verify
+            url=config.url,
+            api_key=api_key,
+            timeout=int(config.timeout_s),
+            verify=verify,
+            check_compatibility=False,  # a blocking probe at construction; readiness covers it
         )
 
     async def _call(self, what: str, coro: Any) -> Any:
