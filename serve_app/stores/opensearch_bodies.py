@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from serve_app.chunking.base import contextual_header
 from serve_app.config import OpenSearchConfig
 from serve_app.schemas import SearchFilters, SparseVector
 from serve_app.stores.base import DocumentWrite, IndexModels
 
-MAPPING_VERSION = 1
+MAPPING_VERSION = 2
 """Bumped whenever the mapping below changes; stored in the index's ``_meta``."""
 
 _TEXT = {"type": "text", "analyzer": "english"}
@@ -45,6 +46,9 @@ def index_body(config: OpenSearchConfig, models: IndexModels) -> dict[str, Any]:
                 "id": {"type": "keyword"},
                 "doc_id": {"type": "keyword"},
                 "tenant_id": {"type": "keyword"},
+                # What the encoders see (title, heading chain, text) as one field: the default
+                # BM25 field. The parts are indexed on their own for field boosts.
+                "body": _TEXT,
                 "content": _TEXT,
                 "title": {**_TEXT, "fields": {"keyword": {"type": "keyword", "ignore_above": 512}}},
                 "section": {**_TEXT, "fields": {"keyword": {"type": "keyword"}}},
@@ -82,6 +86,8 @@ def chunk_source(write: DocumentWrite, position: int) -> dict[str, Any]:
     chunk = encoded.chunk
     source = chunk.model_dump(mode="json")
     source["content"] = source.pop("text")
+    header = contextual_header(chunk.title, chunk.heading_chain)
+    source["body"] = f"{header}\n{chunk.text}" if header else chunk.text
     source["content_hash"] = write.content_hash
     source["chunk_count"] = len(write.chunks)
     if encoded.splade is not None:
@@ -122,8 +128,8 @@ def filter_clauses(
 def bm25_query(
     config: OpenSearchConfig, text: str, limit: int, filters: list[dict[str, Any]]
 ) -> dict[str, Any]:
-    """BM25F-style: one ``cross_fields`` multi_match blends term statistics across the boosted
-    fields, so a term counts once per chunk whichever field it is in."""
+    """One ``multi_match`` over the boosted fields (``multi_match_type``: ``cross_fields`` is
+    the BM25F-style blend of term statistics across fields)."""
     fields = [f"{name}^{boost:g}" for name, boost in config.field_boosts.items() if boost > 0]
     return {
         "size": limit,
@@ -135,7 +141,7 @@ def bm25_query(
                         "multi_match": {
                             "query": text,
                             "fields": fields,
-                            "type": "cross_fields",
+                            "type": config.multi_match_type,
                             "operator": "or",
                         }
                     }
@@ -207,7 +213,7 @@ def selector_query(
 def document_query(tenant_id: str, doc_id: str, size: int) -> dict[str, Any]:
     return {
         "size": size,
-        "_source": {"excludes": ["splade"]},
+        "_source": {"excludes": ["splade", "body"]},
         "sort": ["order"],  # ascending, the default for a field sort
         "query": {"bool": {"filter": filter_clauses(tenant_id, None, doc_ids=[doc_id])}},
     }

@@ -34,7 +34,7 @@ from serve_app.stores.base import DocumentWrite, Hit, IndexModels, QueryVectors
 log = logging.getLogger(__name__)
 
 _RETRYABLE = {429, 500, 502, 503, 504}
-_STORE_ONLY = ("content_hash", "chunk_count", "splade")
+_STORE_ONLY = ("content_hash", "chunk_count", "splade", "body")
 _MAX_WINDOW = 10_000
 
 
@@ -141,14 +141,16 @@ class OpenSearchIndex:
         mapping = await self._call("mapping lookup", self.client.indices.get_mapping(index=target))
         meta = mapping[target]["mappings"].get("_meta", {})
         stored = meta.get("models")
-        if stored != models.as_dict():
+        stored_mapping = meta.get("mapping_version")
+        if stored != models.as_dict() or stored_mapping != bodies.MAPPING_VERSION:
             if not self.migrate:
                 raise ModelMismatchError(
                     f"OpenSearch index {target} (alias {self.alias}) was built with other models "
-                    f"({stored} vs {models.as_dict()}); set stores.migrate: true to create a new "
-                    "index version behind the alias and re-ingest"
+                    f"or mapping ({stored}, mapping v{stored_mapping} vs {models.as_dict()}, "
+                    f"mapping v{bodies.MAPPING_VERSION}); set stores.migrate: true to create a "
+                    "new index version behind the alias and re-ingest"
                 )
-            log.warning("models changed: new OpenSearch index version behind %s", self.alias)
+            log.warning("models or mapping changed: new index version behind %s", self.alias)
             self.physical = await self._create_version(models, target)
             return
         self.physical = target
@@ -338,7 +340,7 @@ class OpenSearchIndex:
         response = await self._call(
             "fetch",
             self.client.mget(
-                index=self.alias, body={"ids": list(chunk_ids)}, _source_excludes=["splade"]
+                index=self.alias, body={"ids": list(chunk_ids)}, _source_excludes=["splade", "body"]
             ),
         )
         return {

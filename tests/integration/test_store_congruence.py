@@ -7,8 +7,9 @@ written once into each topology, the same queries through each, the same answers
   bits, so scores may differ by < 1 % and near-ties may swap: top-10 sets must agree on >= 9 of
   10 for every query, and scores within 1 %.
 * BM25: embedded vs Qdrant identical (same sparse vectors, IDF from the same counts).
-  OpenSearch runs its own BM25 on english-analysed text (Lucene's tokenizer, stemmer and
-  stopwords differ from the engine's BM25 tokenizer), so only the result sets are compared:
+  OpenSearch runs its own BM25 on the same text (the ``body`` field: title, headings, chunk
+  text, as the encoders see it) analysed by its english analyzer, whose tokenizer, stemmer and
+  stopwords differ from the engine's BM25 tokenizer, so only the result sets are compared:
   mean top-10 overlap >= 0.6 and the first hit among the other's top-10 for >= 80 % of queries.
 """
 
@@ -31,8 +32,7 @@ N_QUERIES = 25
 
 @pytest.fixture(scope="module")
 async def topologies(app_config_factory, scifact_dir, opensearch_url, tmp_path_factory):
-    # The server-side BM25 sees exactly the chunk text the engine's BM25 saw.
-    config = app_config_factory(chunker={"contextual_header": False})
+    config = app_config_factory()
     dataset = load_beir(scifact_dir, "test", TENANT)
     query_ids = sorted(dataset.queries)[:N_QUERIES]
     relevant = {d for q in query_ids for d in dataset.qrels.get(q, {})}
@@ -42,9 +42,7 @@ async def topologies(app_config_factory, scifact_dir, opensearch_url, tmp_path_f
     components = await build_components(config)
     writes = await IngestPipeline(components).build_writes([(d, f"h-{d.id}") for d in corpus])
     tmp = tmp_path_factory.mktemp("congruence")
-    os_config = opensearch_config(
-        opensearch_url, field_boosts={"content": 1.0}, splade_query_top_terms=10_000
-    )
+    os_config = opensearch_config(opensearch_url, splade_query_top_terms=10_000)
     stores = {
         "embedded": components.index,
         "qdrant": make_store("qdrant", tmp),

@@ -9,6 +9,7 @@ from store_helpers import MODELS, TOPOLOGY_NAMES, encoded, make_store, query, wr
 from serve_app.errors import ModelMismatchError
 from serve_app.schemas import SearchFilters, SparseVector
 from serve_app.stores.base import ChunkIndex, IndexModels, QueryVectors
+from serve_app.stores.opensearch_bodies import MAPPING_VERSION
 from serve_app.stores.opensearch_store import OpenSearchIndex
 from serve_app.stores.qdrant_store import QdrantIndex
 
@@ -251,7 +252,7 @@ async def test_opensearch_alias_points_at_one_versioned_index(tmp_path, opensear
     assert list(aliases) == [f"{config.index}-v1"]
     mapping = await index.client.indices.get_mapping(index=config.index)
     meta = mapping[f"{config.index}-v1"]["mappings"]["_meta"]
-    assert meta["models"] == MODELS.as_dict() and meta["mapping_version"] == 1
+    assert meta["models"] == MODELS.as_dict() and meta["mapping_version"] == MAPPING_VERSION
     await index.close()
 
 

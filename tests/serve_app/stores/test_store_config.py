@@ -24,7 +24,8 @@ from serve_app.stores.qdrant_store import QdrantIndex
             {"topology": "qdrant", "qdrant": {"url": "http://q:6333", "local_path": "x"}},
             "either qdrant.url or qdrant.local_path",
         ),
-        ({"opensearch": {"field_boosts": {"body": 1.0}}}, "unknown field"),
+        ({"opensearch": {"field_boosts": {"abstract": 1.0}}}, "unknown field"),
+        ({"opensearch": {"field_boosts": {"body": 0.0}}}, "at least one field"),
     ],
 )
 def test_invalid_store_configs_name_the_field(stores, message):
