@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
@@ -19,7 +18,9 @@ from serve_app.pipelines.components import register_builtins
 class DenseDeployment:
     """Loads the dense model once per replica. Each call carries a list of texts and a mode
     (``document`` or ``query``); concurrent calls are merged by ``@serve.batch`` and encoded
-    in one token-budget batching pass. Returns the vectors and the batch's statistics."""
+    in one token-budget batching pass. Returns the vectors and the batch's statistics.
+    Every dense backend (transformers, vllm, vllm-http) keeps blocking work off the replica's
+    event loop inside ``embed_formatted``."""
 
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = config_from_dict(config, "serve args")
@@ -46,7 +47,7 @@ class DenseDeployment:
             for mode, batch, _ in requests
             for t in batch
         ]
-        vectors, stats = await asyncio.to_thread(self.encoder.encode_with_stats, texts)
+        vectors, stats = await self.encoder.embed_formatted(texts)
         stats = {**stats, "requests": len(requests)}
         out, position = [], 0
         for _, batch, enqueued in requests:
