@@ -97,6 +97,7 @@ async def test_search_graph_end_to_end_on_vllm(
         metrics = http.get("/metrics").text
     assert 'serve_app_model_batch_size_count{model="dense"}' in metrics
     assert 'serve_app_model_queue_seconds_count{model="dense"}' in metrics
+    assert 'serve_app_model_batch_tokens_count{model="dense"}' in metrics
 
     # The same corpus through the transformers backend in process: the same dense ranking.
     local_config = app_config_factory(
