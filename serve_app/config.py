@@ -59,8 +59,8 @@ class VllmEngineConfig(_Section):
     (``max_num_batched_tokens``) and sequence cap (``max_num_seqs``) come from the section's
     ``max_batch_tokens`` and ``batch_size``, so vLLM batches under the same budget as the
     transformers backends. ``cpu_kvcache_gib`` sets ``VLLM_CPU_KVCACHE_SPACE`` (whole GiB) when
-    the section's ``device`` is ``cpu``. ``hf_overrides`` passes through to vLLM, e.g. to load
-    Qwen3-Reranker as a classifier.
+    the section's ``device`` is ``cpu``. ``hf_overrides`` passes through to vLLM (model config
+    overrides, e.g. ``architectures``).
     """
 
     max_model_len: int | None = Field(default=None, ge=8)
@@ -90,6 +90,14 @@ class VllmHttpConfig(_Section):
     max_concurrency: int = Field(default=4, ge=1)
 
 
+def _check_model_len(engine: VllmEngineConfig, max_length: int, section: str) -> None:
+    if engine.max_model_len is not None and engine.max_model_len < max_length:
+        raise ValueError(
+            f"{section}.vllm.max_model_len ({engine.max_model_len}) is below "
+            f"{section}.max_length ({max_length}): vLLM would reject the longest inputs"
+        )
+
+
 class DenseConfig(_Section):
     """``backend`` picks a registered dense encoder: transformers, vllm, vllm-http."""
 
@@ -112,6 +120,11 @@ class DenseConfig(_Section):
     num_threads: int | None = Field(default=None, ge=1)
     vllm: VllmEngineConfig = Field(default_factory=VllmEngineConfig)
     http: VllmHttpConfig = Field(default_factory=VllmHttpConfig)
+
+    @model_validator(mode="after")
+    def _engine_holds_an_input(self) -> DenseConfig:
+        _check_model_len(self.vllm, self.max_length, "dense")
+        return self
 
 
 class SpladeConfig(_Section):
@@ -154,6 +167,7 @@ class RerankerConfig(_Section):
     def _model_when_enabled(self) -> RerankerConfig:
         if self.enabled and not self.model:
             raise ValueError("reranker.model is required when reranker.enabled is true")
+        _check_model_len(self.vllm, self.max_length, "reranker")
         return self
 
 

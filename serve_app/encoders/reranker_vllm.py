@@ -17,9 +17,10 @@ from serve_app.encoders.vllm_runtime import (
 
 
 class VllmReranker:
-    """A one-logit sequence classifier on vLLM (Qwen-style rerankers, e.g.
-    ``Qwen3ForSequenceClassification``; the original Qwen3-Reranker loads through
-    ``reranker.vllm.hf_overrides``). ``llm.score`` builds each pair the model's way and returns
+    """A one-logit sequence classifier on vLLM (Qwen-style rerankers such as
+    ``Qwen3ForSequenceClassification``; ``reranker.vllm.hf_overrides`` passes vLLM's overrides
+    through, but the prompt template of the original causal-LM Qwen3-Reranker is not applied
+    here). ``llm.score`` builds each pair the model's way and returns
     the sigmoid of the logit, in [0, 1] like the transformers backend. Pairs are truncated to
     ``reranker.max_length`` tokens. Blocking calls run in a worker thread, one at a time.
     """

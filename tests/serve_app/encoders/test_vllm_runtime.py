@@ -56,3 +56,11 @@ def test_engine_budget_covers_a_whole_prompt():
     )
     assert kwargs["max_model_len"] == 512 and kwargs["max_num_batched_tokens"] == 512
     assert kwargs["max_num_seqs"] == 8 and kwargs["runner"] == "pooling"
+
+
+def test_engine_length_must_hold_the_longest_input():
+    with pytest.raises(ValueError, match=r"dense.vllm.max_model_len \(128\) is below"):
+        DenseConfig(max_length=256, vllm={"max_model_len": 128})
+    with pytest.raises(ValueError, match=r"reranker.vllm.max_model_len \(64\) is below"):
+        RerankerConfig(max_length=512, vllm={"max_model_len": 64})
+    assert DenseConfig(max_length=256, vllm={"max_model_len": 512}).vllm.max_model_len == 512
