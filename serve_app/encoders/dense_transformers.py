@@ -50,17 +50,29 @@ class TransformersDenseEncoder:
         """Blocking encode of already-formatted texts."""
         return self.encode_with_stats(texts)[0]
 
-    @torch.inference_mode()
     def encode_with_stats(self, texts: list[str]) -> tuple[np.ndarray, dict]:
-        """Vectors plus batching stats (texts, model batches, padding ratio)."""
+        """Vectors plus batching stats (texts, model batches, tokens, padding ratio)."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32), {"batch_size": 0}
         ids = self.inputs.token_ids(texts)
         lengths = [len(x) for x in ids]
-        out = np.zeros((len(texts), int(self.model.config.hidden_size)), dtype=np.float32)
         batches = token_budget_batches(
             lengths, self.config.max_batch_tokens, self.config.batch_size
         )
+        out = self.encode_token_ids(ids, batches)
+        stats = {
+            "batch_size": len(texts),
+            "model_batches": len(batches),
+            "tokens": sum(lengths),
+            "padding_ratio": padding_ratio(lengths, batches),
+        }
+        return out, stats
+
+    @torch.inference_mode()
+    def encode_token_ids(self, ids: list[list[int]], batches: list[list[int]]) -> np.ndarray:
+        """Blocking: vectors for token ids, run as the given batches of indices (right-padded)."""
+        lengths = [len(x) for x in ids]
+        out = np.zeros((len(ids), int(self.model.config.hidden_size)), dtype=np.float32)
         with self._lock:
             for batch in batches:
                 width = max(lengths[i] for i in batch)
@@ -73,13 +85,7 @@ class TransformersDenseEncoder:
                     input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device)
                 ).last_hidden_state.float()
                 out[batch] = self._pool(hidden, mask.to(self.device)).cpu().numpy()
-        out = finish_vectors(out, self.dim, self.config.normalize)
-        stats = {
-            "batch_size": len(texts),
-            "model_batches": len(batches),
-            "padding_ratio": padding_ratio(lengths, batches),
-        }
-        return out, stats
+        return finish_vectors(out, self.dim, self.config.normalize)
 
     def _pool(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         if self.config.pooling == "cls":
