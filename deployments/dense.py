@@ -29,7 +29,12 @@ class DenseDeployment:
         configure_batching(self._embed_batch, self.config.serve.dense)
 
     def info(self) -> dict[str, Any]:
-        return {"model_id": self.encoder.model_id, "dim": self.encoder.dim}
+        return {
+            "model_id": self.encoder.model_id,
+            "dim": self.encoder.dim,
+            "backend": self.config.dense.backend,
+            "encoder": type(self.encoder).__name__,
+        }
 
     def ping(self) -> str:
         return "ok"

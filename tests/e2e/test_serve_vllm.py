@@ -96,6 +96,15 @@ async def test_search_graph_end_to_end_on_vllm(
         ]
         metrics = http.get("/metrics").text
     assert 'serve_app_model_batch_size_count{model="dense"}' in metrics
+    from ray import serve
+
+    info = await serve.get_deployment_handle("dense", "retrieval").info.remote()
+    assert info == {
+        "model_id": str(tiny_qwen3_dir),
+        "dim": 64,
+        "backend": "vllm",
+        "encoder": "VllmDenseEncoder",
+    }
     assert 'serve_app_model_queue_seconds_count{model="dense"}' in metrics
     assert 'serve_app_model_batch_tokens_count{model="dense"}' in metrics
 

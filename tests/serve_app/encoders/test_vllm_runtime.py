@@ -20,6 +20,9 @@ def test_backends_are_registered():
     assert {"transformers", "vllm"} <= set(RERANKER_BACKENDS.names())
 
 
+# Marked `vllm` so that the vLLM run checks the rule with vLLM installed too; it needs no
+# vLLM, so the main suite runs it as well.
+@pytest.mark.vllm
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the rule applies only without a GPU")
 class TestCudaWithoutGpuFailsFast:
     def test_dense(self, tiny_qwen3_dir):
