@@ -68,3 +68,9 @@ class DenseDeployment:
     def check_health(self) -> None:
         if self.encoder is None:
             raise RuntimeError("dense model not loaded")
+
+    def __del__(self) -> None:
+        # vLLM backends own an engine process; stop it with the replica.
+        close = getattr(getattr(self, "encoder", None), "close", None)
+        if close is not None:
+            close()

@@ -64,3 +64,11 @@ def test_pairs_from_many_queries_and_empty(vllm_reranker, reference):
     assert scores == pytest.approx(reference.score_pairs(queries, passages)[0], abs=1e-4)
     assert stats["batch_size"] == 3
     assert vllm_reranker.score_sync(QUERY, []) == []
+
+
+def test_long_pairs_are_truncated_to_max_length(vllm_reranker, reference):
+    """A pair over reranker.max_length (and vLLM's max_model_len) is cut, not rejected."""
+    long = "Mitochondria make ATP. " * 200
+    (score,) = vllm_reranker.score_sync(QUERY, [long])
+    assert 0 < score < 1
+    assert score == pytest.approx(reference.score_sync(QUERY, [long])[0], abs=1e-4)
