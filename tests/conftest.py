@@ -146,3 +146,40 @@ def opensearch_url():
         yield server.url
     finally:
         server.close()
+
+
+def require_vllm() -> None:
+    """Skip a vLLM test where vLLM is not installed (the main .venv), except in the vLLM run
+    (`make test-vllm` sets SERVE_APP_REQUIRE_VLLM=1), where a missing vLLM is a failure."""
+    if os.environ.get("SERVE_APP_REQUIRE_VLLM") == "1":
+        import vllm  # noqa: F401 - fails the run loudly
+    else:
+        pytest.importorskip("vllm", reason="vLLM is not installed here (make test-vllm runs it)")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3_classifier_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-layer random Qwen3ForSequenceClassification (one logit) with the real Qwen3
+    tokenizer: the shape of a Qwen-style reranker."""
+    import torch
+    from transformers import AutoTokenizer, Qwen3Config, Qwen3ForSequenceClassification
+
+    assert (QWEN3_TOKENIZER / "tokenizer.json").is_file(), "run scripts/setup.sh (Qwen3 tokenizer)"
+    tokenizer = AutoTokenizer.from_pretrained(str(QWEN3_TOKENIZER))
+    torch.manual_seed(0)
+    config = Qwen3Config(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        max_position_embeddings=512,
+        num_labels=1,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    path = tmp_path_factory.mktemp("tiny-qwen3-classifier")
+    Qwen3ForSequenceClassification(config).eval().save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path

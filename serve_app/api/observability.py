@@ -94,6 +94,13 @@ class Metrics:
             buckets=(0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0),
             registry=self.registry,
         )
+        self.batch_tokens = Histogram(
+            "serve_app_model_batch_tokens",
+            "Real (unpadded) tokens per model batch; the budget caps padded tokens",
+            ["model"],
+            buckets=(16, 64, 256, 1024, 4096, 16384, 65536),
+            registry=self.registry,
+        )
         self.queue_seconds = Histogram(
             "serve_app_model_queue_seconds",
             "Time a request waited in a model deployment's batch queue",
@@ -113,6 +120,8 @@ class Metrics:
     def observe_batch(self, model: str, stats: dict) -> None:
         self.batch_size.labels(model).observe(stats.get("batch_size", 0))
         self.padding_ratio.labels(model).observe(stats.get("padding_ratio", 0.0))
+        if "tokens" in stats:
+            self.batch_tokens.labels(model).observe(stats["tokens"])
         self.queue_seconds.labels(model).observe(stats.get("queue_s", 0.0))
 
     def render(self) -> bytes:

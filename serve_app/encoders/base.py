@@ -25,6 +25,18 @@ class DenseEncoder(Protocol):
 
 
 @runtime_checkable
+class BatchedDenseEncoder(DenseEncoder, Protocol):
+    """What the dense Serve deployment needs: it formats queries itself so that one batch can
+    mix queries and documents, and reads the batching statistics for /metrics."""
+
+    def format_query(self, query: str) -> str: ...
+
+    async def embed_formatted(self, texts: list[str]) -> tuple[np.ndarray, dict]:
+        """Vectors for already-formatted texts, plus stats (batch_size, padding_ratio, ...)."""
+        ...
+
+
+@runtime_checkable
 class SparseEncoder(Protocol):
     model_id: str
 

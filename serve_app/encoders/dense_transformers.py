@@ -11,6 +11,7 @@ from transformers import AutoModel, AutoTokenizer
 from serve_app.config import DenseConfig, resolve_model_path
 from serve_app.encoders.base import DENSE_BACKENDS
 from serve_app.encoders.batching import padding_ratio, token_budget_batches
+from serve_app.encoders.dense_inputs import DenseInputs, finish_vectors, output_dim
 from serve_app.encoders.torch_runtime import ModelLock, resolve_device, resolve_dtype
 
 
@@ -23,7 +24,8 @@ class TransformersDenseEncoder:
       (Qwen3-Embedding appends ``<|endoftext|>``); queries are wrapped in
       ``query_template`` when ``query_instruction`` is set, documents never are.
     Inputs are truncated to ``max_length`` tokens including special and appended tokens,
-    batched by token budget (longest first) and returned in input order.
+    batched by token budget (longest first) and returned in input order; ``output_dim``
+    keeps the first dimensions (Matryoshka) before normalising.
     """
 
     def __init__(self, config: DenseConfig) -> None:
@@ -31,55 +33,46 @@ class TransformersDenseEncoder:
         self.model_id = config.model
         path = resolve_model_path(config.model)
         self.device = resolve_device(config.device, "dense.device")
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.inputs = DenseInputs(config, AutoTokenizer.from_pretrained(path))
+        self.tokenizer = self.inputs.tokenizer
         self.model = AutoModel.from_pretrained(path, dtype=resolve_dtype(config.dtype))
         self.model.to(self.device).eval()
-        self.dim = int(self.model.config.hidden_size)
-        self._append_id: int | None = None
-        if config.append_token is not None:
-            token_id = self.tokenizer.convert_tokens_to_ids(config.append_token)
-            if token_id is None or token_id == self.tokenizer.unk_token_id:
-                raise ValueError(
-                    f"dense.append_token {config.append_token!r} is not in the vocabulary"
-                )
-            self._append_id = int(token_id)
-        pad = self.tokenizer.pad_token_id
-        self._pad_id = int(pad if pad is not None else (self._append_id or 0))
+        self.dim = output_dim(config, int(self.model.config.hidden_size))
+        self._pad_id = self.inputs.pad_id
         self._lock = ModelLock()
         if config.num_threads:
             torch.set_num_threads(config.num_threads)
 
     def format_query(self, query: str) -> str:
-        if self.config.query_instruction:
-            return self.config.query_template.format(
-                task=self.config.query_instruction, query=query
-            )
-        return query
-
-    def _token_ids(self, texts: list[str]) -> list[list[int]]:
-        room = self.config.max_length - (1 if self._append_id is not None else 0)
-        encoded = self.tokenizer(texts, add_special_tokens=True, truncation=True, max_length=room)[
-            "input_ids"
-        ]
-        if self._append_id is not None:
-            encoded = [[*ids, self._append_id] for ids in encoded]
-        return encoded
+        return self.inputs.format_query(query)
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """Blocking encode of already-formatted texts."""
         return self.encode_with_stats(texts)[0]
 
-    @torch.inference_mode()
     def encode_with_stats(self, texts: list[str]) -> tuple[np.ndarray, dict]:
-        """Vectors plus batching stats (texts, model batches, padding ratio)."""
+        """Vectors plus batching stats (texts, model batches, tokens, padding ratio)."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32), {"batch_size": 0}
-        ids = self._token_ids(texts)
+        ids = self.inputs.token_ids(texts)
         lengths = [len(x) for x in ids]
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
         batches = token_budget_batches(
             lengths, self.config.max_batch_tokens, self.config.batch_size
         )
+        out = self.encode_token_ids(ids, batches)
+        stats = {
+            "batch_size": len(texts),
+            "model_batches": len(batches),
+            "tokens": sum(lengths),
+            "padding_ratio": padding_ratio(lengths, batches),
+        }
+        return out, stats
+
+    @torch.inference_mode()
+    def encode_token_ids(self, ids: list[list[int]], batches: list[list[int]]) -> np.ndarray:
+        """Blocking: vectors for token ids, run as the given batches of indices (right-padded)."""
+        lengths = [len(x) for x in ids]
+        out = np.zeros((len(ids), int(self.model.config.hidden_size)), dtype=np.float32)
         with self._lock:
             for batch in batches:
                 width = max(lengths[i] for i in batch)
@@ -91,16 +84,8 @@ class TransformersDenseEncoder:
                 hidden = self.model(
                     input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device)
                 ).last_hidden_state.float()
-                pooled = self._pool(hidden, mask.to(self.device))
-                if self.config.normalize:
-                    pooled = torch.nn.functional.normalize(pooled, p=2, dim=-1)
-                out[batch] = pooled.cpu().numpy()
-        stats = {
-            "batch_size": len(texts),
-            "model_batches": len(batches),
-            "padding_ratio": padding_ratio(lengths, batches),
-        }
-        return out, stats
+                out[batch] = self._pool(hidden, mask.to(self.device)).cpu().numpy()
+        return finish_vectors(out, self.dim, self.config.normalize)
 
     def _pool(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         if self.config.pooling == "cls":
@@ -119,6 +104,10 @@ class TransformersDenseEncoder:
 
     async def embed_queries(self, texts: list[str]) -> np.ndarray:
         return await asyncio.to_thread(self.encode_queries_sync, texts)
+
+    async def embed_formatted(self, texts: list[str]) -> tuple[np.ndarray, dict]:
+        """Vectors and batching stats for already-formatted texts (the Serve deployment's path)."""
+        return await asyncio.to_thread(self.encode_with_stats, texts)
 
 
 @DENSE_BACKENDS.register("transformers")

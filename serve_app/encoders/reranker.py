@@ -65,6 +65,7 @@ class CrossEncoderReranker:
         stats = {
             "batch_size": len(passages),
             "model_batches": len(batches),
+            "tokens": sum(lengths),
             "padding_ratio": padding_ratio(lengths, batches),
         }
         return scores, stats

@@ -77,6 +77,7 @@ class SpladeEncoder:
         stats = {
             "batch_size": len(texts),
             "model_batches": len(batches),
+            "tokens": sum(lengths),
             "padding_ratio": padding_ratio(lengths, batches),
         }
         return [v for v in out if v is not None], stats

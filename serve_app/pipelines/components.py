@@ -27,7 +27,10 @@ def register_builtins() -> None:
     import serve_app.chunking.sections
     import serve_app.chunking.sliding_window
     import serve_app.encoders.dense_transformers
+    import serve_app.encoders.dense_vllm
+    import serve_app.encoders.dense_vllm_http
     import serve_app.encoders.reranker
+    import serve_app.encoders.reranker_vllm
     import serve_app.stores.embedded
     import serve_app.stores.split  # noqa: F401
 
@@ -57,7 +60,7 @@ class Components:
             "chunker": self.chunker.fingerprint(),
             "models": self.models().as_dict(),
             "dense": self.config.dense.model_dump(
-                include={"max_length", "pooling", "append_token"}
+                include={"max_length", "pooling", "append_token", "output_dim"}
             ),
             "splade": self.config.splade.model_dump(
                 include={"max_length", "doc_top_k", "min_weight"}

@@ -9,7 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
+
+from tests.conftest import require_vllm
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -99,3 +102,22 @@ def test_chunking_benchmark(tmp_path, plos_dir):
     report = json.loads(out.with_suffix(".json").read_text())
     assert set(report["chunkers"]) == {"sliding_window", "sections", "imrad"}
     assert all(r["same_ids_on_rechunk"] and r["chunks"] > 0 for r in report["chunkers"].values())
+
+
+@pytest.mark.vllm
+def test_vllm_embed_benchmark(tmp_path):
+    """Both backends and both batchings on a tiny random Qwen3 (the figures need the 0.6B shape)."""
+    require_vllm()
+    out = tmp_path / "vllm_embed"
+    run(
+        "vllm_embed.py",
+        *("--shape", "tiny", "--model-dir", str(tmp_path / "model"), "--out", str(out)),
+        *("--passages", "6", "--padding-passages", "20", "--max-length", "64"),
+        *("--batch-size", "4", "--batch-tokens", "128"),
+    )
+    report = json.loads(out.with_suffix(".json").read_text())
+    assert report["passages"] == 6 and report["vllm"]["passages_per_s"] > 0
+    assert report["vllm_vs_transformers_min_cosine_bf16"] > 0.99
+    assert report["padding"]["token_budget"] <= report["padding"]["fixed_count"]
+    assert set(report["batching"]) == {"token_budget", "fixed_count", "speedup"}
+    assert "| vllm |" in out.with_suffix(".md").read_text()

@@ -98,8 +98,8 @@ class TestQwen3LastToken:
         assert cosine(alone, batched) >= 0.9999
 
     def test_truncation_keeps_room_for_the_appended_token(self, qwen):
-        ids = qwen._token_ids(["word " * 500])[0]
-        assert len(ids) == 64 and ids[-1] == qwen._append_id
+        ids = qwen.inputs.token_ids(["word " * 500])[0]
+        assert len(ids) == 64 and ids[-1] == qwen.inputs.append_id
 
     def test_unknown_append_token(self, tiny_qwen3_dir):
         with pytest.raises(ValueError, match="append_token"):
