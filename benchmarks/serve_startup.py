@@ -68,6 +68,7 @@ def main() -> None:
     parser.add_argument("--config", default=str(ROOT / "config" / "local.yaml"))
     parser.add_argument("--docs", type=int, default=200)
     parser.add_argument("--queries", type=int, default=50)
+    parser.add_argument("--out", default=str(RESULTS), help="folder for the JSON + Markdown report")
     args = parser.parse_args()
 
     from deployments.local import start, stop
@@ -139,9 +140,10 @@ def main() -> None:
         "|---|---|",
         *[f"| {k} | {v} |" for k, v in sorted(memory.items())],
     ]
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "serve_startup.json").write_text(json.dumps(report, indent=2))
-    (RESULTS / "serve_startup.md").write_text("\n".join(lines) + "\n")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "serve_startup.json").write_text(json.dumps(report, indent=2))
+    (out / "serve_startup.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

@@ -88,7 +88,9 @@ def test_scale_benchmark(tmp_path):
 
 
 def test_serve_startup_benchmark(tmp_path):
-    result = run("serve_startup.py", "--docs", "10", "--queries", "5", timeout=900)
+    result = run(
+        "serve_startup.py", "--docs", "10", "--queries", "5", "--out", str(tmp_path), timeout=900
+    )
     assert "ready after" in result.stdout and "replica dense" in result.stdout
 
 
