@@ -79,8 +79,7 @@ def main(argv: list[str] | None = None) -> int:
 
     runs = list(reports["embedded"]["results"])
     lines = [
-        f"# nDCG@10 per topology: {name} ({args.split}), "
-        f"{reports['embedded']['queries']} queries",
+        f"# nDCG@10 per topology: {name} ({args.split}), {reports['embedded']['queries']} queries",
         "",
         "OpenSearch here is osmem-server (the OpenSearch REST API; its BM25 is not Lucene's), "
         "Qdrant is qdrant-client local mode (exact search).",
