@@ -265,3 +265,20 @@ async def test_qdrant_collection_records_models_and_dimension(tmp_path):
     assert info.config.params.vectors["dense"].size == 4
     assert info.config.metadata["models"]["dense_model"] == "m"
     await store.close()
+
+
+async def test_qdrant_collection_carries_index_settings(tmp_path):
+    from serve_app.config import QdrantConfig
+
+    config = QdrantConfig(
+        local_path=":memory:", collection="c", quantization="int8", on_disk=True, hnsw_m=32
+    )
+    store = QdrantIndex(config, tmp_path, ("dense", "splade", "bm25"))
+    await store.open(MODELS)
+    params = (await store.client.get_collection("c")).config.params
+    dense = params.vectors["dense"]
+    assert dense.quantization_config.scalar.type.value == "int8" and dense.on_disk
+    assert dense.hnsw_config.m == 32 and dense.distance.value == "Cosine"
+    assert set(params.sparse_vectors) == {"splade", "bm25"}
+    assert params.sparse_vectors["bm25"].modifier.value == "idf"
+    await store.close()
