@@ -1,4 +1,5 @@
-"""The store owner: one replica holds the embedded index (qdrant-edge locks its directory)."""
+"""The store deployment: one replica owns the embedded index (qdrant-edge locks its directory);
+with a server topology it holds only clients and may run several replicas."""
 
 from __future__ import annotations
 

@@ -399,12 +399,6 @@ class ServeConfig(_Section):
         default_factory=lambda: DeploymentSettings(max_ongoing_requests=64, max_batch_size=1)
     )
 
-    @model_validator(mode="after")
-    def _single_store_owner(self) -> ServeConfig:
-        if self.store.num_replicas != 1 or self.store.autoscaling is not None:
-            raise ValueError("store: the embedded store has one owning replica (num_replicas: 1)")
-        return self
-
 
 class AppConfig(_Section):
     data_dir: str = ".data"
@@ -427,6 +421,14 @@ class AppConfig(_Section):
             raise ValueError(f"search.strategies names disabled strategies: {missing}")
         if self.search.rerank and not self.reranker.enabled:
             raise ValueError("search.rerank is true but reranker.enabled is false")
+        store = self.serve.store
+        if self.stores.topology == "embedded" and (
+            store.num_replicas != 1 or store.autoscaling is not None
+        ):
+            # The server topologies hold no data in the replica and may scale out.
+            raise ValueError(
+                "serve.store: the embedded store has one owning replica (num_replicas: 1)"
+            )
         return self
 
     def enabled_strategies(self) -> list[Strategy]:

@@ -54,3 +54,16 @@ def test_qdrant_api_key_comes_from_the_named_variable(monkeypatch):
         _ = QdrantIndex(config, Path(".")).client
     monkeypatch.setenv("QDRANT_KEY", "k")
     assert QdrantIndex(config, Path(".")).client is not None
+
+
+def test_only_the_embedded_store_is_pinned_to_one_replica():
+    with pytest.raises(ConfigError, match="one owning replica"):
+        config_from_dict({"serve": {"store": {"num_replicas": 2}}}, "test")
+    scaled = config_from_dict(
+        {
+            "stores": {"topology": "qdrant", "qdrant": {"url": "http://q:6333"}},
+            "serve": {"store": {"num_replicas": 3}},
+        },
+        "test",
+    )
+    assert scaled.serve.store.num_replicas == 3
