@@ -57,6 +57,10 @@ def rrf(
 ) -> Fused:
     """Reciprocal rank fusion: ``score(d) = sum_s w_s / (k + rank_s(d))``, ranks from 1.
 
+    Cormack's definition (as OpenSearch and Elasticsearch use it). Qdrant's RRF computes
+    ``1 / (rank / w + k - 1)``: unweighted, its ``k`` is this ``k + 1``; its weights scale the
+    rank, these scale the contribution.
+
     Uses ranks only, so lists with incomparable scores (BM25 vs cosine) combine safely.
     """
     if k < 1:
@@ -89,15 +93,18 @@ def dbsf(
     sigmas: float = DBSF_SIGMAS,
 ) -> Fused:
     """Distribution-based score fusion: each list's scores are mapped by
-    ``(x - (mean - sigmas*std)) / (2*sigmas*std)`` (population std over the list), then
-    weighted and summed. No clipping: an outlier above mean + 3 std keeps its lead. A list
-    with zero spread maps every item to 0.5.
+    ``(x - (mean - sigmas*std)) / (2*sigmas*std)`` (sample std, n - 1, over the list), then
+    weighted and summed. No clipping: an outlier above mean + 3 std keeps its lead. A list of
+    one item, or with zero spread, maps every item to 0.5. This is Qdrant's DBSF exactly
+    (tests/serve_app/test_fusion_congruence.py), so fused rankings agree across backends.
     """
 
     def normalise(_: str, hits: RankedList) -> list[float]:
         scores = [score for _, score in hits]
+        if len(scores) == 1:
+            return [0.5]
         mean = sum(scores) / len(scores)
-        std = math.sqrt(sum((s - mean) ** 2 for s in scores) / len(scores))
+        std = math.sqrt(sum((s - mean) ** 2 for s in scores) / (len(scores) - 1))
         if std == 0:
             return [0.5] * len(scores)
         low = mean - sigmas * std

@@ -49,7 +49,7 @@ class TestDbsf:
     def test_formula_no_clipping(self):
         scores = [12.0, 9.0, 3.0]
         mean = sum(scores) / 3
-        std = math.sqrt(sum((s - mean) ** 2 for s in scores) / 3)
+        std = math.sqrt(sum((s - mean) ** 2 for s in scores) / 2)  # sample std
         fused = dict(dbsf({"bm25": LISTS["bm25"]}))
         for doc, score in zip("abc", scores, strict=True):
             assert fused[doc] == pytest.approx((score - (mean - 3 * std)) / (6 * std))
