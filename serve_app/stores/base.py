@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -116,3 +117,67 @@ class ChunkIndex(Protocol):
 
 
 TOPOLOGIES: Registry[ChunkIndex] = Registry("store topology", "stores.topology")
+
+
+class SearchViaBatch:
+    """``search`` for stores whose one round trip is ``search_many``."""
+
+    async def search_many(
+        self,
+        strategies: list[Strategy],
+        query: QueryVectors,
+        limit: int,
+        tenant_id: str,
+        filters: SearchFilters | None = None,
+    ) -> dict[str, list[Hit]]:
+        raise NotImplementedError
+
+    async def search(
+        self,
+        strategy: Strategy,
+        query: QueryVectors,
+        limit: int,
+        tenant_id: str,
+        filters: SearchFilters | None = None,
+    ) -> list[Hit]:
+        return (await self.search_many([strategy], query, limit, tenant_id, filters))[strategy]
+
+
+def document_info_from(tenant_id: str, doc_id: str, payloads: list[dict]) -> DocumentInfo | None:
+    """A document's info from its stored chunk payloads (any order); None when there are none."""
+    if not payloads:
+        return None
+    ordered = sorted(payloads, key=lambda p: p["order"])
+    first = ordered[0]
+    return DocumentInfo(
+        id=doc_id,
+        tenant_id=tenant_id,
+        title=first.get("title", ""),
+        # imrad labels are per chunk (set by the chunker), not document metadata.
+        metadata={k: v for k, v in first.get("metadata", {}).items() if k != "imrad"},
+        source=first.get("source"),
+        content_hash=first["content_hash"],
+        chunk_ids=[p["id"] for p in ordered],
+    )
+
+
+DocumentStates = dict[str, tuple[str, int, int]]
+"""doc id -> (content hash, chunks stored with it, chunks the document has)."""
+
+
+def complete_hashes(states: DocumentStates) -> dict[str, str]:
+    """Hashes of the documents stored completely: every chunk present under one hash."""
+    return {d: h for d, (h, stored, expected) in states.items() if stored == expected}
+
+
+def versioned_names(alias: str, names: list[str]) -> list[str]:
+    """The ``{alias}-v{n}`` names among ``names``, oldest first."""
+    pattern = re.compile(rf"^{re.escape(alias)}-v(\d+)$")
+    found = [(int(m.group(1)), n) for n in names if (m := pattern.match(n))]
+    return [n for _, n in sorted(found)]
+
+
+def next_version_name(alias: str, names: list[str]) -> str:
+    existing = versioned_names(alias, names)
+    version = int(existing[-1].rsplit("-v", 1)[1]) + 1 if existing else 1
+    return f"{alias}-v{version}"

@@ -23,6 +23,8 @@ from serve_app.stores.base import (
     Hit,
     IndexModels,
     QueryVectors,
+    SearchViaBatch,
+    document_info_from,
 )
 
 META_FILE = "index_meta.json"
@@ -59,7 +61,7 @@ def build_filter(
     return edge.Filter(must=must)
 
 
-class EmbeddedIndex:
+class EmbeddedIndex(SearchViaBatch):
     strategies: tuple[Strategy, ...] = ("bm25", "splade", "dense")
 
     def __init__(self, path: str | Path, config: EmbeddedStoreConfig) -> None:
@@ -220,20 +222,7 @@ class EmbeddedIndex:
 
     def _info_sync(self, tenant_id: str, doc_id: str) -> DocumentInfo | None:
         payloads = self._scroll(build_filter(tenant_id, None, doc_id=doc_id), None)
-        if not payloads:
-            return None
-        payloads.sort(key=lambda p: p["order"])
-        first = payloads[0]
-        metadata = {k: v for k, v in first["metadata"].items() if k != "imrad"}
-        return DocumentInfo(
-            id=doc_id,
-            tenant_id=tenant_id,
-            title=first["title"],
-            metadata=metadata,
-            source=first.get("source"),
-            content_hash=first["content_hash"],
-            chunk_ids=[p["id"] for p in payloads],
-        )
+        return document_info_from(tenant_id, doc_id, payloads)
 
     async def document_info(self, tenant_id: str, doc_id: str) -> DocumentInfo | None:
         return await asyncio.to_thread(self._info_sync, tenant_id, doc_id)
@@ -305,16 +294,6 @@ class EmbeddedIndex:
         return await asyncio.to_thread(
             self._search_many_sync, strategies, query, limit, tenant_id, filters
         )
-
-    async def search(
-        self,
-        strategy: Strategy,
-        query: QueryVectors,
-        limit: int,
-        tenant_id: str,
-        filters: SearchFilters | None = None,
-    ) -> list[Hit]:
-        return (await self.search_many([strategy], query, limit, tenant_id, filters))[strategy]
 
     def _fetch_sync(self, tenant_id: str, chunk_ids: list[str]) -> list[Chunk]:
         if not chunk_ids:

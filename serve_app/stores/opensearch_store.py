@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import re
 from typing import Any
 
 from opensearchpy import AsyncOpenSearch
@@ -29,7 +28,17 @@ from serve_app.config import OpenSearchConfig
 from serve_app.errors import ConfigError, ModelMismatchError, ServiceUnavailableError
 from serve_app.schemas import Chunk, DocumentInfo, SearchFilters, Strategy
 from serve_app.stores import opensearch_bodies as bodies
-from serve_app.stores.base import DocumentWrite, Hit, IndexModels, QueryVectors
+from serve_app.stores.base import (
+    DocumentStates,
+    DocumentWrite,
+    Hit,
+    IndexModels,
+    QueryVectors,
+    SearchViaBatch,
+    complete_hashes,
+    document_info_from,
+    next_version_name,
+)
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +78,7 @@ def make_client(config: OpenSearchConfig) -> AsyncOpenSearch:
     )
 
 
-class OpenSearchIndex:
+class OpenSearchIndex(SearchViaBatch):
     """BM25 and SPLADE retrieval plus the chunks themselves (fetch, document info)."""
 
     strategies: tuple[Strategy, ...] = ("bm25", "splade")
@@ -101,14 +110,10 @@ class OpenSearchIndex:
 
     # -- lifecycle -----------------------------------------------------------------------
     async def _physical_indices(self) -> list[str]:
-        pattern = re.compile(rf"^{re.escape(self.alias)}-v(\d+)$")
         try:
-            found = await self.client.indices.get(index=f"{self.alias}-v*")
+            return list(await self.client.indices.get(index=f"{self.alias}-v*"))
         except OpenSearchNotFound:
             return []
-        return sorted(
-            (n for n in found if pattern.match(n)), key=lambda n: int(n.rsplit("v", 1)[1])
-        )
 
     async def _alias_target(self) -> str | None:
         try:
@@ -118,9 +123,7 @@ class OpenSearchIndex:
         return next(iter(found)) if found else None
 
     async def _create_version(self, models: IndexModels, old: str | None) -> str:
-        existing = await self._physical_indices()
-        version = int(existing[-1].rsplit("v", 1)[1]) + 1 if existing else 1
-        name = f"{self.alias}-v{version}"
+        name = next_version_name(self.alias, await self._physical_indices())
         await self._call(
             "index creation",
             self.client.indices.create(index=name, body=bodies.index_body(self.config, models)),
@@ -228,11 +231,8 @@ class OpenSearchIndex:
         return await self._delete_where(bodies.selector_query(tenant_id, doc_id))
 
     # -- reads ---------------------------------------------------------------------------
-    async def document_states(
-        self, tenant_id: str, doc_ids: list[str]
-    ) -> dict[str, tuple[str, int, int]]:
-        """doc id -> (content hash, chunks stored with it, chunks the document has); only for
-        documents stored under exactly one hash."""
+    async def document_states(self, tenant_id: str, doc_ids: list[str]) -> DocumentStates:
+        """Only documents stored under exactly one hash."""
         if not doc_ids:
             return {}
         response = await self._call(
@@ -253,8 +253,7 @@ class OpenSearchIndex:
 
     async def document_hashes(self, tenant_id: str, doc_ids: list[str]) -> dict[str, str]:
         """Hashes of documents stored completely (every chunk present, one version)."""
-        states = await self.document_states(tenant_id, doc_ids)
-        return {d: h for d, (h, stored, expected) in states.items() if stored == expected}
+        return complete_hashes(await self.document_states(tenant_id, doc_ids))
 
     async def document_info(self, tenant_id: str, doc_id: str) -> DocumentInfo | None:
         response = await self._call(
@@ -263,18 +262,8 @@ class OpenSearchIndex:
                 index=self.alias, body=bodies.document_query(tenant_id, doc_id, _MAX_WINDOW)
             ),
         )
-        hits = response["hits"]["hits"]
-        if not hits:
-            return None
-        first = hits[0]["_source"]
-        return DocumentInfo(
-            id=doc_id,
-            tenant_id=tenant_id,
-            title=first.get("title", ""),
-            metadata={k: v for k, v in first.get("metadata", {}).items() if k != "imrad"},
-            source=first.get("source"),
-            content_hash=first["content_hash"],
-            chunk_ids=[h["_id"] for h in hits],
+        return document_info_from(
+            tenant_id, doc_id, [h["_source"] for h in response["hits"]["hits"]]
         )
 
     def _body(
@@ -323,16 +312,6 @@ class OpenSearchIndex:
                 for h in item["hits"]["hits"]
             ]
         return results
-
-    async def search(
-        self,
-        strategy: Strategy,
-        query: QueryVectors,
-        limit: int,
-        tenant_id: str,
-        filters: SearchFilters | None = None,
-    ) -> list[Hit]:
-        return (await self.search_many([strategy], query, limit, tenant_id, filters))[strategy]
 
     async def fetch_sources(self, tenant_id: str, chunk_ids: list[str]) -> dict[str, dict]:
         if not chunk_ids:

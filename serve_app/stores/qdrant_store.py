@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,17 @@ from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedR
 from serve_app.config import QdrantConfig
 from serve_app.errors import ConfigError, ModelMismatchError, ServiceUnavailableError
 from serve_app.schemas import Chunk, DocumentInfo, SearchFilters, SparseVector, Strategy
-from serve_app.stores.base import DocumentWrite, Hit, IndexModels, QueryVectors
+from serve_app.stores.base import (
+    DocumentStates,
+    DocumentWrite,
+    Hit,
+    IndexModels,
+    QueryVectors,
+    SearchViaBatch,
+    complete_hashes,
+    document_info_from,
+    next_version_name,
+)
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +80,7 @@ def _sparse(vector: SparseVector) -> qm.SparseVector:
     return qm.SparseVector(indices=list(vector.indices), values=list(vector.values))
 
 
-class QdrantIndex:
+class QdrantIndex(SearchViaBatch):
     """Qdrant as the store for ``strategies``: ("dense",) or ("bm25", "splade", "dense")."""
 
     def __init__(
@@ -160,12 +169,6 @@ class QdrantIndex:
             stored["bm25_model"] = None
         return {"models": stored, "strategies": list(self.strategies)}
 
-    async def _versions(self) -> list[str]:
-        pattern = re.compile(rf"^{re.escape(self.alias)}-v(\d+)$")
-        response = await self.client.get_collections()
-        names = [c.name for c in response.collections if pattern.match(c.name)]
-        return sorted(names, key=lambda n: int(n.rsplit("v", 1)[1]))
-
     async def _alias_target(self) -> str | None:
         response = await self.client.get_aliases()
         return next(
@@ -173,9 +176,8 @@ class QdrantIndex:
         )
 
     async def _create_version(self, models: IndexModels, old: str | None) -> str:
-        versions = await self._versions()
-        version = int(versions[-1].rsplit("v", 1)[1]) + 1 if versions else 1
-        name = f"{self.alias}-v{version}"
+        collections = (await self.client.get_collections()).collections
+        name = next_version_name(self.alias, [c.name for c in collections])
         await self.client.create_collection(
             name,
             vectors_config=self._vectors(models),
@@ -303,11 +305,8 @@ class QdrantIndex:
             if offset is None or not page:
                 return records
 
-    async def document_states(
-        self, tenant_id: str, doc_ids: list[str]
-    ) -> dict[str, tuple[str, int, int]]:
-        """doc id -> (content hash, chunks stored with it, chunks the document has); only for
-        documents stored under exactly one hash."""
+    async def document_states(self, tenant_id: str, doc_ids: list[str]) -> DocumentStates:
+        """Only documents stored under exactly one hash."""
         if not doc_ids:
             return {}
         records = await self._call(
@@ -329,26 +328,13 @@ class QdrantIndex:
         }
 
     async def document_hashes(self, tenant_id: str, doc_ids: list[str]) -> dict[str, str]:
-        states = await self.document_states(tenant_id, doc_ids)
-        return {d: h for d, (h, stored, expected) in states.items() if stored == expected}
+        return complete_hashes(await self.document_states(tenant_id, doc_ids))
 
     async def document_info(self, tenant_id: str, doc_id: str) -> DocumentInfo | None:
         records = await self._call(
             "document lookup", self._scroll(build_filter(tenant_id, doc_ids=[doc_id]), True)
         )
-        if not records:
-            return None
-        payloads = sorted((r.payload or {} for r in records), key=lambda p: p["order"])
-        first = payloads[0]
-        return DocumentInfo(
-            id=doc_id,
-            tenant_id=tenant_id,
-            title=first.get("title", ""),
-            metadata={k: v for k, v in first.get("metadata", {}).items() if k != "imrad"},
-            source=first.get("source"),
-            content_hash=first["content_hash"],
-            chunk_ids=[p["id"] for p in payloads],
-        )
+        return document_info_from(tenant_id, doc_id, [r.payload or {} for r in records])
 
     def _request(
         self,
@@ -415,16 +401,6 @@ class QdrantIndex:
                 Hit(str(p.id), (p.payload or {})["doc_id"], float(p.score)) for p in response.points
             ]
         return results
-
-    async def search(
-        self,
-        strategy: Strategy,
-        query: QueryVectors,
-        limit: int,
-        tenant_id: str,
-        filters: SearchFilters | None = None,
-    ) -> list[Hit]:
-        return (await self.search_many([strategy], query, limit, tenant_id, filters))[strategy]
 
     async def fetch_payloads(
         self, tenant_id: str, chunk_ids: list[str], fields: list[str] | bool = True

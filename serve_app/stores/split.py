@@ -22,14 +22,21 @@ from typing import Any
 from serve_app.config import AppConfig
 from serve_app.errors import ServeAppError
 from serve_app.schemas import Chunk, DocumentInfo, SearchFilters, Strategy
-from serve_app.stores.base import TOPOLOGIES, DocumentWrite, Hit, IndexModels, QueryVectors
+from serve_app.stores.base import (
+    TOPOLOGIES,
+    DocumentWrite,
+    Hit,
+    IndexModels,
+    QueryVectors,
+    SearchViaBatch,
+)
 from serve_app.stores.opensearch_store import OpenSearchIndex, source_to_chunk
 from serve_app.stores.qdrant_store import QdrantIndex
 
 log = logging.getLogger(__name__)
 
 
-class SplitIndex:
+class SplitIndex(SearchViaBatch):
     strategies: tuple[Strategy, ...] = ("bm25", "splade", "dense")
 
     def __init__(self, text: OpenSearchIndex, vectors: QdrantIndex) -> None:
@@ -104,16 +111,6 @@ class SplitIndex:
         for part in await asyncio.gather(*jobs):
             merged.update(part)
         return {s: merged[s] for s in strategies}
-
-    async def search(
-        self,
-        strategy: Strategy,
-        query: QueryVectors,
-        limit: int,
-        tenant_id: str,
-        filters: SearchFilters | None = None,
-    ) -> list[Hit]:
-        return (await self.search_many([strategy], query, limit, tenant_id, filters))[strategy]
 
     async def fetch(self, tenant_id: str, chunk_ids: list[str]) -> list[Chunk]:
         sources, present = await asyncio.gather(

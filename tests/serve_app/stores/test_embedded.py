@@ -1,48 +1,13 @@
 """The embedded store on Qdrant's real engine (qdrant-edge), with small hand-made vectors."""
 
-import numpy as np
 import pytest
+from store_helpers import MODELS, encoded, query, write
 
 from serve_app.config import EmbeddedStoreConfig
 from serve_app.errors import ModelMismatchError
-from serve_app.schemas import Chunk, SearchFilters, SparseVector
-from serve_app.stores.base import ChunkIndex, DocumentWrite, EncodedChunk, IndexModels, QueryVectors
+from serve_app.schemas import SearchFilters, SparseVector
+from serve_app.stores.base import ChunkIndex, IndexModels, QueryVectors
 from serve_app.stores.embedded import EmbeddedIndex
-
-MODELS = IndexModels(dense_model="m", dense_dim=4, splade_model="s", bm25_model="b")
-
-
-def encoded(
-    doc_id: str,
-    order: int,
-    text: str,
-    dense: list[float],
-    terms: dict[int, float],
-    tenant: str = "t1",
-    section: str = "Intro",
-    metadata: dict | None = None,
-) -> EncodedChunk:
-    chunk = Chunk(
-        id=f"00000000-0000-0000-0000-{abs(hash((tenant, doc_id, order, text))) % 10**12:012d}",
-        doc_id=doc_id,
-        tenant_id=tenant,
-        text=text,
-        title=f"title {doc_id}",
-        section=section,
-        heading_chain=[section],
-        order=order,
-        char_start=0,
-        char_end=len(text),
-        metadata=metadata or {},
-    )
-    sparse = SparseVector(indices=list(terms), values=list(terms.values()))
-    return EncodedChunk(
-        chunk=chunk, dense=np.array(dense, dtype=np.float32), splade=sparse, bm25=sparse
-    )
-
-
-def write(doc_id: str, chunks: list[EncodedChunk], content_hash: str = "h1") -> DocumentWrite:
-    return DocumentWrite(doc_id=doc_id, content_hash=content_hash, chunks=chunks)
 
 
 @pytest.fixture
@@ -70,14 +35,6 @@ async def index(tmp_path):
     )
     yield store
     await store.close()
-
-
-def query(dense=(1, 0, 0, 0), terms=None) -> QueryVectors:
-    terms = terms or {1: 1.0}
-    sparse = SparseVector(indices=list(terms), values=list(terms.values()))
-    return QueryVectors(
-        text="q", dense=np.array(dense, dtype=np.float32), splade=sparse, bm25=sparse
-    )
 
 
 async def test_protocol_and_counts(index):
