@@ -25,13 +25,16 @@ import statistics
 import sys
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
-import httpx
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.rawhttp import HttpError, RawHttpPool  # noqa: E402
+
 RESULTS = ROOT / "benchmarks" / "results"
 DEFAULT_QUERIES = ROOT.parent / "shared" / "data" / "scifact"
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
@@ -74,14 +77,17 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
+Send = Callable[[dict], Awaitable[Sample]]
+
+
 class LoadRunner:
-    def __init__(
-        self, url: str, queries: list[str], body: dict, timeout_s: float, headers: dict
-    ) -> None:
-        self.url = url.rstrip("/")
+    """Open- and closed-loop load over one ``send(payload) -> Sample`` function: the HTTP API
+    (``http_sender``) or the in-process pipeline (benchmarks/overhead.py, serving_path.py)."""
+
+    def __init__(self, send: Send, queries: list[str], body: dict, timeout_s: float) -> None:
+        self.send = send
         self.queries = queries
         self.body = body
-        self.headers = headers
         self.timeout_s = timeout_s
         self._next = 0
 
@@ -90,26 +96,13 @@ class LoadRunner:
         self._next += 1
         return {**self.body, "query": query}
 
-    async def _one(self, client: httpx.AsyncClient, due: float) -> Sample:
-        payload = self._payload()
+    async def _one(self, due: float) -> Sample:
         try:
-            response = await client.post("/v1/search", json=payload)
-            latency = (time.perf_counter() - due) * 1000
-            if response.status_code == 200:
-                return Sample(latency, 200, "OK", response.json().get("timings_ms", {}))
-            try:
-                code = response.json()["error"]["code"]
-            except Exception:
-                code = f"HTTP_{response.status_code}"
-            return Sample(latency, response.status_code, code)
-        except httpx.HTTPError as error:
-            return Sample((time.perf_counter() - due) * 1000, 0, type(error).__name__)
-
-    def _client(self, connections: int) -> httpx.AsyncClient:
-        limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
-        return httpx.AsyncClient(
-            base_url=self.url, timeout=self.timeout_s, limits=limits, headers=self.headers
-        )
+            sample = await asyncio.wait_for(self.send(self._payload()), self.timeout_s)
+        except TimeoutError:
+            sample = Sample(0.0, 0, "CLIENT_TIMEOUT")
+        sample.latency_ms = (time.perf_counter() - due) * 1000
+        return sample
 
     async def open_loop(
         self, rate: float, duration_s: float, warmup_s: float
@@ -117,38 +110,55 @@ class LoadRunner:
         """Fixed arrival rate; returns counted samples and the measured window in seconds."""
         total = min(int(rate * (duration_s + warmup_s)), MAX_REQUESTS)
         counted_from = int(rate * warmup_s)
-        async with self._client(connections=max(64, int(rate * 5))) as client:
-            start = time.perf_counter() + 0.05
-            tasks = []
-            for i in range(total):
-                due = start + i / rate
-                delay = due - time.perf_counter()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                tasks.append(asyncio.create_task(self._one(client, due)))
-            samples = await asyncio.gather(*tasks)
-            window = time.perf_counter() - (start + counted_from / rate)
+        start = time.perf_counter() + 0.05
+        tasks = []
+        for i in range(total):
+            due = start + i / rate
+            delay = due - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(self._one(due)))
+        samples = await asyncio.gather(*tasks)
+        window = time.perf_counter() - (start + counted_from / rate)
         return list(samples[counted_from:]), window
 
     async def closed_loop(
         self, concurrency: int, duration_s: float, warmup_s: float
     ) -> tuple[list[Sample], float]:
         samples: list[Sample] = []
-        async with self._client(connections=concurrency) as client:
-            begin = time.perf_counter()
-            counted_start = begin + warmup_s
-            stop_at = counted_start + duration_s
+        begin = time.perf_counter()
+        counted_start = begin + warmup_s
+        stop_at = counted_start + duration_s
 
-            async def worker() -> None:
-                while time.perf_counter() < stop_at and len(samples) < MAX_REQUESTS:
-                    sent = time.perf_counter()
-                    sample = await self._one(client, sent)
-                    if sent >= counted_start:
-                        samples.append(sample)
+        async def worker() -> None:
+            while time.perf_counter() < stop_at and len(samples) < MAX_REQUESTS:
+                sent = time.perf_counter()
+                sample = await self._one(sent)
+                if sent >= counted_start:
+                    samples.append(sample)
 
-            await asyncio.gather(*(worker() for _ in range(concurrency)))
-            window = time.perf_counter() - counted_start
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        window = time.perf_counter() - counted_start
         return samples, window
+
+
+def http_sender(pool: RawHttpPool, path: str = "/v1/search") -> Send:
+    """POST each payload as JSON; a 200 carries the pipeline's stage timings."""
+
+    async def send(payload: dict) -> Sample:
+        try:
+            reply = await pool.post_json(path, payload)
+        except HttpError as error:
+            return Sample(0.0, 0, str(error).split(":")[0])
+        if reply.status == 200:
+            return Sample(0.0, 200, "OK", reply.json().get("timings_ms", {}))
+        try:
+            code = reply.json()["error"]["code"]
+        except Exception:
+            code = f"HTTP_{reply.status}"
+        return Sample(0.0, reply.status, code)
+
+    return send
 
 
 def summarise(samples: list[Sample], window_s: float, offered_qps: float | None) -> dict:
@@ -190,12 +200,22 @@ def sustainable(point: dict) -> bool:
     )
 
 
-async def sweep(runner: LoadRunner, args: argparse.Namespace) -> dict:
+def sweep_rates(start: float, step: float, factor: float, maximum: float) -> list[float]:
+    rates, rate = [], start
+    while rate <= maximum and len(rates) < 1000:
+        rates.append(rate)
+        rate = round(rate * factor if factor > 1 else rate + step, 2)
+    return rates
+
+
+async def sweep(
+    runner: LoadRunner, rates: list[float], duration_s: float, warmup_s: float, cooldown_s: float
+) -> dict:
+    """Open loop at each rate in turn until two in a row are unsustainable."""
     points = []
-    rate = args.sweep_start
     failures_in_a_row = 0
-    while rate <= args.sweep_max:
-        samples, window = await runner.open_loop(rate, args.duration, args.warmup)
+    for rate in rates:
+        samples, window = await runner.open_loop(rate, duration_s, warmup_s)
         point = summarise(samples, window, rate)
         point["sustainable"] = sustainable(point)
         points.append(point)
@@ -208,10 +228,7 @@ async def sweep(runner: LoadRunner, args: argparse.Namespace) -> dict:
         failures_in_a_row = 0 if point["sustainable"] else failures_in_a_row + 1
         if failures_in_a_row >= 2:
             break
-        await asyncio.sleep(args.cooldown)  # let the previous step's queue drain
-        rate = round(
-            rate * args.sweep_factor if args.sweep_factor > 1 else rate + args.sweep_step, 2
-        )
+        await asyncio.sleep(cooldown_s)  # let the previous step's queue drain
     ok_points = [p for p in points if p["sustainable"]]
     best = max((p["offered_qps"] for p in ok_points), default=0.0)
     summary = dict(next(p for p in points if p["offered_qps"] == best)) if ok_points else {}
@@ -290,6 +307,30 @@ def markdown(report: dict, args: argparse.Namespace) -> str:
     return "\n".join(lines) + "\n"
 
 
+async def run_http(
+    args: argparse.Namespace, queries: list[str], body: dict, headers: dict[str, str]
+) -> dict:
+    pool = RawHttpPool(args.url, headers)
+    runner = LoadRunner(http_sender(pool), queries, body, args.timeout)
+    try:
+        if args.sweep:
+            rates = sweep_rates(
+                args.sweep_start, args.sweep_step, args.sweep_factor, args.sweep_max
+            )
+            return await sweep(runner, rates, args.duration, args.warmup, args.cooldown)
+        if args.rate:
+            samples, window = await runner.open_loop(args.rate, args.duration, args.warmup)
+            return {"mode": "open-loop", **summarise(samples, window, args.rate)}
+        samples, window = await runner.closed_loop(args.concurrency, args.duration, args.warmup)
+        return {
+            "mode": "closed-loop",
+            "concurrency": args.concurrency,
+            **summarise(samples, window, None),
+        }
+    finally:
+        await pool.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -338,22 +379,7 @@ def main(argv: list[str] | None = None) -> int:
         "rerank": args.rerank,
     }
     headers = {"X-API-Key": args.api_key} if args.api_key else {}
-    runner = LoadRunner(args.url, queries, body, args.timeout, headers)
-
-    if args.sweep:
-        report = asyncio.run(sweep(runner, args))
-    elif args.rate:
-        samples, window = asyncio.run(runner.open_loop(args.rate, args.duration, args.warmup))
-        report = {"mode": "open-loop", **summarise(samples, window, args.rate)}
-    else:
-        samples, window = asyncio.run(
-            runner.closed_loop(args.concurrency, args.duration, args.warmup)
-        )
-        report = {
-            "mode": "closed-loop",
-            "concurrency": args.concurrency,
-            **summarise(samples, window, None),
-        }
+    report = asyncio.run(run_http(args, queries, body, headers))
     report["request"] = body
 
     print(json.dumps({k: v for k, v in report.items() if k != "points"}, indent=2))

@@ -18,23 +18,27 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from benchmarks.load import LoadRunner, load_queries, percentile, summarise  # noqa: E402
+from benchmarks.inprocess import pipeline_sender  # noqa: E402
+from benchmarks.load import LoadRunner, http_sender, load_queries, summarise  # noqa: E402
+from benchmarks.rawhttp import RawHttpPool  # noqa: E402
 from serve_app.config import load_config  # noqa: E402
 from serve_app.pipelines.components import build_components  # noqa: E402
 from serve_app.pipelines.search import SearchPipeline  # noqa: E402
-from serve_app.schemas import FusionSpec, SearchRequest  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 
 
-async def in_process(args: argparse.Namespace, queries: list[str]) -> dict:
+def _brief(report: dict) -> dict:
+    return {k: report[k] for k in ("achieved_qps", "p50_ms", "p95_ms", "p99_ms", "errors")}
+
+
+async def in_process(args: argparse.Namespace, queries: list[str], body: dict) -> dict:
     config = load_config(args.config)
     copy_root = Path(tempfile.mkdtemp(prefix="bench-overhead-"))
     shutil.copytree(args.index_dir, copy_root / "index")
@@ -46,46 +50,24 @@ async def in_process(args: argparse.Namespace, queries: list[str]) -> dict:
         }
     )
     components = await build_components(config)
-    pipeline = SearchPipeline(components)
-    strategies = args.strategies.split(",")
-    counter = 0
-
-    def request() -> SearchRequest:
-        nonlocal counter
-        counter += 1
-        return SearchRequest(
-            query=queries[counter % len(queries)],
-            top_k=10,
-            strategies=strategies,
-            fusion=FusionSpec(method=args.fusion),
-            rerank=False,
-        )
-
-    latencies: list[float] = []
+    runner = LoadRunner(pipeline_sender(SearchPipeline(components), args.tenant), queries, body, 60)
     try:
-        begin = time.perf_counter()
-        counted_start = begin + args.warmup
-        stop_at = counted_start + args.duration
-
-        async def worker() -> None:
-            while time.perf_counter() < stop_at:
-                sent = time.perf_counter()
-                await pipeline.search(request(), args.tenant)
-                if sent >= counted_start:
-                    latencies.append((time.perf_counter() - sent) * 1000)
-
-        await asyncio.gather(*(worker() for _ in range(args.concurrency)))
-        window = time.perf_counter() - counted_start
+        samples, window = await runner.closed_loop(args.concurrency, args.duration, args.warmup)
     finally:
         await components.close()
         shutil.rmtree(copy_root, ignore_errors=True)
-    return {
-        "requests": len(latencies),
-        "achieved_qps": round(len(latencies) / window, 2),
-        "p50_ms": round(percentile(latencies, 50), 1),
-        "p95_ms": round(percentile(latencies, 95), 1),
-        "p99_ms": round(percentile(latencies, 99), 1),
-    }
+    return summarise(samples, window, None)
+
+
+async def over_http(args: argparse.Namespace, queries: list[str], body: dict) -> dict:
+    headers = {"X-API-Key": args.api_key} if args.api_key else {}
+    pool = RawHttpPool(args.url, headers)
+    try:
+        runner = LoadRunner(http_sender(pool), queries, body, 60)
+        samples, window = await runner.closed_loop(args.concurrency, args.duration, args.warmup)
+    finally:
+        await pool.close()
+    return summarise(samples, window, None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,24 +89,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     queries = load_queries(args.queries)
-    local = asyncio.run(in_process(args, queries))
-    print("in-process:", json.dumps(local), flush=True)
     body = {
         "top_k": 10,
         "strategies": args.strategies.split(","),
         "fusion": {"method": args.fusion},
         "rerank": False,
     }
-    headers = {"X-API-Key": args.api_key} if args.api_key else {}
-    runner = LoadRunner(args.url, queries, body, 60, headers)
-    samples, window = asyncio.run(runner.closed_loop(args.concurrency, args.duration, args.warmup))
-    served = summarise(samples, window, None)
-    print(
-        "serve http:",
-        json.dumps(
-            {k: served[k] for k in ("achieved_qps", "p50_ms", "p95_ms", "p99_ms", "errors")}
-        ),
-    )
+    local = asyncio.run(in_process(args, queries, body))
+    print("in-process:", json.dumps(_brief(local)), flush=True)
+    served = asyncio.run(over_http(args, queries, body))
+    print("serve http:", json.dumps(_brief(served)), flush=True)
     report = {
         "concurrency": args.concurrency,
         "duration_s": args.duration,

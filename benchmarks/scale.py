@@ -29,7 +29,8 @@ sys.path.insert(0, str(ROOT))
 from serve_app.config import EmbeddedStoreConfig  # noqa: E402
 from serve_app.schemas import Chunk, SparseVector  # noqa: E402
 from serve_app.stores.base import DocumentWrite, EncodedChunk, IndexModels, QueryVectors  # noqa: E402
-from serve_app.stores.embedded import EmbeddedIndex  # noqa: E402
+from serve_app.stores.embedded import embedded_index  # noqa: E402
+from serve_app.stores.index import StoreIndex  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 DIM, VOCAB, HASH_SPACE = 384, 30522, 2**31
@@ -49,7 +50,7 @@ def unit(rng: np.random.Generator, n: int) -> np.ndarray:
     return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
 
-async def build(index: EmbeddedIndex, size: int, batch: int, rng: np.random.Generator) -> float:
+async def build(index: StoreIndex, size: int, batch: int, rng: np.random.Generator) -> float:
     start = time.perf_counter()
     for offset in range(0, size, batch):
         count = min(batch, size - offset)
@@ -91,7 +92,7 @@ async def build(index: EmbeddedIndex, size: int, batch: int, rng: np.random.Gene
 
 
 async def time_queries(
-    index: EmbeddedIndex, queries: int, rng: np.random.Generator
+    index: StoreIndex, queries: int, rng: np.random.Generator
 ) -> dict[str, dict[str, float]]:
     vectors = unit(rng, queries)
     out: dict[str, dict[str, float]] = {}
@@ -126,7 +127,7 @@ async def run(args: argparse.Namespace) -> dict:
     report: dict = {"dimension": DIM, "top_k": 100, "sizes": {}}
     for size in args.sizes:
         folder = tempfile.mkdtemp(prefix=f"bench-scale-{size}-")
-        index = EmbeddedIndex(folder, EmbeddedStoreConfig())
+        index = embedded_index(folder, EmbeddedStoreConfig())
         await index.open(IndexModels("synthetic", DIM, "synthetic-splade", "synthetic-bm25"))
         build_s = await build(index, size, args.batch, rng)
         timings = await time_queries(index, args.queries, rng)

@@ -28,6 +28,7 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 import httpx  # noqa: E402
 import psutil  # noqa: E402
 
+from benchmarks.processes import ray_processes  # noqa: E402
 from serve_app.config import load_config  # noqa: E402
 
 SCIFACT = ROOT.parent / "shared" / "data" / "scifact"
@@ -43,20 +44,11 @@ def free_port() -> int:
 def ray_rss_mb() -> dict[str, float]:
     """RSS of Ray's processes on this machine by kind (replicas by deployment name)."""
     totals: dict[str, float] = {}
-    for process in psutil.process_iter(["cmdline", "memory_info"]):
-        argv = process.info["cmdline"] or []
-        cmdline = " ".join(argv)
-        if process.pid == os.getpid():
-            kind = "driver (this script)"
-        elif "ServeReplica:" in cmdline:  # ray::ServeReplica:<app>:<deployment>
-            kind = "replica " + cmdline.split("ServeReplica:", 1)[1].split()[0].split(":")[-1]
-        elif cmdline.startswith("ray::"):
-            kind = cmdline.split()[0]
-        elif "ray" in cmdline:
-            kind = "ray system (gcs, raylet, monitors, dashboard)"
-        else:
+    for pid, kind in ray_processes().items():
+        try:
+            rss = psutil.Process(pid).memory_info().rss / 2**20
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        rss = process.info["memory_info"].rss / 2**20 if process.info["memory_info"] else 0.0
         totals[kind] = round(totals.get(kind, 0.0) + rss, 1)
     return totals
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -17,11 +18,22 @@ from serve_app.loaders.base import iter_files
 
 log = logging.getLogger(__name__)
 
+GRACEFUL_SHUTDOWN_S = 6.0
+"""How long Serve may take to drain before Ray and all its processes are stopped anyway."""
+
 
 def start(config: AppConfig, num_cpus: int | None = None) -> str:
     """Start Ray and the application; returns the base URL once every deployment is up."""
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # local only; a cluster keeps Ray's auth
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    # Ray Serve reads its switches when its processes start: they inherit this environment.
+    for key, value in config.serve.env.items():
+        os.environ.setdefault(key, value)
+    if os.environ.get("RAY_SERVE_ENABLE_HA_PROXY") == "1":
+        # HAProxy's stats and Prometheus listeners have fixed default ports (8404, 9101) on
+        # every interface; on one machine take free ones, so two runs (or tests) never collide.
+        for key in ("RAY_SERVE_HAPROXY_STATS_PORT", "RAY_SERVE_HAPROXY_METRICS_PORT"):
+            os.environ.setdefault(key, str(_free_port()))
     import ray
     from ray import serve
 
@@ -44,20 +56,41 @@ def start(config: AppConfig, num_cpus: int | None = None) -> str:
     return f"http://{config.serve.host}:{config.serve.port}"
 
 
-def stop() -> None:
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def stop(graceful_s: float = GRACEFUL_SHUTDOWN_S) -> None:
+    """Serve's graceful shutdown, bounded by ``graceful_s``, then Ray and every process it
+    started (replicas, proxies, GCS, raylet) whether or not Serve finished draining."""
     import ray
     from ray import serve
 
-    try:
-        serve.shutdown()
-    finally:
-        ray.shutdown()
+    def drain() -> None:
+        try:
+            serve.shutdown()
+        except BaseException as error:  # Ray is stopped next, whatever happened here
+            log.info("Serve shutdown cut short: %r", error)
+
+    if ray.is_initialized():
+        drainer = threading.Thread(target=drain, name="serve-shutdown", daemon=True)
+        drainer.start()
+        drainer.join(graceful_s)
+    ray.shutdown()
 
 
 def ingest_folder(
-    base_url: str, paths: list[str], batch_files: int = 4, timeout_s: float = 1000
+    base_url: str,
+    paths: list[str],
+    batch_files: int = 4,
+    timeout_s: float = 1000,
+    stop_event: threading.Event | None = None,
 ) -> dict:
-    """POST files as multipart batches; returns summed counts."""
+    """POST files as multipart batches; returns summed counts. Stops between batches once
+    ``stop_event`` is set (a batch in flight ends when the service stops)."""
+    stop_event = stop_event or threading.Event()
     files = list(iter_files(paths))
     totals = {
         "files": len(files),
@@ -68,6 +101,8 @@ def ingest_folder(
     }
     with httpx.Client(base_url=base_url, timeout=timeout_s) as client:
         for start_index in range(0, len(files), batch_files):
+            if stop_event.is_set():
+                break
             group = files[start_index : start_index + batch_files]
             parts = [("files", (p.name, p.read_bytes(), "application/octet-stream")) for p in group]
             try:
@@ -75,6 +110,8 @@ def ingest_folder(
             except httpx.HTTPError as error:
                 response = None
                 problem = f"{type(error).__name__}: {error}"
+            if stop_event.is_set():
+                break
             if response is None or response.status_code != 200:
                 # The service stays up: report the batch and go on with the next one.
                 problem = problem if response is None else response.text
@@ -88,6 +125,7 @@ def ingest_folder(
             print(
                 f"  ingested {min(start_index + batch_files, len(files))}/{len(files)} files",
                 file=sys.stderr,
+                flush=True,
             )
     return totals
 
@@ -104,32 +142,65 @@ def print_examples(url: str) -> None:
     )
 
 
+class _Stop(Exception):
+    """Ctrl-C or SIGTERM: unwinds whatever the main thread is doing, start-up included."""
+
+
 def serve_forever(config: AppConfig, ingest: list[str] | None = None) -> int:
-    started = time.perf_counter()
-    url = start(config)
-    print(
-        f"serving on {url} (ready in {time.perf_counter() - started:.1f}s); Ctrl-C to stop",
-        flush=True,
-    )
+    """Serve until Ctrl-C / SIGTERM, indexing ``ingest`` in the background once up.
+
+    The first signal interrupts the main thread wherever it is (Ray starting, the app
+    deploying, serving) and stops Serve and Ray within about ``GRACEFUL_SHUTDOWN_S`` plus
+    Ray's own teardown; the start-up ingest stops with them. Later signals are ignored while
+    that runs, so a second Ctrl-C cannot leave Ray's processes behind half-stopped.
+    """
     stop_event = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop_event.set())
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if stop_event.is_set():
+            return
+        stop_event.set()
+        raise _Stop(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    started = time.perf_counter()
     try:
+        url = start(config)
+        print(
+            f"serving on {url} (ready in {time.perf_counter() - started:.1f}s); Ctrl-C to stop",
+            flush=True,
+        )
         print_examples(url)
         if ingest:
-            totals = ingest_folder(url, ingest)
-            print(
-                f"ingested {totals['files']} files: {totals['written']} written, "
-                f"{totals['unchanged']} unchanged, {totals['chunks_written']} chunks, "
-                f"{totals['failed_files']} files failed",
-                flush=True,
-            )
-            print_examples(url)
+            threading.Thread(
+                target=_ingest_then_report,
+                args=(url, ingest, stop_event),
+                name="startup-ingest",
+                daemon=True,
+            ).start()
         stop_event.wait()
+    except _Stop as received:
+        print(f"{received}: stopping", flush=True)
     finally:
+        stop_event.set()
         print("shutting down", flush=True)
         stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     return 0
+
+
+def _ingest_then_report(url: str, paths: list[str], stop_event: threading.Event) -> None:
+    totals = ingest_folder(url, paths, stop_event=stop_event)
+    if stop_event.is_set():
+        return
+    print(
+        f"ingested {totals['files']} files: {totals['written']} written, "
+        f"{totals['unchanged']} unchanged, {totals['chunks_written']} chunks, "
+        f"{totals['failed_files']} files failed",
+        flush=True,
+    )
+    print_examples(url)
 
 
 def existing(paths: list[str]) -> list[str]:

@@ -35,9 +35,3 @@ def deployment_options(settings: DeploymentSettings) -> dict[str, Any]:
     else:
         options["num_replicas"] = settings.num_replicas
     return options
-
-
-def configure_batching(batched_method: Any, settings: DeploymentSettings) -> None:
-    """Apply the configured batch size and wait to a ``@serve.batch`` method."""
-    batched_method.set_max_batch_size(settings.max_batch_size)
-    batched_method.set_batch_wait_timeout_s(settings.batch_wait_timeout_s)

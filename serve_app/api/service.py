@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from serve_app.errors import NotFoundError
+from serve_app.errors import NotFoundError, ServiceUnavailableError
 from serve_app.pipelines.components import Components
 from serve_app.pipelines.ingest import IngestPipeline
 from serve_app.pipelines.search import SearchPipeline
@@ -17,6 +17,24 @@ ReadinessCheck = Callable[[], Awaitable[None]]
 BatchObserver = Callable[[str, dict], None]
 
 
+def sub_batches(documents: list[Document], size: int, chars: int) -> list[list[Document]]:
+    """Consecutive groups of at most ``size`` documents and ``chars`` characters (a document
+    longer than ``chars`` alone in its group), in order."""
+    groups: list[list[Document]] = []
+    current: list[Document] = []
+    budget = 0
+    for document in documents:
+        length = document.char_count()
+        if current and (len(current) >= size or budget + length > chars):
+            groups.append(current)
+            current, budget = [], 0
+        current.append(document)
+        budget += length
+    if current:
+        groups.append(current)
+    return groups
+
+
 class RetrievalService:
     def __init__(
         self, components: Components, checks: dict[str, ReadinessCheck] | None = None
@@ -26,6 +44,8 @@ class RetrievalService:
         self.ingest_pipeline = IngestPipeline(components)
         self.search_pipeline = SearchPipeline(components)
         self.checks = checks or {"store": self._store_check}
+        self._ingest_slots: asyncio.Semaphore | None = None
+        self._uploads = 0
 
     async def _store_check(self) -> None:
         if not await self.components.index.healthy():
@@ -36,18 +56,31 @@ class RetrievalService:
 
         Each document is written whole or not at all; if a later sub-batch fails, earlier
         ones stay written and a retry of the same request converges (idempotent ingest).
+        Sub-batches of every upload share ``api.ingest_concurrency`` slots (backpressure at
+        the ingress: the model replicas never hold more than that many document batches
+        from this replica); past ``api.max_pending_uploads`` uploads are refused with 503.
         """
         self.ingest_pipeline.validate(documents)
-        size = self.config.api.ingest_batch_size
-        gate = asyncio.Semaphore(self.config.api.ingest_concurrency)
+        api = self.config.api
+        if self._uploads >= api.max_pending_uploads:
+            raise ServiceUnavailableError(
+                f"{self._uploads} uploads are already being ingested here "
+                "(api.max_pending_uploads); retry shortly"
+            )
+        if self._ingest_slots is None:
+            self._ingest_slots = asyncio.Semaphore(api.ingest_concurrency)
+        slots = self._ingest_slots
 
         async def one(batch: list[Document]) -> IngestResult:
-            async with gate:
+            async with slots:
                 return await self.ingest_pipeline.ingest(batch)
 
-        parts = await asyncio.gather(
-            *(one(documents[i : i + size]) for i in range(0, len(documents), size))
-        )
+        self._uploads += 1
+        try:
+            batches = sub_batches(documents, api.ingest_batch_size, api.ingest_batch_chars)
+            parts = await asyncio.gather(*(one(b) for b in batches))
+        finally:
+            self._uploads -= 1
         merged = IngestResult(documents=len(documents))
         for part in parts:
             merged.chunks_written += part.chunks_written

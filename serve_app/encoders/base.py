@@ -6,6 +6,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from serve_app.encoders.queue import Lane
 from serve_app.registry import Registry
 from serve_app.schemas import SparseVector
 
@@ -25,15 +26,11 @@ class DenseEncoder(Protocol):
 
 
 @runtime_checkable
-class BatchedDenseEncoder(DenseEncoder, Protocol):
-    """What the dense Serve deployment needs: it formats queries itself so that one batch can
-    mix queries and documents, and reads the batching statistics for /metrics."""
+class LaneDenseEncoder(DenseEncoder, Protocol):
+    """What the dense Serve deployment needs: one entry for both lanes of the model queue
+    (queries are formatted inside), with the batch's statistics for /metrics."""
 
-    def format_query(self, query: str) -> str: ...
-
-    async def embed_formatted(self, texts: list[str]) -> tuple[np.ndarray, dict]:
-        """Vectors for already-formatted texts, plus stats (batch_size, padding_ratio, ...)."""
-        ...
+    async def encode_lane(self, lane: Lane, texts: list[str]) -> tuple[np.ndarray, dict]: ...
 
 
 @runtime_checkable
@@ -52,6 +49,15 @@ class Reranker(Protocol):
     async def score(self, query: str, passages: list[str]) -> list[float]:
         """Relevance in [0, 1] for each passage, in input order."""
         ...
+
+
+@runtime_checkable
+class ServedReranker(Reranker, Protocol):
+    """What the reranker Serve deployment needs: scores plus the batch's statistics."""
+
+    async def score_with_stats(
+        self, query: str, passages: list[str]
+    ) -> tuple[list[float], dict]: ...
 
 
 DENSE_BACKENDS: Registry[DenseEncoder] = Registry("dense backend", "dense.backend")

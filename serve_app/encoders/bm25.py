@@ -13,12 +13,15 @@ from serve_app.config import Bm25Config
 from serve_app.schemas import SparseVector
 
 
+def bm25_model_id(config: Bm25Config) -> str:
+    """The parameters that shape the document weights, as the index records them."""
+    return f"bm25(k1={config.k1},b={config.b},avg_len={config.avg_len},{config.language})"
+
+
 class Bm25Encoder:
     def __init__(self, config: Bm25Config) -> None:
         self.config = config
-        self.model_id = (
-            f"bm25(k1={config.k1},b={config.b},avg_len={config.avg_len},{config.language})"
-        )
+        self.model_id = bm25_model_id(config)
         self._model = edge.Bm25(
             edge.Bm25Config(
                 k=config.k1, b=config.b, avg_len=config.avg_len, language=config.language

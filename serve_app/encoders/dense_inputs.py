@@ -3,6 +3,8 @@ appended pooling token, and Matryoshka truncation. Shared so that backends agree
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
@@ -38,6 +40,7 @@ class DenseInputs:
         self._tokenizer_appends = self.append_id is not None and probe[-1] == self.append_id
         pad = self.tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else (self.append_id or 0))
+        self._lock = threading.Lock()
 
     def format_query(self, query: str) -> str:
         if self.config.query_instruction:
@@ -47,13 +50,21 @@ class DenseInputs:
         return query
 
     def token_ids(self, texts: list[str]) -> list[list[int]]:
-        """Token ids per text, at most ``max_length`` long, ending in the appended token."""
-        if self.append_id is None or self._tokenizer_appends:
-            return self.tokenizer(
-                texts, add_special_tokens=True, truncation=True, max_length=self.config.max_length
-            )["input_ids"]
-        room = self.config.max_length - 1
-        encoded = self.tokenizer(texts, add_special_tokens=True, truncation=True, max_length=room)
+        """Token ids per text, at most ``max_length`` long, ending in the appended token.
+        Thread-safe: a fast tokenizer's call sets its truncation state, which two lanes'
+        threads must not do at once ("Already borrowed")."""
+        with self._lock:
+            if self.append_id is None or self._tokenizer_appends:
+                return self.tokenizer(
+                    texts,
+                    add_special_tokens=True,
+                    truncation=True,
+                    max_length=self.config.max_length,
+                )["input_ids"]
+            room = self.config.max_length - 1
+            encoded = self.tokenizer(
+                texts, add_special_tokens=True, truncation=True, max_length=room
+            )
         return [[*ids, self.append_id] for ids in encoded["input_ids"]]
 
 

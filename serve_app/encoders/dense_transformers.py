@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import numpy as np
 import torch
 from transformers import AutoModel, AutoTokenizer
@@ -12,7 +10,8 @@ from serve_app.config import DenseConfig, resolve_model_path
 from serve_app.encoders.base import DENSE_BACKENDS
 from serve_app.encoders.batching import padding_ratio, token_budget_batches
 from serve_app.encoders.dense_inputs import DenseInputs, finish_vectors, output_dim
-from serve_app.encoders.torch_runtime import ModelLock, resolve_device, resolve_dtype
+from serve_app.encoders.queue import Lane, ModelQueue
+from serve_app.encoders.torch_runtime import resolve_device, resolve_dtype, to_device
 
 
 class TransformersDenseEncoder:
@@ -25,7 +24,8 @@ class TransformersDenseEncoder:
       ``query_template`` when ``query_instruction`` is set, documents never are.
     Inputs are truncated to ``max_length`` tokens including special and appended tokens,
     batched by token budget (longest first) and returned in input order; ``output_dim``
-    keeps the first dimensions (Matryoshka) before normalising.
+    keeps the first dimensions (Matryoshka) before normalising. The async methods go through
+    the model's queue (one worker thread, queries before documents).
     """
 
     def __init__(self, config: DenseConfig) -> None:
@@ -39,9 +39,11 @@ class TransformersDenseEncoder:
         self.model.to(self.device).eval()
         self.dim = output_dim(config, int(self.model.config.hidden_size))
         self._pad_id = self.inputs.pad_id
-        self._lock = ModelLock()
         if config.num_threads:
             torch.set_num_threads(config.num_threads)
+        self.queue = ModelQueue(
+            "dense", self._run_lane, config.queue.query_batch_size, config.queue.document_batch_size
+        )
 
     def format_query(self, query: str) -> str:
         return self.inputs.format_query(query)
@@ -73,18 +75,16 @@ class TransformersDenseEncoder:
         """Blocking: vectors for token ids, run as the given batches of indices (right-padded)."""
         lengths = [len(x) for x in ids]
         out = np.zeros((len(ids), int(self.model.config.hidden_size)), dtype=np.float32)
-        with self._lock:
-            for batch in batches:
-                width = max(lengths[i] for i in batch)
-                input_ids = torch.full((len(batch), width), self._pad_id, dtype=torch.long)
-                mask = torch.zeros((len(batch), width), dtype=torch.long)
-                for row, index in enumerate(batch):
-                    input_ids[row, : lengths[index]] = torch.tensor(ids[index])
-                    mask[row, : lengths[index]] = 1
-                hidden = self.model(
-                    input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device)
-                ).last_hidden_state.float()
-                out[batch] = self._pool(hidden, mask.to(self.device)).cpu().numpy()
+        for batch in batches:
+            width = max(lengths[i] for i in batch)
+            input_ids = torch.full((len(batch), width), self._pad_id, dtype=torch.long)
+            mask = torch.zeros((len(batch), width), dtype=torch.long)
+            for row, index in enumerate(batch):
+                input_ids[row, : lengths[index]] = torch.tensor(ids[index])
+                mask[row, : lengths[index]] = 1
+            input_ids, mask = to_device(self.device, input_ids, mask)
+            hidden = self.model(input_ids=input_ids, attention_mask=mask).last_hidden_state
+            out[batch] = self._pool(hidden.float(), mask).cpu().numpy()
         return finish_vectors(out, self.dim, self.config.normalize)
 
     def _pool(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -99,15 +99,24 @@ class TransformersDenseEncoder:
     def encode_queries_sync(self, texts: list[str]) -> np.ndarray:
         return self.encode([self.format_query(t) for t in texts])
 
+    def _run_lane(self, lane: Lane, texts: list[str]) -> tuple[np.ndarray, dict]:
+        return self.encode_with_stats(
+            [self.format_query(t) for t in texts] if lane == "query" else texts
+        )
+
+    async def encode_lane(self, lane: Lane, texts: list[str]) -> tuple[np.ndarray, dict]:
+        """Vectors and batch statistics through the model queue (queries are formatted)."""
+        vectors, stats = await self.queue.submit(lane, texts)
+        return np.asarray(vectors), stats
+
     async def embed_documents(self, texts: list[str]) -> np.ndarray:
-        return await asyncio.to_thread(self.encode, texts)
+        return (await self.encode_lane("document", texts))[0]
 
     async def embed_queries(self, texts: list[str]) -> np.ndarray:
-        return await asyncio.to_thread(self.encode_queries_sync, texts)
+        return (await self.encode_lane("query", texts))[0]
 
-    async def embed_formatted(self, texts: list[str]) -> tuple[np.ndarray, dict]:
-        """Vectors and batching stats for already-formatted texts (the Serve deployment's path)."""
-        return await asyncio.to_thread(self.encode_with_stats, texts)
+    def close(self) -> None:
+        self.queue.close()
 
 
 @DENSE_BACKENDS.register("transformers")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import numpy as np
@@ -10,6 +9,7 @@ import numpy as np
 from serve_app.config import DenseConfig, resolve_model_path
 from serve_app.encoders.base import DENSE_BACKENDS
 from serve_app.encoders.dense_inputs import DenseInputs, finish_vectors, output_dim
+from serve_app.encoders.queue import Lane, ModelQueue
 from serve_app.encoders.torch_runtime import ModelLock
 from serve_app.encoders.vllm_runtime import (
     check_vllm_device,
@@ -33,7 +33,7 @@ class VllmDenseEncoder:
     L2-normalised. vLLM schedules under its own token budget (``max_num_batched_tokens`` from
     ``dense.max_batch_tokens``) without padding, so the reported padding ratio is 0.
 
-    ``llm.embed`` blocks: the async methods run it in a worker thread, one call at a time.
+    ``llm.embed`` blocks: the async methods run it on the model queue's worker thread.
     Raises ConfigError at construction when the device and the installed vLLM disagree.
     """
 
@@ -62,6 +62,9 @@ class VllmDenseEncoder:
         self.model_dim = int(self.llm.llm_engine.model_config.get_hidden_size())
         self.dim = output_dim(config, self.model_dim)
         self._lock = ModelLock()
+        self.queue = ModelQueue(
+            "dense", self._run_lane, config.queue.query_batch_size, config.queue.document_batch_size
+        )
 
     def format_query(self, query: str) -> str:
         return self.inputs.format_query(query)
@@ -91,17 +94,29 @@ class VllmDenseEncoder:
     def encode_queries_sync(self, texts: list[str]) -> np.ndarray:
         return self.encode([self.format_query(t) for t in texts])
 
+    def _run_lane(self, lane: Lane, texts: list[str]) -> tuple[np.ndarray, dict]:
+        return self.encode_with_stats(
+            [self.format_query(t) for t in texts] if lane == "query" else texts
+        )
+
+    async def encode_lane(self, lane: Lane, texts: list[str]) -> tuple[np.ndarray, dict]:
+        """Vectors and batch statistics through the model queue (queries are formatted)."""
+        vectors, stats = await self.queue.submit(lane, texts)
+        return np.asarray(vectors), stats
+
     async def embed_formatted(self, texts: list[str]) -> tuple[np.ndarray, dict]:
-        return await asyncio.to_thread(self.encode_with_stats, texts)
+        """Texts already formatted (documents, or queries with their instruction)."""
+        return await self.encode_lane("document", texts)
 
     async def embed_documents(self, texts: list[str]) -> np.ndarray:
-        return await asyncio.to_thread(self.encode, texts)
+        return (await self.encode_lane("document", texts))[0]
 
     async def embed_queries(self, texts: list[str]) -> np.ndarray:
-        return await asyncio.to_thread(self.encode_queries_sync, texts)
+        return (await self.encode_lane("query", texts))[0]
 
     def close(self) -> None:
-        """Stop the engine (its worker process included)."""
+        """Stop the queue and the engine (its worker process included)."""
+        self.queue.close()
         engine = getattr(self.llm, "llm_engine", None)
         shutdown = getattr(engine, "engine_core", None)
         if shutdown is not None and hasattr(shutdown, "shutdown"):

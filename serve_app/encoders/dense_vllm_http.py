@@ -14,6 +14,7 @@ from serve_app.config import DenseConfig
 from serve_app.encoders.base import DENSE_BACKENDS
 from serve_app.encoders.batching import token_budget_batches
 from serve_app.encoders.dense_inputs import DenseInputs, finish_vectors, output_dim
+from serve_app.encoders.queue import Lane
 from serve_app.errors import ConfigError, InvalidInputError, ServiceUnavailableError
 
 log = logging.getLogger(__name__)
@@ -165,6 +166,12 @@ class VllmHttpDenseEncoder:
             "padding_ratio": 0.0,  # token ids travel unpadded; the server packs them
         }
         return finish_vectors(out, self.dim, self.config.normalize), stats
+
+    async def encode_lane(self, lane: Lane, texts: list[str]) -> tuple[np.ndarray, dict]:
+        """The server batches and schedules itself: no local queue, queries formatted here."""
+        return await self.embed_formatted(
+            [self.format_query(t) for t in texts] if lane == "query" else texts
+        )
 
     async def embed_documents(self, texts: list[str]) -> np.ndarray:
         return (await self.embed_formatted(texts))[0]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
+import threading
 
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
@@ -10,7 +10,8 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 from serve_app.config import RerankerConfig, resolve_model_path
 from serve_app.encoders.base import RERANKER_BACKENDS
 from serve_app.encoders.batching import padding_ratio, token_budget_batches
-from serve_app.encoders.torch_runtime import ModelLock, resolve_device, resolve_dtype
+from serve_app.encoders.queue import PairQueue
+from serve_app.encoders.torch_runtime import resolve_device, resolve_dtype
 
 
 class CrossEncoderReranker:
@@ -31,7 +32,8 @@ class CrossEncoderReranker:
                 f"reranker {config.model} has {self.model.config.num_labels} labels, not 1"
             )
         self.model.to(self.device).eval()
-        self._lock = ModelLock()
+        self._tokenizer_lock = threading.Lock()
+        self.queue = PairQueue("reranker", self.score_pairs, config.queue)
 
     def score_sync(self, query: str, passages: list[str]) -> list[float]:
         return self.score_pairs([query] * len(passages), passages)[0]
@@ -41,27 +43,28 @@ class CrossEncoderReranker:
         """Scores of (query, passage) pairs in input order, plus batching stats."""
         if not passages:
             return [], {"batch_size": 0}
-        encoded = self.tokenizer(
-            queries,
-            passages,
-            truncation="only_second",
-            max_length=self.config.max_length,
-        )
+        with self._tokenizer_lock:  # concurrent searches' threads share the fast tokenizer
+            encoded = self.tokenizer(
+                queries,
+                passages,
+                truncation="only_second",
+                max_length=self.config.max_length,
+            )
         lengths = [len(x) for x in encoded["input_ids"]]
         scores = [0.0] * len(passages)
         batches = token_budget_batches(
             lengths, self.config.max_batch_tokens, self.config.batch_size
         )
-        with self._lock:
-            for batch in batches:
+        for batch in batches:
+            with self._tokenizer_lock:
                 features = self.tokenizer.pad(
                     {k: [encoded[k][i] for i in batch] for k in encoded},
                     return_tensors="pt",
                 )
-                features = {k: v.to(self.device) for k, v in features.items()}
-                logits = self.model(**features).logits.float().view(-1)
-                for index, value in zip(batch, torch.sigmoid(logits).tolist(), strict=True):
-                    scores[index] = float(value)
+            features = {k: v.to(self.device) for k, v in features.items()}
+            logits = self.model(**features).logits.float().view(-1)
+            for index, value in zip(batch, torch.sigmoid(logits).tolist(), strict=True):
+                scores[index] = float(value)
         stats = {
             "batch_size": len(passages),
             "model_batches": len(batches),
@@ -70,8 +73,15 @@ class CrossEncoderReranker:
         }
         return scores, stats
 
+    async def score_with_stats(self, query: str, passages: list[str]) -> tuple[list[float], dict]:
+        """Scores through the model queue, plus the batch's statistics."""
+        return await self.queue.score(query, passages)
+
     async def score(self, query: str, passages: list[str]) -> list[float]:
-        return await asyncio.to_thread(self.score_sync, query, passages)
+        return (await self.queue.score(query, passages))[0]
+
+    def close(self) -> None:
+        self.queue.close()
 
 
 @RERANKER_BACKENDS.register("transformers")

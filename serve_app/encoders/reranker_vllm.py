@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from serve_app.config import RerankerConfig, resolve_model_path
 from serve_app.encoders.base import RERANKER_BACKENDS
+from serve_app.encoders.queue import PairQueue
 from serve_app.encoders.torch_runtime import ModelLock
 from serve_app.encoders.vllm_runtime import (
     check_vllm_device,
@@ -22,7 +22,7 @@ class VllmReranker:
     through, but the prompt template of the original causal-LM Qwen3-Reranker is not applied
     here). ``llm.score`` builds each pair the model's way and returns
     the sigmoid of the logit, in [0, 1] like the transformers backend. Pairs are truncated to
-    ``reranker.max_length`` tokens. Blocking calls run in a worker thread, one at a time.
+    ``reranker.max_length`` tokens. Blocking calls run on the model queue's worker thread.
     """
 
     def __init__(self, config: RerankerConfig) -> None:
@@ -41,6 +41,7 @@ class VllmReranker:
         kwargs["convert"] = "classify"
         self.llm: Any = start_engine(kwargs)
         self._lock = ModelLock()
+        self.queue = PairQueue("reranker", self.score_pairs, config.queue)
 
     def score_pairs(self, queries: list[str], passages: list[str]) -> tuple[list[float], dict]:
         """Blocking: scores of (query, passage) pairs in input order, plus batch stats."""
@@ -57,10 +58,14 @@ class VllmReranker:
     def score_sync(self, query: str, passages: list[str]) -> list[float]:
         return self.score_pairs([query] * len(passages), passages)[0]
 
+    async def score_with_stats(self, query: str, passages: list[str]) -> tuple[list[float], dict]:
+        return await self.queue.score(query, passages)
+
     async def score(self, query: str, passages: list[str]) -> list[float]:
-        return await asyncio.to_thread(self.score_sync, query, passages)
+        return (await self.queue.score(query, passages))[0]
 
     def close(self) -> None:
+        self.queue.close()
         engine = getattr(self.llm, "llm_engine", None)
         core = getattr(engine, "engine_core", None)
         if core is not None and hasattr(core, "shutdown"):

@@ -25,8 +25,16 @@ def resolve_dtype(dtype: str) -> torch.dtype:
     return _DTYPES[dtype]
 
 
+def to_device(device: torch.device, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Host tensors onto ``device``. On a GPU through pinned memory, asynchronously: the copy
+    overlaps the host's next work instead of stalling the worker thread on each tensor."""
+    if device.type != "cuda":
+        return tensors
+    return tuple(t.pin_memory().to(device, non_blocking=True) for t in tensors)
+
+
 class ModelLock:
-    """Serialises calls into one model: two batches at once only contend for the same cores."""
+    """Serialises calls into an engine that cannot run two at once (vLLM's offline ``LLM``)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

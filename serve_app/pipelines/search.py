@@ -10,8 +10,8 @@ import asyncio
 import time
 
 from serve_app.errors import InvalidInputError
-from serve_app.fusion import fuse
 from serve_app.pipelines.components import Components
+from serve_app.pipelines.retrieval import RetrieveSpec
 from serve_app.pipelines.timing import StageTimer
 from serve_app.schemas import (
     FusionSpec,
@@ -64,7 +64,10 @@ class SearchPipeline:
                 jobs[name] = timer.run(
                     f"encode.{name}", self.components.sparse[name].encode_queries(texts)
                 )
-        outputs = dict(zip(jobs, await asyncio.gather(*jobs.values()), strict=True))
+        if len(jobs) == 1:  # no task to schedule for a single strategy
+            outputs = {name: await job for name, job in jobs.items()}
+        else:
+            outputs = dict(zip(jobs, await asyncio.gather(*jobs.values()), strict=True))
         return [
             QueryVectors(
                 text=text,
@@ -103,55 +106,53 @@ class SearchPipeline:
         encode_start = time.perf_counter()
         (query,) = await self.encode_queries([request.query], strategies, timer)
         timer.record("encode", encode_start)
-        hits = await self.retrieve(query, strategies, limit, tenant_id, request.filters, timer)
 
-        fuse_start = time.perf_counter()
-        ranked = {s: [(h.chunk_id, h.score) for h in per] for s, per in hits.items()}
-        fused = fuse(fusion.method, ranked, k=fusion.k or 60, weights=fusion.weights or None)
-        scores = {s: {cid: sc for cid, sc in lst} for s, lst in ranked.items()}
-        ranks = {s: {cid: r for r, (cid, _) in enumerate(lst, 1)} for s, lst in ranked.items()}
-        timer.record("fusion", fuse_start)
+        # Search, fusion and the fetch of what can reach the answer (the rerank depth, or
+        # top_k) in one call to the retriever: one round trip to a remote store.
+        retrieved = await self.components.retriever.retrieve(
+            RetrieveSpec(
+                query=query,
+                strategies=strategies,
+                limit=limit,
+                tenant_id=tenant_id,
+                fusion=fusion,
+                fetch=depth if rerank else request.top_k,
+                filters=request.filters,
+            )
+        )
+        timer.timings_ms.update(retrieved.timings_ms)
+        candidates = retrieved.candidates
 
-        # Only the chunks that can reach the answer are fetched: the rerank depth, or top_k.
-        fetch_start = time.perf_counter()
-        wanted = [c for c, _ in fused[: depth if rerank else request.top_k]]
-        fetched = await self.components.index.fetch(tenant_id, wanted)
-        chunks = {c.id: c for c in fetched}
-        timer.record("fetch", fetch_start)
-
-        rerank_scores: dict[str, float] = {}
-        if rerank and fused:
+        rerank_scores: list[float | None] = [None] * len(candidates)
+        if rerank and candidates:
             rerank_start = time.perf_counter()
-            candidates = [item for item in fused[:depth] if item[0] in chunks]
             reranker = self.components.reranker
             assert reranker is not None
-            values = await reranker.score(request.query, [chunks[c].text for c, _ in candidates])
-            rerank_scores = dict(zip([c for c, _ in candidates], values, strict=True))
-            fused_rank = {c: i for i, (c, _) in enumerate(candidates)}
-            fused = sorted(
-                candidates, key=lambda item: (-rerank_scores[item[0]], fused_rank[item[0]])
-            )
+            values = await reranker.score(request.query, [c.chunk.text for c in candidates])
+            # Stable sort: ties in rerank score keep the fused order.
+            order = sorted(range(len(candidates)), key=lambda i: -values[i])
+            candidates = [candidates[i] for i in order]
+            rerank_scores = [values[i] for i in order]
             timer.record("rerank", rerank_start)
 
         results = [
-            ScoredChunk(
-                chunk=chunks[cid],
-                score=rerank_scores.get(cid, fused_score),
-                fused_score=fused_score,
-                rerank_score=rerank_scores.get(cid),
-                scores={s: scores[s][cid] for s in strategies if cid in scores[s]},
-                ranks={s: ranks[s][cid] for s in strategies if cid in ranks[s]},
+            ScoredChunk.model_construct(
+                chunk=c.chunk,
+                score=c.fused_score if rerank_score is None else rerank_score,
+                fused_score=c.fused_score,
+                rerank_score=rerank_score,
+                scores=c.scores,
+                ranks=c.ranks,
             )
-            for cid, fused_score in fused[: request.top_k]
-            if cid in chunks
-        ]
+            for c, rerank_score in zip(candidates, rerank_scores, strict=True)
+        ][: request.top_k]
         timer.record("total", started)
         return SearchResponse(
             query=request.query,
             results=results,
             fusion=fusion.method,
-            reranked=bool(rerank_scores),
+            reranked=rerank and bool(candidates),
             strategies=strategies,
-            total=len(fused),
+            total=retrieved.total,
             timings_ms=timer.timings_ms,
         )

@@ -123,3 +123,73 @@ def test_vllm_embed_benchmark(tmp_path):
     assert report["padding"]["token_budget"] <= report["padding"]["fixed_count"]
     assert set(report["batching"]) == {"token_budget", "fixed_count", "speedup"}
     assert "| vllm |" in out.with_suffix(".md").read_text()
+
+
+def test_serving_path_benchmark(tmp_path):
+    """Tiny encoders, in process and through Serve, closed loop, sweep and py-spy profiles."""
+    out = tmp_path / "serving_path"
+    run(
+        "serving_path.py",
+        *("--docs", "30", "--clients", "4", "--duration", "2", "--warmup", "0.5"),
+        *("--sweep", "--sweep-duration", "1", "--profile-s", "1", "--out", str(out)),
+        timeout=900,
+    )
+    report = json.loads(out.with_suffix(".json").read_text())
+    assert report["models"] == "tiny random" and report["index"]["chunks"] > 0
+    for path in ("in_process", "serve"):
+        closed = report[path]["closed_loop"]
+        assert closed["achieved_qps"] > 0 and not closed["errors"]
+        assert closed["cpu_ms_per_query"] > 0
+        assert "max_sustainable_qps" in report[path]["sweep"]
+    assert any(
+        k.startswith("replica")
+        for k in report["serve"]["closed_loop"]["cpu_ms_per_query_by_process"]
+    )
+    assert report["serve"]["profile"], "py-spy sampled no replica"
+
+
+def test_search_during_ingest_benchmark(tmp_path, plos_dir):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for path in sorted(plos_dir.glob("*.xml"))[:2]:
+        (folder / path.name).write_bytes(path.read_bytes())
+    out = tmp_path / "sdi"
+    run(
+        "search_during_ingest.py",
+        *("--folder", str(folder), "--duration", "4", "--slice", "2", "--rate", "2"),
+        *("--config", str(tiny_config(tmp_path)), "--out", str(out)),
+        timeout=900,
+    )
+    report = json.loads(out.with_suffix(".json").read_text())
+    assert report["searches"]["requests"] > 0 and report["ingest"]["files_total"] in (0, 2)
+    assert report["stop_after_sigint_s"] < 30
+
+
+def test_ingest_http_benchmark(tmp_path):
+    out = tmp_path / "ingest_http"
+    run(
+        "ingest_http.py",
+        *("--docs", "12", "--docs-per-request", "4", "--clients", "2"),
+        *("--config", str(tiny_config(tmp_path)), "--out", str(out)),
+        timeout=900,
+    )
+    report = json.loads(out.with_suffix(".json").read_text())
+    assert report["http"]["documents"] == 12 and report["http"]["failed_requests"] == 0
+    assert report["ceiling"]["slower_chunks_per_s"] > 0 and report["http_over_slower_encoder"] > 0
+
+
+def test_query_encoding_benchmark(tmp_path):
+    out = tmp_path / "query_encoding"
+    run(
+        "query_encoding.py",
+        "--count",
+        "5",
+        "--config",
+        str(tiny_config(tmp_path)),
+        "--out",
+        str(out),
+    )
+    report = json.loads(out.with_suffix(".json").read_text())
+    assert {"dense", "splade", "bm25", "all_vs_sum_of_direct"} == set(
+        report["pipeline_over_direct"]
+    )

@@ -56,5 +56,3 @@ def test_options_from_settings():
     options = deployment_options(DeploymentSettings(num_replicas=3, num_cpus=0.25, num_gpus=0.5))
     assert options["num_replicas"] == 3
     assert options["ray_actor_options"] == {"num_cpus": 0.25, "num_gpus": 0.5}
-    with pytest.raises(ValueError, match="max_ongoing_requests"):
-        DeploymentSettings(max_ongoing_requests=4, max_batch_size=8)

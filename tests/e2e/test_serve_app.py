@@ -1,5 +1,6 @@
 """End to end over HTTP on a real local Ray Serve application (deployments per model)."""
 
+import asyncio
 import json
 import time
 
@@ -198,3 +199,35 @@ def test_store_outage_gives_503_then_recovers(http, ingested):
         time.sleep(0.5)
     assert http.get("/readyz").status_code == 200
     assert http.post("/v1/search", json={"query": "cells"}, headers=A).status_code == 200
+
+
+async def test_concurrent_searches_share_batches_but_keep_their_own_results(
+    serve_url, ingested, corpus
+):
+    """The ingress coalesces concurrent queries into shared model and store calls: every
+    answer must still be the one the same query gets alone, tenant and filters included."""
+    requests = [
+        ({"query": row["title"], "top_k": 5}, A if i % 3 else B)
+        for i, row in enumerate(corpus[:12])
+    ]
+    requests.append(
+        ({"query": corpus[0]["title"], "top_k": 5, "filters": {"doc_ids": [corpus[1]["id"]]}}, A)
+    )
+
+    def ranking(body: dict) -> list[tuple[str, float]]:
+        return [(r["chunk_id"], round(r["fused_score"], 5)) for r in body["results"]]
+
+    async with httpx.AsyncClient(base_url=serve_url, timeout=120) as client:
+        alone = []
+        for body, who in requests:
+            response = await client.post("/v1/search", json=body, headers=who)
+            assert response.status_code == 200, response.text
+            alone.append(ranking(response.json()))
+        together = await asyncio.gather(
+            *(client.post("/v1/search", json=body, headers=who) for body, who in requests)
+        )
+    assert [ranking(r.json()) for r in together] == alone
+    assert all(
+        not ranking(r.json()) for r, (_, who) in zip(together, requests, strict=True) if who is B
+    )
+    assert {r["doc_id"] for r in together[-1].json()["results"]} == {corpus[1]["id"]}

@@ -82,3 +82,16 @@ def test_missing_file_and_package():
 def test_round_trip_through_dict():
     config = load_config(LOCAL, environ={})
     assert AppConfig.model_validate(config.model_dump()) == config
+
+
+def test_retired_serve_batching_fields_still_load(caplog):
+    from serve_app.config import DeploymentSettings
+
+    with caplog.at_level("WARNING"):
+        settings = DeploymentSettings.model_validate(
+            {"num_replicas": 2, "max_batch_size": 64, "batch_wait_timeout_s": 0.002}
+        )
+    assert settings.num_replicas == 2
+    assert "no longer used" in caplog.text
+    with pytest.raises(ValueError, match="max_batch_sizes"):
+        DeploymentSettings.model_validate({"max_batch_sizes": 1})  # typos still fail

@@ -55,9 +55,9 @@ def reference(tiny_qwen3_dir):
 
 
 def test_protocol_and_shape(vllm_encoder):
-    from serve_app.encoders.base import BatchedDenseEncoder
+    from serve_app.encoders.base import LaneDenseEncoder
 
-    assert isinstance(vllm_encoder, BatchedDenseEncoder)
+    assert isinstance(vllm_encoder, LaneDenseEncoder)
     assert vllm_encoder.dim == 64
     vectors = vllm_encoder.encode(DOCUMENTS)
     assert vectors.shape == (4, 64) and vectors.dtype == np.float32

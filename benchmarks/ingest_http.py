@@ -1,0 +1,197 @@
+"""Ingest through the HTTP API on Ray Serve against each encoder's own batched throughput.
+
+    python benchmarks/ingest_http.py [--docs 1000] [--docs-per-request 100] [--clients 4]
+        [--config config/local.yaml] [--url http://127.0.0.1:8000] [--out PATH]
+
+1. The ceiling, in this process before Serve starts: the SciFact abstracts are chunked as the
+   service chunks them, and each encoder alone encodes every chunk text through its document
+   lane (the batches the service runs); chunks/s per encoder.
+2. The service (``--url``, or started here from ``--config`` on a free port with a fresh data
+   directory): ``--clients`` concurrent clients POST the abstracts as JSON, ``--docs-per-request``
+   a request; documents/s and chunks/s from the first request sent to the last answer.
+The figure that matters is HTTP chunks/s over the slower encoder's chunks/s: how close the
+pipelined ingest (chunking, both encoders, writes, HTTP, Serve) comes to the model that
+bounds it. On one CPU machine the encoders also share the cores with everything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from benchmarks.rawhttp import RawHttpPool  # noqa: E402
+from serve_app.config import AppConfig, load_config  # noqa: E402
+from serve_app.evaluation.beir import load_beir  # noqa: E402
+from serve_app.schemas import Document  # noqa: E402
+
+SCIFACT = ROOT.parent / "shared" / "data" / "scifact"
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+async def encoder_ceiling(config: AppConfig, documents: list[Document]) -> dict:
+    from serve_app.pipelines.components import build_components
+    from serve_app.pipelines.ingest import encoding_text
+
+    components = await build_components(config)
+    try:
+        chunks = [c for chunked in await components.chunker.chunk_many(documents) for c in chunked]
+        texts = [encoding_text(c, config.chunker.contextual_header) for c in chunks]
+        await components.dense.embed_documents(texts[:16])  # warm-up
+        rates = {}
+        started = time.perf_counter()
+        await components.dense.embed_documents(texts)
+        rates["dense"] = len(texts) / (time.perf_counter() - started)
+        if "splade" in components.sparse:
+            splade = components.sparse["splade"]
+            await splade.encode_documents(texts[:16])
+            started = time.perf_counter()
+            await splade.encode_documents(texts)
+            rates["splade"] = len(texts) / (time.perf_counter() - started)
+    finally:
+        await components.close()
+    slower = min(rates, key=rates.get)  # type: ignore[arg-type]
+    return {
+        "chunks": len(texts),
+        "chunks_per_s": {k: round(v, 2) for k, v in rates.items()},
+        "slower_encoder": slower,
+        "slower_chunks_per_s": round(rates[slower], 2),
+    }
+
+
+async def post_all(url: str, documents: list[Document], args: argparse.Namespace) -> dict:
+    requests = [
+        {
+            "documents": [
+                {"id": d.id, "title": d.title, "text": d.text}
+                for d in documents[i : i + args.docs_per_request]
+            ]
+        }
+        for i in range(0, len(documents), args.docs_per_request)
+    ]
+    pool = RawHttpPool(url, {"X-API-Key": args.api_key} if args.api_key else None)
+    pending = list(reversed(requests))
+    totals = {"chunks": 0, "documents": 0, "failed_requests": 0}
+    stages: dict[str, float] = {}
+
+    async def client() -> None:
+        while pending:
+            body = pending.pop()
+            reply = await pool.post_json("/v1/documents", body)
+            if reply.status != 200:
+                totals["failed_requests"] += 1
+                print(f"request failed: {reply.status} {reply.body[:300]!r}", file=sys.stderr)
+                continue
+            result = reply.json()
+            totals["chunks"] += result["chunks_written"]
+            totals["documents"] += len(result["written"]) + len(result["unchanged"])
+            for stage, ms in result.get("timings_ms", {}).items():
+                stages[stage] = stages.get(stage, 0.0) + ms / 1000
+
+    started = time.perf_counter()
+    try:
+        await asyncio.gather(*(client() for _ in range(args.clients)))
+    finally:
+        await pool.close()
+    seconds = time.perf_counter() - started
+    return {
+        **totals,
+        "seconds": round(seconds, 1),
+        "docs_per_s": round(totals["documents"] / seconds, 2),
+        "chunks_per_s": round(totals["chunks"] / seconds, 2),
+        "stage_seconds_summed": {k: round(v, 1) for k, v in sorted(stages.items())},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--config", default=str(ROOT / "config" / "local.yaml"))
+    parser.add_argument("--docs", type=int, default=1000)
+    parser.add_argument("--docs-per-request", type=int, default=100)
+    parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--url", help="a running service (default: start one here)")
+    parser.add_argument("--api-key")
+    parser.add_argument("--skip-ceiling", action="store_true")
+    parser.add_argument("--out", type=Path, default=RESULTS / "ingest_http")
+    args = parser.parse_args(argv)
+
+    config = load_config(args.config)
+    config = config.model_copy(
+        update={
+            "data_dir": tempfile.mkdtemp(prefix="bench-ingest-http-"),
+            "serve": config.serve.model_copy(update={"port": free_port(), "host": "127.0.0.1"}),
+        }
+    )
+    tenant = config.api.auth.anonymous_tenant
+    documents = load_beir(SCIFACT, "test", tenant).corpus[: args.docs]
+    report: dict = {"documents": len(documents), "clients": args.clients}
+    report["request_docs"] = args.docs_per_request
+    if not args.skip_ceiling:
+        report["ceiling"] = asyncio.run(encoder_ceiling(config, documents))
+        print("ceiling:", json.dumps(report["ceiling"]), flush=True)
+
+    if args.url:
+        report["http"] = asyncio.run(post_all(args.url, documents, args))
+    else:
+        from benchmarks.serving_path import wait_ready
+        from deployments.local import start, stop
+
+        url = start(config)
+        try:
+            wait_ready(url)
+            report["http"] = asyncio.run(post_all(url, documents, args))
+        finally:
+            stop()
+    print("http:", json.dumps(report["http"]), flush=True)
+    if "ceiling" in report:
+        report["http_over_slower_encoder"] = round(
+            report["http"]["chunks_per_s"] / report["ceiling"]["slower_chunks_per_s"], 3
+        )
+    lines = [
+        f"# Ingest over HTTP: {len(documents)} SciFact abstracts, {args.clients} clients, "
+        f"{args.docs_per_request} documents a request",
+        "",
+        "| measure | value |",
+        "|---|---|",
+        f"| HTTP documents/s | {report['http']['docs_per_s']} |",
+        f"| HTTP chunks/s | {report['http']['chunks_per_s']} |",
+        f"| failed requests | {report['http']['failed_requests']} |",
+    ]
+    if "ceiling" in report:
+        ceiling = report["ceiling"]
+        lines += [
+            f"| encoders alone, chunks/s | {json.dumps(ceiling['chunks_per_s'])} |",
+            f"| HTTP / slower encoder ({ceiling['slower_encoder']}) | "
+            f"{report['http_over_slower_encoder']:.1%} |",
+        ]
+    lines += ["", "Stage seconds (summed over requests): "
+              + json.dumps(report["http"]["stage_seconds_summed"])]  # fmt: skip
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".json").write_text(json.dumps(report, indent=2))
+    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""`serve-app serve` stops within seconds on Ctrl-C / SIGTERM, whatever it is doing, and leaves
+no Ray process behind (a real local Ray Serve app on CPU, the real PLOS folder)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+STOP_WITHIN_S = 10.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Output:
+    """Collects the process's output lines in a thread; ``wait_for`` a line with a text."""
+
+    def __init__(self, process: subprocess.Popen) -> None:
+        self.lines: list[str] = []
+        self._cond = threading.Condition()
+        threading.Thread(target=self._read, args=(process,), daemon=True).start()
+
+    def _read(self, process: subprocess.Popen) -> None:
+        for line in process.stdout:  # type: ignore[union-attr]
+            with self._cond:
+                self.lines.append(line.rstrip())
+                self._cond.notify_all()
+
+    def wait_for(self, text: str, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while not any(text in line for line in self.lines):
+                left = deadline - time.monotonic()
+                assert left > 0, f"no {text!r} in {timeout_s:g} s:\n" + "\n".join(self.lines[-40:])
+                self._cond.wait(left)
+
+
+def alive(processes: list[psutil.Process]) -> list[str]:
+    found = []
+    for process in processes:
+        try:
+            if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                found.append(f"{process.pid} {' '.join(process.cmdline())[:120]}")
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "when,sig",
+    [("during the start-up ingest", signal.SIGINT), ("while Ray is starting", signal.SIGTERM)],
+)
+def test_signal_stops_the_run_and_every_ray_process(tmp_path, plos_dir, when, sig):
+    config = yaml.safe_load((ROOT / "config" / "local.yaml").read_text())
+    config["data_dir"] = str(tmp_path / "data")
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    command = [
+        sys.executable, "-m", "deployments.cli", "--config", str(path),
+        "serve", "--port", str(free_port()), "--ingest", str(plos_dir),
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}
+    process = subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    output = Output(process)
+    tree: list[psutil.Process] = []
+    try:
+        if sig == signal.SIGINT:
+            output.wait_for("serving on", 240)
+            time.sleep(3)  # the first upload of the ingest is being encoded now
+        else:  # once Ray's first processes exist: ray.init / serve.run under way
+            deadline = time.monotonic() + 120
+            while not psutil.Process(process.pid).children() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            time.sleep(2)
+        tree = psutil.Process(process.pid).children(recursive=True)
+        assert tree, "the run started no processes"
+        sent = time.monotonic()
+        process.send_signal(sig)
+        process.wait(timeout=60)
+        stopped = time.monotonic() - sent
+        while alive(tree) and time.monotonic() - sent < STOP_WITHIN_S:
+            time.sleep(0.2)
+        left = alive(tree)
+        everything = time.monotonic() - sent
+    finally:
+        for leftover in [*tree, psutil.Process(process.pid)] if process.poll() is None else tree:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                leftover.kill()  # never leak a Ray cluster into the next test
+    assert stopped < STOP_WITHIN_S, f"{when}: the run took {stopped:.1f} s to exit"
+    assert not left, f"{when}: still running {everything:.1f} s after the signal: {left}"
+    assert "shutting down" in "\n".join(output.lines)
