@@ -49,7 +49,8 @@ def build_app_from_config(config: AppConfig) -> Application:
         if config.reranker.enabled
         else None
     )
-    store = StoreDeployment.options(**deployment_options(serve.store)).bind(data)
+    # Every store replica opens its index itself, for the dense model's id and dimension.
+    store = StoreDeployment.options(**deployment_options(serve.store)).bind(data, dense)
     return IngressDeployment.options(**deployment_options(serve.ingress)).bind(
         data, chunker, dense, splade, reranker, store
     )

@@ -14,9 +14,13 @@ from ray import exceptions as ray_exceptions
 from ray.serve import exceptions as serve_exceptions
 from ray.serve.handle import DeploymentHandle
 
+from deployments.store import FORWARDED
+from serve_app.batching import Coalescer, concatenating
+from serve_app.encoders.queue import Lane
 from serve_app.errors import ServeAppError, ServiceUnavailableError
-from serve_app.schemas import Chunk, Document, DocumentInfo, SearchFilters, SparseVector, Strategy
-from serve_app.stores.base import DocumentWrite, Hit, IndexModels, QueryVectors
+from serve_app.pipelines.retrieval import Retrieved, RetrieveSpec
+from serve_app.schemas import Chunk, Document, SparseVector, Strategy
+from serve_app.stores.base import IndexModels
 
 T = TypeVar("T")
 BatchObserver = Callable[[str, dict], None]
@@ -53,7 +57,14 @@ def _ignore(_: str, __: dict) -> None:
     return None
 
 
+# Calls a coalescer keeps running at once towards one deployment: with one replica, one batch
+# runs while the next gathers; more replicas each take one (the replica's queue re-batches).
+IN_FLIGHT = 2
+
+
 class RemoteDenseEncoder:
+    """Concurrent queries of this ingress replica share one call (natural batching)."""
+
     def __init__(
         self, handle: DeploymentHandle, info: dict[str, Any], observe: BatchObserver = _ignore
     ) -> None:
@@ -61,51 +72,90 @@ class RemoteDenseEncoder:
         self.model_id = info["model_id"]
         self.dim = int(info["dim"])
         self.observe = observe
+        self._queries: Coalescer[list[str], Any] = Coalescer(
+            concatenating(self._embed_queries), max_items=64, max_in_flight=IN_FLIGHT
+        )
 
-    async def _embed(self, mode: str, texts: list[str]) -> np.ndarray:
+    async def _embed(self, mode: Lane, texts: list[str]) -> np.ndarray:
         vectors, stats = await call("dense", self.handle.embed.remote(mode, texts))
         self.observe("dense", stats)
         return vectors
+
+    async def _embed_queries(self, texts: list[str]) -> np.ndarray:
+        return await self._embed("query", texts)
 
     async def embed_documents(self, texts: list[str]) -> np.ndarray:
         return await self._embed("document", texts)
 
     async def embed_queries(self, texts: list[str]) -> np.ndarray:
-        return await self._embed("query", texts)
+        return await self._queries.submit(texts)
 
 
 class RemoteSparseEncoder:
+    """Concurrent queries of this ingress replica share one call (natural batching)."""
+
     def __init__(
         self, handle: DeploymentHandle, info: dict[str, Any], observe: BatchObserver = _ignore
     ) -> None:
         self.handle = handle
         self.model_id = info["model_id"]
         self.observe = observe
+        self._queries: Coalescer[list[str], Any] = Coalescer(
+            concatenating(self._encode_queries), max_items=64, max_in_flight=IN_FLIGHT
+        )
 
-    async def _encode(self, mode: str, texts: list[str]) -> list[SparseVector]:
+    async def _encode(self, mode: Lane, texts: list[str]) -> list[SparseVector]:
         vectors, stats = await call("splade", self.handle.encode.remote(mode, texts))
         self.observe("splade", stats)
         return vectors
+
+    async def _encode_queries(self, texts: list[str]) -> list[SparseVector]:
+        return await self._encode("query", texts)
 
     async def encode_documents(self, texts: list[str]) -> list[SparseVector]:
         return await self._encode("document", texts)
 
     async def encode_queries(self, texts: list[str]) -> list[SparseVector]:
-        return await self._encode("query", texts)
+        return list(await self._queries.submit(texts))
 
 
 class RemoteReranker:
+    """Concurrent rerank requests of this ingress replica share one call."""
+
     def __init__(
         self, handle: DeploymentHandle, info: dict[str, Any], observe: BatchObserver = _ignore
     ) -> None:
         self.handle = handle
         self.model_id = info["model_id"]
         self.observe = observe
+        self._requests: Coalescer[tuple[str, list[str]], list[float]] = Coalescer(
+            self._score_many, max_items=16, max_in_flight=IN_FLIGHT
+        )
+
+    async def _score_many(self, requests: list[tuple[str, list[str]]]) -> list[list[float]]:
+        results = await call("reranker", self.handle.score_many.remote(requests))
+        for _, stats in results:
+            self.observe("reranker", stats)
+        return [scores for scores, _ in results]
 
     async def score(self, query: str, passages: list[str]) -> list[float]:
-        scores, stats = await call("reranker", self.handle.score.remote(query, passages))
-        self.observe("reranker", stats)
-        return scores
+        return await self._requests.submit((query, passages))
+
+
+class RemoteRetriever:
+    """Search, fusion and fetch in the store replica: one round trip per batch of queries."""
+
+    def __init__(self, handle: DeploymentHandle, max_batch: int = 64) -> None:
+        self.handle = handle
+        self._specs: Coalescer[RetrieveSpec, Retrieved] = Coalescer(
+            self._retrieve_many, max_items=max_batch, max_in_flight=IN_FLIGHT
+        )
+
+    async def _retrieve_many(self, specs: list[RetrieveSpec]) -> list[Retrieved]:
+        return await call("store", self.handle.retrieve_many.remote(specs))
+
+    async def retrieve(self, spec: RetrieveSpec) -> Retrieved:
+        return await self._specs.submit(spec)
 
 
 class RemoteChunker:
@@ -124,59 +174,29 @@ class RemoteChunker:
 
 
 class RemoteIndex:
-    """The ChunkIndex protocol over the store-owner deployment."""
+    """The ChunkIndex protocol over the store deployment: every protocol call is forwarded
+    to the replica's generic ``call`` (the method list is the protocol's own, see
+    ``deployments.store.FORWARDED``), so adding a store method touches no file here."""
 
-    strategies: tuple[Strategy, ...] = ("bm25", "splade", "dense")
-
-    def __init__(self, handle: DeploymentHandle) -> None:
+    def __init__(self, handle: DeploymentHandle, info: dict[str, Any]) -> None:
         self.handle = handle
+        self.strategies: tuple[Strategy, ...] = tuple(info["strategies"])
 
     async def open(self, models: IndexModels) -> None:
+        """Replicas open themselves at start; this checks they did so for ``models``."""
         await call("store", self.handle.open.remote(models))
-
-    async def write_documents(self, tenant_id: str, writes: list[DocumentWrite]) -> int:
-        return await call("store", self.handle.write_documents.remote(tenant_id, writes))
-
-    async def delete_document(self, tenant_id: str, doc_id: str) -> int:
-        return await call("store", self.handle.delete_document.remote(tenant_id, doc_id))
-
-    async def document_hashes(self, tenant_id: str, doc_ids: list[str]) -> dict[str, str]:
-        return await call("store", self.handle.document_hashes.remote(tenant_id, doc_ids))
-
-    async def document_info(self, tenant_id: str, doc_id: str) -> DocumentInfo | None:
-        return await call("store", self.handle.document_info.remote(tenant_id, doc_id))
-
-    async def search(
-        self,
-        strategy: Strategy,
-        query: QueryVectors,
-        limit: int,
-        tenant_id: str,
-        filters: SearchFilters | None = None,
-    ) -> list[Hit]:
-        return await call(
-            "store", self.handle.search.remote(strategy, query, limit, tenant_id, filters)
-        )
-
-    async def search_many(
-        self,
-        strategies: list[Strategy],
-        query: QueryVectors,
-        limit: int,
-        tenant_id: str,
-        filters: SearchFilters | None = None,
-    ) -> dict[str, list[Hit]]:
-        remote = self.handle.search_many.remote(strategies, query, limit, tenant_id, filters)
-        return await call("store", remote)
-
-    async def fetch(self, tenant_id: str, chunk_ids: list[str]) -> list[Chunk]:
-        return await call("store", self.handle.fetch.remote(tenant_id, chunk_ids))
-
-    async def count(self, tenant_id: str | None = None) -> int:
-        return await call("store", self.handle.count.remote(tenant_id))
-
-    async def healthy(self) -> bool:
-        return await call("store", self.handle.healthy.remote())
 
     async def close(self) -> None:
         """The store deployment owns the index and closes it itself."""
+
+
+def _forward(name: str) -> Any:
+    async def forward(self: RemoteIndex, *args: Any, **kwargs: Any) -> Any:
+        return await call("store", self.handle.call.remote(name, *args, **kwargs))
+
+    forward.__name__ = forward.__qualname__ = name
+    return forward
+
+
+for _name in FORWARDED:
+    setattr(RemoteIndex, _name, _forward(_name))

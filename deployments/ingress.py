@@ -13,6 +13,7 @@ from deployments.handles import (
     RemoteDenseEncoder,
     RemoteIndex,
     RemoteReranker,
+    RemoteRetriever,
     RemoteSparseEncoder,
     call,
 )
@@ -60,16 +61,15 @@ class IngressDeployment:
             reranker=RemoteReranker(reranker, await reranker.info.remote(), observe)
             if reranker
             else None,
-            index=RemoteIndex(store),
+            index=RemoteIndex(store, await store.info.remote()),
+            retriever=RemoteRetriever(store),
         )
+        # Store replicas open themselves; this one must have done so for these models.
         await components.index.open(components.models())
 
-        models = components.models()
-
         async def store_ready() -> None:
-            # A restarted store replica comes up closed: readiness re-opens it (self-healing).
             if not await components.index.healthy():
-                await components.index.open(models)
+                raise RuntimeError("store not healthy")
 
         checks: dict[str, ReadinessCheck] = {
             "store": store_ready,

@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from serve_app.config import AppConfig, load_config
-from serve_app.errors import ConfigError, ServeAppError, describe_validation_errors
+from serve_app.errors import ServeAppError, describe_validation_errors
 from serve_app.schemas import FUSION_METHODS, STRATEGIES, FusionSpec, SearchRequest
 
 log = logging.getLogger("serve_app")
@@ -205,22 +205,18 @@ async def _eval(config: AppConfig, args: argparse.Namespace) -> int:
 
 
 async def _snapshot(config: AppConfig, args: argparse.Namespace) -> int:
-    from serve_app.pipelines.components import register_builtins
     from serve_app.stores.base import TOPOLOGIES
+    from serve_app.stores.index import StoreIndex
 
-    register_builtins()
     index = TOPOLOGIES.create(config.stores.topology, config)
-    if not hasattr(index, "create_snapshot"):
-        raise ConfigError(
-            f"the {config.stores.topology!r} topology has no snapshot API; stop the service and "
-            "copy its data directory instead"
-        )
+    assert isinstance(index, StoreIndex)
     try:
+        stores = index.snapshot_stores()  # ConfigError when a store cannot snapshot itself
         if args.action == "create":
             name = args.name or time.strftime("serve-app-%Y%m%dt%H%M%Sz", time.gmtime())
-            result = await index.create_snapshot(name)
+            result = [await store.create_snapshot(name) for store in stores]
         else:
-            result = await index.list_snapshots()
+            result = [found for store in stores for found in await store.list_snapshots()]
     finally:
         await index.close()
     print(json.dumps(result, indent=2))

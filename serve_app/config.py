@@ -8,6 +8,7 @@ Unknown fields are rejected, so a typo fails at start with the field's path.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 from pathlib import Path
 from typing import Any, Literal
@@ -17,6 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from serve_app.errors import ConfigError
 from serve_app.schemas import STRATEGIES, FusionMethod, Strategy
+
+log = logging.getLogger(__name__)
 
 ENV_PREFIX = "SERVE_APP__"
 CONFIG_ENV = "SERVE_APP_CONFIG"
@@ -98,6 +101,16 @@ def _check_model_len(engine: VllmEngineConfig, max_length: int, section: str) ->
         )
 
 
+class QueueConfig(_Section):
+    """A model's queue (serve_app/encoders/queue.py): one worker thread, queries first.
+
+    ``document_batch_size`` bounds how long a query can wait behind an ingest (one document
+    batch); ``query_batch_size`` caps how many queued queries share one model call."""
+
+    query_batch_size: int = Field(default=64, ge=1)
+    document_batch_size: int = Field(default=32, ge=1)
+
+
 class DenseConfig(_Section):
     """``backend`` picks a registered dense encoder: transformers, vllm, vllm-http."""
 
@@ -118,6 +131,7 @@ class DenseConfig(_Section):
     device: str = "cpu"
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"
     num_threads: int | None = Field(default=None, ge=1)
+    queue: QueueConfig = Field(default_factory=QueueConfig)
     vllm: VllmEngineConfig = Field(default_factory=VllmEngineConfig)
     http: VllmHttpConfig = Field(default_factory=VllmHttpConfig)
 
@@ -138,6 +152,7 @@ class SpladeConfig(_Section):
     min_weight: float = Field(default=0.0, ge=0)
     device: str = "cpu"
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"
+    queue: QueueConfig = Field(default_factory=QueueConfig)
 
 
 class Bm25Config(_Section):
@@ -161,6 +176,7 @@ class RerankerConfig(_Section):
     depth: int = Field(default=50, ge=1)
     device: str = "cpu"
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"
+    queue: QueueConfig = Field(default_factory=QueueConfig)
     vllm: VllmEngineConfig = Field(default_factory=VllmEngineConfig)
 
     @model_validator(mode="after")
@@ -342,8 +358,16 @@ class ApiConfig(_Section):
     request_timeout_s: float = Field(default=30.0, gt=0)  # search, reads, deletes
     ingest_timeout_s: float = Field(default=900.0, gt=0)  # a document upload encodes everything
     max_request_bytes: int = Field(default=50_000_000, ge=1024)
+    # Uploads are cut into sub-batches of at most ingest_batch_size documents and
+    # ingest_batch_chars characters; ingest_concurrency of them run at once per ingress
+    # replica (all uploads together), so chunking, encoding and writing of consecutive
+    # sub-batches overlap while the models see a bounded number of document batches.
     ingest_batch_size: int = Field(default=32, ge=1)
+    ingest_batch_chars: int = Field(default=200_000, ge=1)
     ingest_concurrency: int = Field(default=2, ge=1)
+    # Uploads one ingress replica holds at once (running or waiting for a slot); more are
+    # refused with 503 SERVICE_UNAVAILABLE and a retry hint, never queued in the models.
+    max_pending_uploads: int = Field(default=32, ge=1)
     auth: AuthConfig = Field(default_factory=lambda: AuthConfig(mode="none"))
 
 
@@ -361,8 +385,12 @@ class AutoscalingSettings(_Section):
         return self
 
 
+RETIRED_BATCHING = {"max_batch_size", "batch_wait_timeout_s"}
+
+
 class DeploymentSettings(_Section):
-    """Resources, replicas and batching of one Ray Serve deployment."""
+    """Resources and replicas of one Ray Serve deployment (batching is the model queue's:
+    ``dense.queue``, ``splade.queue``, ``reranker.queue``)."""
 
     num_replicas: int = Field(default=1, ge=1)
     autoscaling: AutoscalingSettings | None = None
@@ -373,16 +401,19 @@ class DeploymentSettings(_Section):
     # Custom Ray resources, e.g. {"dense_gpu": 1} to pin a deployment to its worker group.
     resources: dict[str, float] = Field(default_factory=dict)
     max_ongoing_requests: int = Field(default=16, ge=1)
-    max_batch_size: int = Field(default=16, ge=1)
-    batch_wait_timeout_s: float = Field(default=0.005, ge=0)
 
-    @model_validator(mode="after")
-    def _queue_holds_a_batch(self) -> DeploymentSettings:
-        if self.max_ongoing_requests < self.max_batch_size:
-            raise ValueError(
-                "max_ongoing_requests must be >= max_batch_size, or batches can never fill"
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_retired_batching(cls, data: Any) -> Any:
+        """``max_batch_size`` / ``batch_wait_timeout_s`` configured Serve's ``@serve.batch``,
+        which the model queues replaced; older files still load, with a warning."""
+        if isinstance(data, dict) and RETIRED_BATCHING & data.keys():
+            data = {k: v for k, v in data.items() if k not in RETIRED_BATCHING}
+            log.warning(
+                "serve.<deployment>.max_batch_size and batch_wait_timeout_s are no longer used "
+                "(batching is the model queue's: dense.queue, splade.queue, reranker.queue)"
             )
-        return self
+        return data
 
 
 class ServeConfig(_Section):
@@ -390,13 +421,16 @@ class ServeConfig(_Section):
     port: int = Field(default=8000, ge=0, le=65535)
     app_name: str = "retrieval"
     route_prefix: str = "/"
+    # Environment of every Ray process (Ray Serve's own switches, read when its processes
+    # start): set by the local run before Ray starts, and on every Ray container by the chart.
+    env: dict[str, str] = Field(default_factory=dict)
     chunker: DeploymentSettings = Field(default_factory=DeploymentSettings)
     dense: DeploymentSettings = Field(default_factory=DeploymentSettings)
     splade: DeploymentSettings = Field(default_factory=DeploymentSettings)
     reranker: DeploymentSettings = Field(default_factory=DeploymentSettings)
     store: DeploymentSettings = Field(default_factory=DeploymentSettings)
     ingress: DeploymentSettings = Field(
-        default_factory=lambda: DeploymentSettings(max_ongoing_requests=64, max_batch_size=1)
+        default_factory=lambda: DeploymentSettings(max_ongoing_requests=64)
     )
 
 

@@ -69,6 +69,13 @@ def chunk_id(tenant_id: str, doc_id: str, order: int, text: str) -> str:
     return str(uuid.uuid5(_CHUNK_NAMESPACE, f"{tenant_id}\x1f{doc_id}\x1f{order}\x1f{digest}"))
 
 
+def versioned_chunk_id(chunk_id_: str, content_hash: str) -> str:
+    """The id a chunk is stored under: its own id within this version of its document, so two
+    versions share no stored chunk and replacing one by the other can be undone exactly
+    (stores/index.py); the same content gives the same ids (re-ingest stays idempotent)."""
+    return str(uuid.uuid5(_CHUNK_NAMESPACE, f"{chunk_id_}\x1f{content_hash}"))
+
+
 def document_hash(document: Document, fingerprint: dict | None = None) -> str:
     """Content hash of a document plus whatever shapes its chunks and vectors."""
     payload = document.model_dump(mode="json")

@@ -16,6 +16,7 @@ from serve_app.encoders.base import (
     SparseEncoder,
 )
 from serve_app.errors import ConfigError
+from serve_app.pipelines.retrieval import IndexRetriever, Retriever
 from serve_app.stores.base import TOPOLOGIES, ChunkIndex, IndexModels
 
 log = logging.getLogger(__name__)
@@ -30,9 +31,7 @@ def register_builtins() -> None:
     import serve_app.encoders.dense_vllm
     import serve_app.encoders.dense_vllm_http
     import serve_app.encoders.reranker
-    import serve_app.encoders.reranker_vllm
-    import serve_app.stores.embedded
-    import serve_app.stores.split  # noqa: F401
+    import serve_app.encoders.reranker_vllm  # noqa: F401
 
 
 @dataclass
@@ -43,16 +42,15 @@ class Components:
     sparse: dict[str, SparseEncoder]
     reranker: Reranker | None
     index: ChunkIndex
+    # Search, fusion and fetch in one call; by default next to ``index`` (in process).
+    retriever: Retriever | None = None
+
+    def __post_init__(self) -> None:
+        if self.retriever is None:
+            self.retriever = IndexRetriever(self.index)
 
     def models(self) -> IndexModels:
-        splade = self.sparse.get("splade")
-        bm25 = self.sparse.get("bm25")
-        return IndexModels(
-            dense_model=self.dense.model_id,
-            dense_dim=self.dense.dim,
-            splade_model=splade.model_id if splade else None,
-            bm25_model=bm25.model_id if bm25 else None,
-        )
+        return index_models(self.config, self.dense.model_id, self.dense.dim)
 
     def fingerprint(self) -> dict:
         """Everything that shapes stored chunks and vectors (part of each document's hash)."""
@@ -69,6 +67,23 @@ class Components:
 
     async def close(self) -> None:
         await self.index.close()
+        for model in (self.dense, *self.sparse.values(), self.reranker):
+            close = getattr(model, "close", None)  # models with a queue or an engine
+            if close is not None:
+                close()
+
+
+def index_models(config: AppConfig, dense_model: str, dense_dim: int) -> IndexModels:
+    """What the index records about the models of ``config``; the dense model's id and
+    dimension are given (the dimension is known once the model is loaded)."""
+    from serve_app.encoders.bm25 import bm25_model_id
+
+    return IndexModels(
+        dense_model=dense_model,
+        dense_dim=dense_dim,
+        splade_model=config.splade.model if config.splade.enabled else None,
+        bm25_model=bm25_model_id(config.bm25) if config.bm25.enabled else None,
+    )
 
 
 def check_config(config: AppConfig) -> None:

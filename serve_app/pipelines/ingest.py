@@ -11,7 +11,7 @@ import asyncio
 import time
 from collections import defaultdict
 
-from serve_app.chunking.base import contextual_header, document_hash
+from serve_app.chunking.base import contextual_header, document_hash, versioned_chunk_id
 from serve_app.errors import InvalidInputError, PayloadTooLargeError
 from serve_app.pipelines.components import Components
 from serve_app.pipelines.timing import StageTimer
@@ -113,6 +113,10 @@ class IngestPipeline:
         for (document, content_hash), chunks in zip(documents, per_doc, strict=True):
             part = encoded[position : position + len(chunks)]
             position += len(chunks)
+            for item in part:
+                item.chunk = item.chunk.model_copy(
+                    update={"id": versioned_chunk_id(item.chunk.id, content_hash)}
+                )
             writes.append((DocumentWrite(document.id, content_hash, part), document.tenant_id))
         return writes
 

@@ -1,10 +1,19 @@
-"""The store protocol the pipelines depend on, and the value types that cross it."""
+"""The store protocol the pipelines depend on, the value types that cross it, and the
+primitives a store backend implements.
+
+``ChunkIndex`` is what the pipelines see. Every topology is one ``StoreIndex``
+(``stores/index.py``: the write, delete and read algorithm, once) over one or more
+``Backend``\\ s: qdrant-edge in process, Qdrant, OpenSearch. A backend implements primitives
+only (upsert points, delete by ids or documents, list a document's chunk ids, batch query,
+retrieve, count); which strategies it serves and whether it holds the chunks' text are its
+attributes. Topology modules are imported only when the configuration names them.
+"""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -58,16 +67,53 @@ class QueryVectors:
 @dataclass(frozen=True)
 class Hit:
     """A retrieval hit by reference: chunks themselves are fetched only for the final results
-    (``ChunkIndex.fetch``), so candidates cost ids and scores, not payloads."""
+    (``ChunkIndex.fetch``), so candidates cost ids and scores, not payloads. ``doc_id`` is
+    empty when the search did not ask for it (``SearchQuery.doc_ids``)."""
 
     chunk_id: str
     doc_id: str
     score: float
 
 
+@dataclass
+class SearchQuery:
+    """One query's search over ``strategies``. ``doc_ids`` fills ``Hit.doc_id``, which costs a
+    payload read per hit in Qdrant: evaluation needs it, the search path does not."""
+
+    strategies: list[Strategy]
+    query: QueryVectors
+    limit: int
+    tenant_id: str
+    filters: SearchFilters | None = None
+    doc_ids: bool = True
+
+
+@dataclass(frozen=True)
+class StrategyQuery:
+    """One strategy of one ``SearchQuery``: what a backend runs."""
+
+    strategy: Strategy
+    query: QueryVectors
+    limit: int
+    tenant_id: str
+    filters: SearchFilters | None
+    doc_ids: bool
+
+
+DocumentStates = dict[str, tuple[str, int, int]]
+"""doc id -> (content hash, chunks stored with it, chunks the document has); only documents
+whose stored chunks all carry one hash."""
+
+
 @runtime_checkable
 class ChunkIndex(Protocol):
-    """Chunk storage and per-strategy retrieval. Every call is scoped to one tenant."""
+    """Chunk storage and per-strategy retrieval. Every call is scoped to one tenant.
+
+    A chunk is served (searched, fetched, counted) only when every store of the topology
+    holds it; a document counts as stored only when all its chunks are there under one
+    content hash. Writes and deletes are safe to interrupt at any point (cancellation
+    included): afterwards the old or the new version of each document is served, never a
+    mix, and a retry converges."""
 
     strategies: tuple[Strategy, ...]
 
@@ -76,7 +122,7 @@ class ChunkIndex(Protocol):
         ...
 
     async def write_documents(self, tenant_id: str, writes: list[DocumentWrite]) -> int:
-        """Upsert each document's chunks, then remove its stale chunks; returns stale removed."""
+        """Replace each document by its new chunks; returns the old chunks removed."""
         ...
 
     async def delete_document(self, tenant_id: str, doc_id: str) -> int: ...
@@ -102,11 +148,19 @@ class ChunkIndex(Protocol):
         tenant_id: str,
         filters: SearchFilters | None = None,
     ) -> dict[str, list[Hit]]:
-        """Every strategy for one query in one call: one round trip to a remote store."""
+        """Every strategy for one query in one call per store."""
+        ...
+
+    async def search_batch(self, queries: list[SearchQuery]) -> list[dict[str, list[Hit]]]:
+        """Many queries (a coalesced batch) in one call per store."""
         ...
 
     async def fetch(self, tenant_id: str, chunk_ids: list[str]) -> list[Chunk]:
         """The tenant's chunks with these ids, in the order asked (unknown ids are skipped)."""
+        ...
+
+    async def fetch_batch(self, requests: list[tuple[str, list[str]]]) -> list[list[Chunk]]:
+        """``fetch`` for many (tenant, ids) requests in one call per store."""
         ...
 
     async def count(self, tenant_id: str | None = None) -> int: ...
@@ -116,31 +170,81 @@ class ChunkIndex(Protocol):
     async def close(self) -> None: ...
 
 
+@runtime_checkable
+class Snapshots(Protocol):
+    """A store that can snapshot itself (server stores)."""
+
+    async def create_snapshot(self, name: str) -> dict[str, Any]: ...
+
+    async def list_snapshots(self) -> list[dict[str, Any]]: ...
+
+
+class Backend(Protocol):
+    """The primitives of one store. ``holds_chunks``: its payloads carry the whole chunk, so
+    fetch and document info read it; other backends only confirm that they hold an id."""
+
+    name: str
+    strategies: tuple[Strategy, ...]
+    holds_chunks: bool
+
+    async def open(self, models: IndexModels) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def healthy(self) -> bool: ...
+
+    async def upsert(self, tenant_id: str, writes: list[DocumentWrite]) -> None:
+        """Every chunk of ``writes`` (payload with ``content_hash`` and ``chunk_count``),
+        visible to reads when the call returns."""
+        ...
+
+    async def delete_ids(self, tenant_id: str, chunk_ids: list[str]) -> None: ...
+
+    async def delete_documents(self, tenant_id: str, doc_ids: list[str]) -> int:
+        """Every chunk of the documents; returns how many there were."""
+        ...
+
+    async def chunk_ids(self, tenant_id: str, doc_ids: list[str]) -> dict[str, set[str]]:
+        """doc id -> the ids of its chunks held here (documents with none are absent)."""
+        ...
+
+    async def document_states(self, tenant_id: str, doc_ids: list[str]) -> DocumentStates: ...
+
+    async def query(self, queries: list[StrategyQuery]) -> list[list[Hit]]:
+        """Hits per query, best first, in one round trip."""
+        ...
+
+    async def present(self, requests: list[tuple[str, list[str]]]) -> list[set[str]]:
+        """Per (tenant, ids) request: the ids held here for that tenant."""
+        ...
+
+    async def count(self, tenant_id: str | None) -> int: ...
+
+    async def scroll_ids(
+        self, tenant_id: str | None, offset: Any, limit: int
+    ) -> tuple[list[tuple[str, str]], Any]:
+        """A page of (chunk id, tenant id) and the offset of the next page (None after the
+        last); ``tenant_id`` None pages through every tenant."""
+        ...
+
+
+class ChunkBackend(Backend, Protocol):
+    """A backend whose payloads are whole chunks."""
+
+    async def chunks(self, requests: list[tuple[str, list[str]]]) -> list[dict[str, Chunk]]:
+        """Per (tenant, ids) request: id -> chunk, for the ids held here for that tenant."""
+        ...
+
+    async def document_payloads(self, tenant_id: str, doc_id: str) -> list[dict]:
+        """The payloads of a document's chunks (id, order, title, metadata, source, hash)."""
+        ...
+
+
 TOPOLOGIES: Registry[ChunkIndex] = Registry("store topology", "stores.topology")
-
-
-class SearchViaBatch:
-    """``search`` for stores whose one round trip is ``search_many``."""
-
-    async def search_many(
-        self,
-        strategies: list[Strategy],
-        query: QueryVectors,
-        limit: int,
-        tenant_id: str,
-        filters: SearchFilters | None = None,
-    ) -> dict[str, list[Hit]]:
-        raise NotImplementedError
-
-    async def search(
-        self,
-        strategy: Strategy,
-        query: QueryVectors,
-        limit: int,
-        tenant_id: str,
-        filters: SearchFilters | None = None,
-    ) -> list[Hit]:
-        return (await self.search_many([strategy], query, limit, tenant_id, filters))[strategy]
+_STORES_EXTRA = "install the stores extra: pip install 'serve-app[stores]'"
+TOPOLOGIES.register_lazy("embedded", "serve_app.stores.embedded:build_embedded")
+TOPOLOGIES.register_lazy("qdrant", "serve_app.stores.qdrant_store:build_qdrant", _STORES_EXTRA)
+TOPOLOGIES.register_lazy("opensearch+qdrant", "serve_app.stores.split:build_split", _STORES_EXTRA)
 
 
 def document_info_from(tenant_id: str, doc_id: str, payloads: list[dict]) -> DocumentInfo | None:
@@ -161,13 +265,18 @@ def document_info_from(tenant_id: str, doc_id: str, payloads: list[dict]) -> Doc
     )
 
 
-DocumentStates = dict[str, tuple[str, int, int]]
-"""doc id -> (content hash, chunks stored with it, chunks the document has)."""
-
-
-def complete_hashes(states: DocumentStates) -> dict[str, str]:
-    """Hashes of the documents stored completely: every chunk present under one hash."""
-    return {d: h for d, (h, stored, expected) in states.items() if stored == expected}
+def states_from_payloads(payloads: list[dict]) -> DocumentStates:
+    """Document states from chunk payloads carrying doc_id, content_hash and chunk_count."""
+    seen: dict[str, dict[str, list[int]]] = {}
+    for payload in payloads:
+        per_hash = seen.setdefault(payload["doc_id"], {})
+        per_hash.setdefault(payload["content_hash"], []).append(int(payload["chunk_count"]))
+    return {
+        doc: (h, len(counts), max(counts))
+        for doc, hashes in seen.items()
+        if len(hashes) == 1
+        for h, counts in hashes.items()
+    }
 
 
 def versioned_names(alias: str, names: list[str]) -> list[str]:

@@ -1,8 +1,10 @@
-"""The embedded store: Qdrant's engine in-process (qdrant-edge), one shard for all strategies.
+"""The embedded store: Qdrant's engine in process (qdrant-edge), one shard for all strategies.
 
 Named vectors: ``dense`` (cosine, HNSW), ``splade`` (sparse dot product) and ``bm25``
 (sparse, IDF modifier: the engine keeps document frequencies and applies IDF at query time).
-Payload indexes on tenant_id, doc_id and section. One process owns a shard directory.
+Payload indexes on tenant_id, doc_id and section. One process owns a shard directory. The
+engine's calls block: each primitive is one hop to a worker thread, and a batch of queries
+(``query``) or fetches (``present``/``chunks``) is one engine call.
 """
 
 from __future__ import annotations
@@ -11,65 +13,60 @@ import asyncio
 import json
 import threading
 from pathlib import Path
+from typing import Any
 
 import qdrant_edge as edge
 
 from serve_app.config import AppConfig, EmbeddedStoreConfig
 from serve_app.errors import ModelMismatchError, ServiceUnavailableError
-from serve_app.schemas import Chunk, DocumentInfo, SearchFilters, SparseVector, Strategy
+from serve_app.schemas import Chunk, Strategy
+from serve_app.stores import qdrant_requests as qr
 from serve_app.stores.base import (
-    TOPOLOGIES,
+    DocumentStates,
     DocumentWrite,
     Hit,
     IndexModels,
-    QueryVectors,
-    SearchViaBatch,
-    document_info_from,
+    StrategyQuery,
+    states_from_payloads,
 )
+from serve_app.stores.index import StoreIndex
 
 META_FILE = "index_meta.json"
 SHARD_DIR = "shard"
-_EXTRA_PAYLOAD = ("content_hash",)
 _SCROLL_PAGE = 1000
 
 
-def _sparse(vector: SparseVector) -> edge.SparseVector:
-    return edge.SparseVector(indices=list(vector.indices), values=list(vector.values))
-
-
-def _match(key: str, value: object) -> edge.FieldCondition:
+# -- translation of the shared Qdrant requests into qdrant-edge's object model ------------
+def _condition(condition: qr.Condition) -> edge.FieldCondition:
+    key, value = condition.key, condition.value
     if isinstance(value, list):
         return edge.FieldCondition(key=key, match=edge.MatchAny(value))
-    if isinstance(value, float) and not isinstance(value, bool):
+    if isinstance(value, float):
         return edge.FieldCondition(key=key, range=edge.RangeFloat(gte=value, lte=value))
     return edge.FieldCondition(key=key, match=edge.MatchValue(value))
 
 
-def build_filter(
-    tenant_id: str, filters: SearchFilters | None, doc_id: str | None = None
-) -> edge.Filter:
-    must: list = [_match("tenant_id", tenant_id)]
-    if doc_id is not None:
-        must.append(_match("doc_id", doc_id))
-    if filters is not None:
-        if filters.doc_ids:
-            must.append(_match("doc_id", list(filters.doc_ids)))
-        if filters.sections:
-            must.append(_match("section", list(filters.sections)))
-        for key, value in sorted(filters.metadata.items()):
-            must.append(_match(f"metadata.{key}", value))
-    return edge.Filter(must=must)
+def to_edge_filter(spec: qr.Filter) -> edge.Filter:
+    must_not = [edge.HasIdCondition(set(spec.exclude_ids))] if spec.exclude_ids else None
+    return edge.Filter(must=[_condition(c) for c in spec.must], must_not=must_not)
 
 
-class EmbeddedIndex(SearchViaBatch):
+def _sparse(indices: list[int], values: list[float]) -> edge.SparseVector:
+    return edge.SparseVector(indices=indices, values=values)
+
+
+class EdgeBackend:
+    """qdrant-edge primitives for every strategy; its payloads are whole chunks."""
+
+    name = "qdrant-edge"
     strategies: tuple[Strategy, ...] = ("bm25", "splade", "dense")
+    holds_chunks = True
 
     def __init__(self, path: str | Path, config: EmbeddedStoreConfig) -> None:
         self.path = Path(path)
         self.config = config
         self._shard: edge.EdgeShard | None = None
         self._write_lock = threading.Lock()
-        self._models: IndexModels | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
     def _edge_config(self, models: IndexModels) -> edge.EdgeConfig:
@@ -121,7 +118,6 @@ class EmbeddedIndex(SearchViaBatch):
                 f"cannot open the embedded index at {shard_path}: {error}"
             ) from None
         meta_path.write_text(json.dumps(models.as_dict(), indent=2))
-        self._models = models
 
     async def open(self, models: IndexModels) -> None:
         await asyncio.to_thread(self._open_sync, models)
@@ -132,55 +128,53 @@ class EmbeddedIndex(SearchViaBatch):
             raise ServiceUnavailableError("the embedded index is not open")
         return self._shard
 
-    async def close(self) -> None:
-        if self._shard is not None:
-            with self._write_lock:
+    def _close_sync(self) -> None:
+        with self._write_lock:
+            if self._shard is not None:
                 self._shard.flush()
                 self._shard.close()
                 self._shard = None
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self._close_sync)
 
     async def healthy(self) -> bool:
         return self._shard is not None
 
     # -- writes --------------------------------------------------------------------------
-    def _write_sync(self, tenant_id: str, writes: list[DocumentWrite]) -> int:
+    def _update(self, operation: edge.UpdateOperation) -> None:
+        with self._write_lock:
+            self.shard.update(operation)
+            self.shard.flush()
+
+    def _upsert_sync(self, writes: list[DocumentWrite]) -> None:
         points = []
         for write in writes:
             for encoded in write.chunks:
-                chunk = encoded.chunk
-                vector: dict = {"dense": [float(x) for x in encoded.dense]}
-                if encoded.splade is not None:
-                    vector["splade"] = _sparse(encoded.splade)
-                if encoded.bm25 is not None:
-                    vector["bm25"] = _sparse(encoded.bm25)
-                payload = chunk.model_dump(mode="json")
-                payload["content_hash"] = write.content_hash
-                points.append(edge.Point(chunk.id, vector, payload))
-        removed = 0
-        with self._write_lock:
-            shard = self.shard
-            # One upsert for the whole batch: new chunks land before any old one is removed,
-            # so a document is never missing from search while it is being replaced.
-            if points:
-                shard.update(edge.UpdateOperation.upsert_points(points))
-            for write in writes:
-                keep = {encoded.chunk.id for encoded in write.chunks}
-                stale = edge.Filter(
-                    must=[_match("tenant_id", tenant_id), _match("doc_id", write.doc_id)],
-                    must_not=[edge.HasIdCondition(keep)] if keep else None,
+                vectors = qr.point_vectors(encoded, self.strategies)
+                vector = {
+                    name: _sparse(*value) if isinstance(value, tuple) else value
+                    for name, value in vectors.items()
+                }
+                points.append(
+                    edge.Point(encoded.chunk.id, vector, qr.point_payload(write, encoded))
                 )
-                count = shard.count(edge.CountRequest(exact=True, filter=stale))
-                if count:
-                    shard.update(edge.UpdateOperation.delete_points_by_filter(stale))
-                    removed += count
-            shard.flush()
-        return removed
+        if points:
+            self._update(edge.UpdateOperation.upsert_points(points))
 
-    async def write_documents(self, tenant_id: str, writes: list[DocumentWrite]) -> int:
-        return await asyncio.to_thread(self._write_sync, tenant_id, writes)
+    async def upsert(self, tenant_id: str, writes: list[DocumentWrite]) -> None:
+        del tenant_id  # carried by each chunk's payload
+        await asyncio.to_thread(self._upsert_sync, writes)
 
-    def _delete_sync(self, tenant_id: str, doc_id: str) -> int:
-        selector = build_filter(tenant_id, None, doc_id=doc_id)
+    async def delete_ids(self, tenant_id: str, chunk_ids: list[str]) -> None:
+        selector = qr.chunk_filter(tenant_id)
+        spec = edge.Filter(
+            must=[edge.HasIdCondition(set(chunk_ids)), *to_edge_filter(selector).must]
+        )
+        await asyncio.to_thread(self._update, edge.UpdateOperation.delete_points_by_filter(spec))
+
+    def _delete_documents_sync(self, tenant_id: str, doc_ids: list[str]) -> int:
+        selector = to_edge_filter(qr.chunk_filter(tenant_id, doc_ids=doc_ids))
         with self._write_lock:
             count = self.shard.count(edge.CountRequest(exact=True, filter=selector))
             if count:
@@ -188,138 +182,143 @@ class EmbeddedIndex(SearchViaBatch):
                 self.shard.flush()
         return count
 
-    async def delete_document(self, tenant_id: str, doc_id: str) -> int:
-        return await asyncio.to_thread(self._delete_sync, tenant_id, doc_id)
+    async def delete_documents(self, tenant_id: str, doc_ids: list[str]) -> int:
+        return await asyncio.to_thread(self._delete_documents_sync, tenant_id, doc_ids)
 
     # -- reads ---------------------------------------------------------------------------
-    def _scroll(self, selector: edge.Filter, fields: list[str] | None) -> list[dict]:
-        payloads: list[dict] = []
-        offset = None
+    def _scroll(
+        self, selector: qr.Filter, fields: list[str] | None, offset: Any = None, pages: int = 0
+    ) -> tuple[list[tuple[str, dict]], Any]:
+        """(id, payload) of every match, or of ``pages`` pages from ``offset``."""
+        found: list[tuple[str, dict]] = []
         with_payload = edge.PayloadSelector.Include(fields) if fields else True
+        done = 0
         while True:
             records, offset = self.shard.scroll(
                 edge.ScrollRequest(
-                    offset=offset, limit=_SCROLL_PAGE, filter=selector, with_payload=with_payload
+                    offset=offset,
+                    limit=_SCROLL_PAGE,
+                    filter=to_edge_filter(selector),
+                    with_payload=with_payload,
                 )
             )
-            payloads.extend(dict(r.payload or {}) for r in records)
-            if offset is None or not records:
-                return payloads
+            found.extend((str(r.id), dict(r.payload or {})) for r in records)
+            done += 1
+            if offset is None or not records or done == pages:
+                return found, offset
 
-    def _hashes_sync(self, tenant_id: str, doc_ids: list[str]) -> dict[str, str]:
+    def _chunk_ids_sync(self, tenant_id: str, doc_ids: list[str]) -> dict[str, set[str]]:
+        held: dict[str, set[str]] = {}
+        records, _ = self._scroll(qr.chunk_filter(tenant_id, doc_ids=doc_ids), ["doc_id"])
+        for chunk_id, payload in records:
+            held.setdefault(payload["doc_id"], set()).add(chunk_id)
+        return held
+
+    async def chunk_ids(self, tenant_id: str, doc_ids: list[str]) -> dict[str, set[str]]:
         if not doc_ids:
             return {}
-        selector = edge.Filter(
-            must=[_match("tenant_id", tenant_id), _match("doc_id", list(doc_ids))]
+        return await asyncio.to_thread(self._chunk_ids_sync, tenant_id, doc_ids)
+
+    def _states_sync(self, tenant_id: str, doc_ids: list[str]) -> DocumentStates:
+        records, _ = self._scroll(
+            qr.chunk_filter(tenant_id, doc_ids=doc_ids), ["doc_id", "content_hash", "chunk_count"]
         )
-        return {
-            p["doc_id"]: p["content_hash"]
-            for p in self._scroll(selector, ["doc_id", "content_hash"])
-        }
+        return states_from_payloads([p for _, p in records])
 
-    async def document_hashes(self, tenant_id: str, doc_ids: list[str]) -> dict[str, str]:
-        return await asyncio.to_thread(self._hashes_sync, tenant_id, doc_ids)
+    async def document_states(self, tenant_id: str, doc_ids: list[str]) -> DocumentStates:
+        if not doc_ids:
+            return {}
+        return await asyncio.to_thread(self._states_sync, tenant_id, doc_ids)
 
-    def _info_sync(self, tenant_id: str, doc_id: str) -> DocumentInfo | None:
-        payloads = self._scroll(build_filter(tenant_id, None, doc_id=doc_id), None)
-        return document_info_from(tenant_id, doc_id, payloads)
+    async def document_payloads(self, tenant_id: str, doc_id: str) -> list[dict]:
+        records, _ = await asyncio.to_thread(
+            self._scroll, qr.chunk_filter(tenant_id, doc_ids=[doc_id]), None
+        )
+        return [payload for _, payload in records]
 
-    async def document_info(self, tenant_id: str, doc_id: str) -> DocumentInfo | None:
-        return await asyncio.to_thread(self._info_sync, tenant_id, doc_id)
-
-    def _request(
-        self,
-        strategy: Strategy,
-        query: QueryVectors,
-        limit: int,
-        tenant_id: str,
-        filters: SearchFilters | None,
-    ) -> edge.QueryRequest | None:
-        """The engine request for one strategy, or None when the query has no terms."""
-        if strategy == "dense":
-            if query.dense is None:
-                raise ValueError("dense search needs a dense query vector")
-            vector: object = [float(x) for x in query.dense]
+    def _request(self, plan: qr.QueryPlan) -> edge.QueryRequest:
+        if isinstance(plan.search, qr.DenseSearch):
+            vector: Any = plan.search.vector
             params = edge.SearchParams(hnsw_ef=self.config.hnsw_ef, exact=self.config.exact)
         else:
-            sparse = query.splade if strategy == "splade" else query.bm25
-            if sparse is None:
-                raise ValueError(f"{strategy} search needs a {strategy} query vector")
-            if not len(sparse):
-                return None
-            vector = _sparse(sparse)
-            # BM25 document frequencies come from the tenant's own chunks: scores never depend
-            # on (or reveal) what other tenants indexed.
-            tenant_only = edge.Filter(must=[_match("tenant_id", tenant_id)])
+            vector = _sparse(plan.search.indices, plan.search.values)
             params = (
-                edge.SearchParams(idf=edge.IdfParams(corpus=tenant_only))
-                if strategy == "bm25"
+                edge.SearchParams(
+                    idf=edge.IdfParams(
+                        corpus=to_edge_filter(qr.chunk_filter(plan.search.idf_tenant))
+                    )
+                )
+                if plan.search.idf_tenant is not None
                 else None
             )
         return edge.QueryRequest(
-            limit=limit,
-            query=edge.Query.Nearest(vector, using=strategy),
-            filter=build_filter(tenant_id, filters),
-            with_payload=edge.PayloadSelector.Include(["doc_id"]),
+            limit=plan.limit,
+            query=edge.Query.Nearest(vector, using=plan.using),
+            filter=to_edge_filter(plan.filter),
+            with_payload=edge.PayloadSelector.Include(["doc_id"]) if plan.with_doc_id else False,
             params=params,
         )
 
-    def _search_many_sync(
-        self,
-        strategies: list[Strategy],
-        query: QueryVectors,
-        limit: int,
-        tenant_id: str,
-        filters: SearchFilters | None,
-    ) -> dict[str, list[Hit]]:
-        requests = {s: self._request(s, query, limit, tenant_id, filters) for s in strategies}
-        runnable = [s for s in strategies if requests[s] is not None]
-        results: dict[str, list[Hit]] = {s: [] for s in strategies}
+    def _query_sync(self, queries: list[StrategyQuery]) -> list[list[Hit]]:
+        plans = [qr.query_plan(q) for q in queries]
+        runnable = [i for i, plan in enumerate(plans) if plan is not None]
+        results: list[list[Hit]] = [[] for _ in queries]
         if runnable:
-            batch = self.shard.query_batch(edge.QueryBatchRequest([requests[s] for s in runnable]))
-            for strategy, points in zip(runnable, batch, strict=True):
-                results[strategy] = [
-                    Hit(str(p.id), p.payload["doc_id"], float(p.score)) for p in points
+            batch = self.shard.query_batch(
+                edge.QueryBatchRequest([self._request(plans[i]) for i in runnable])  # type: ignore[arg-type]
+            )
+            for i, points in zip(runnable, batch, strict=True):
+                results[i] = [
+                    Hit(str(p.id), p.payload["doc_id"] if p.payload else "", float(p.score))
+                    for p in points
                 ]
         return results
 
-    async def search_many(
-        self,
-        strategies: list[Strategy],
-        query: QueryVectors,
-        limit: int,
-        tenant_id: str,
-        filters: SearchFilters | None = None,
-    ) -> dict[str, list[Hit]]:
-        return await asyncio.to_thread(
-            self._search_many_sync, strategies, query, limit, tenant_id, filters
-        )
+    async def query(self, queries: list[StrategyQuery]) -> list[list[Hit]]:
+        return await asyncio.to_thread(self._query_sync, queries)
 
-    def _fetch_sync(self, tenant_id: str, chunk_ids: list[str]) -> list[Chunk]:
-        if not chunk_ids:
-            return []
-        records = self.shard.retrieve(list(chunk_ids), with_payload=True, with_vector=False)
-        by_id = {str(r.id): r.payload for r in records}
-        found = [by_id.get(i) for i in chunk_ids]
-        return [_chunk(p) for p in found if p is not None and p.get("tenant_id") == tenant_id]
+    def _retrieve_sync(
+        self, requests: list[tuple[str, list[str]]], fields: list[str] | bool
+    ) -> list[dict[str, dict]]:
+        wanted = list(dict.fromkeys(i for _, ids in requests for i in ids))
+        if not wanted:
+            return [{} for _ in requests]
+        payload: Any = edge.PayloadSelector.Include(fields) if isinstance(fields, list) else True
+        records = self.shard.retrieve(wanted, with_payload=payload, with_vector=False)
+        by_id = {str(r.id): dict(r.payload or {}) for r in records}
+        return [
+            {i: by_id[i] for i in ids if i in by_id and by_id[i].get("tenant_id") == tenant}
+            for tenant, ids in requests
+        ]
 
-    async def fetch(self, tenant_id: str, chunk_ids: list[str]) -> list[Chunk]:
-        return await asyncio.to_thread(self._fetch_sync, tenant_id, chunk_ids)
+    async def present(self, requests: list[tuple[str, list[str]]]) -> list[set[str]]:
+        found = await asyncio.to_thread(self._retrieve_sync, requests, ["tenant_id"])
+        return [set(f) for f in found]
 
-    async def count(self, tenant_id: str | None = None) -> int:
-        selector = edge.Filter(must=[_match("tenant_id", tenant_id)]) if tenant_id else None
+    async def chunks(self, requests: list[tuple[str, list[str]]]) -> list[dict[str, Chunk]]:
+        found = await asyncio.to_thread(self._retrieve_sync, requests, True)
+        return [{i: qr.payload_to_chunk(p) for i, p in f.items()} for f in found]
+
+    async def count(self, tenant_id: str | None) -> int:
+        selector = to_edge_filter(qr.chunk_filter(tenant_id)) if tenant_id else None
         return await asyncio.to_thread(
             self.shard.count, edge.CountRequest(exact=True, filter=selector)
         )
 
+    async def scroll_ids(
+        self, tenant_id: str | None, offset: Any, limit: int
+    ) -> tuple[list[tuple[str, str]], Any]:
+        del limit  # one engine page
+        records, offset = await asyncio.to_thread(
+            self._scroll, qr.chunk_filter(tenant_id), ["tenant_id"], offset, 1
+        )
+        return [(cid, p["tenant_id"]) for cid, p in records], offset
 
-def _chunk(payload: dict | None) -> Chunk:
-    # The payload was written from a validated Chunk; re-validating hundreds of candidates per
-    # query costs more than the search itself, so it is trusted here.
-    data = {k: v for k, v in (payload or {}).items() if k not in _EXTRA_PAYLOAD}
-    return Chunk.model_construct(**data)
+
+def embedded_index(path: str | Path, config: EmbeddedStoreConfig) -> StoreIndex:
+    """The embedded topology over the shard directory ``path``."""
+    return StoreIndex([EdgeBackend(path, config)])
 
 
-@TOPOLOGIES.register("embedded")
-def _build(config: AppConfig) -> EmbeddedIndex:
-    return EmbeddedIndex(config.data_path / config.stores.embedded.path, config.stores.embedded)
+def build_embedded(config: AppConfig) -> StoreIndex:
+    return embedded_index(config.data_path / config.stores.embedded.path, config.stores.embedded)

@@ -200,14 +200,15 @@ def hashes_query(tenant_id: str, doc_ids: list[str]) -> dict[str, Any]:
     }
 
 
-def selector_query(
-    tenant_id: str, doc_id: str, keep_ids: list[str] | None = None
-) -> dict[str, Any]:
-    """A document's chunks, minus ``keep_ids`` (the stale-chunk sweep after an upsert)."""
-    query: dict[str, Any] = {"bool": {"filter": filter_clauses(tenant_id, None, doc_ids=[doc_id])}}
-    if keep_ids:
-        query["bool"]["must_not"] = [{"ids": {"values": list(keep_ids)}}]
-    return {"query": query}
+def documents_query(tenant_id: str, doc_ids: list[str]) -> dict[str, Any]:
+    """The chunks of these documents."""
+    return {"query": {"bool": {"filter": filter_clauses(tenant_id, None, doc_ids=doc_ids)}}}
+
+
+def ids_query(tenant_id: str, chunk_ids: list[str]) -> dict[str, Any]:
+    """These chunks (the tenant's only)."""
+    filters = [*filter_clauses(tenant_id, None), {"ids": {"values": list(chunk_ids)}}]
+    return {"query": {"bool": {"filter": filters}}}
 
 
 def document_query(tenant_id: str, doc_id: str, size: int) -> dict[str, Any]:

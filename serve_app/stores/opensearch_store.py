@@ -25,26 +25,18 @@ from opensearchpy.exceptions import (
 )
 
 from serve_app.config import OpenSearchConfig
-from serve_app.errors import ConfigError, ModelMismatchError, ServiceUnavailableError
-from serve_app.schemas import Chunk, DocumentInfo, SearchFilters, Strategy
+from serve_app.errors import ConfigError, ServiceUnavailableError
+from serve_app.schemas import Chunk, Strategy
 from serve_app.stores import opensearch_bodies as bodies
-from serve_app.stores.base import (
-    DocumentStates,
-    DocumentWrite,
-    Hit,
-    IndexModels,
-    QueryVectors,
-    SearchViaBatch,
-    complete_hashes,
-    document_info_from,
-    next_version_name,
-)
+from serve_app.stores.base import DocumentStates, DocumentWrite, Hit, IndexModels, StrategyQuery
+from serve_app.stores.versioning import open_versioned
 
 log = logging.getLogger(__name__)
 
 _RETRYABLE = {429, 500, 502, 503, 504}
 _STORE_ONLY = ("content_hash", "chunk_count", "splade", "body")
 _MAX_WINDOW = 10_000
+_PAGE = 1000
 
 
 class OpenSearchStoreError(ServiceUnavailableError):
@@ -78,10 +70,13 @@ def make_client(config: OpenSearchConfig) -> AsyncOpenSearch:
     )
 
 
-class OpenSearchIndex(SearchViaBatch):
+class OpenSearchBackend:
     """BM25 and SPLADE retrieval plus the chunks themselves (fetch, document info)."""
 
+    name = "opensearch"
+    kind = "OpenSearch index"
     strategies: tuple[Strategy, ...] = ("bm25", "splade")
+    holds_chunks = True
 
     def __init__(
         self, config: OpenSearchConfig, migrate: bool = False, client: AsyncOpenSearch | None = None
@@ -108,55 +103,39 @@ class OpenSearchIndex(SearchViaBatch):
                 f"OpenSearch refused {what}: {error.status_code} {error.error}"
             ) from None
 
-    # -- lifecycle -----------------------------------------------------------------------
-    async def _physical_indices(self) -> list[str]:
-        try:
-            return list(await self.client.indices.get(index=f"{self.alias}-v*"))
-        except OpenSearchNotFound:
-            return []
-
-    async def _alias_target(self) -> str | None:
+    # -- versioned index primitives (stores/versioning.py) ------------------------------
+    async def alias_target(self) -> str | None:
         try:
             found = await self.client.indices.get_alias(name=self.alias)
         except OpenSearchNotFound:
             return None
         return next(iter(found)) if found else None
 
-    async def _create_version(self, models: IndexModels, old: str | None) -> str:
-        name = next_version_name(self.alias, await self._physical_indices())
-        await self._call(
-            "index creation",
-            self.client.indices.create(index=name, body=bodies.index_body(self.config, models)),
-        )
-        await self._call(
-            "alias update",
-            self.client.indices.update_aliases(
-                body=bodies.alias_switch_body(self.alias, name, old)
-            ),
-        )
-        return name
+    async def version_names(self) -> list[str]:
+        try:
+            return list(await self.client.indices.get(index=f"{self.alias}-v*"))
+        except OpenSearchNotFound:
+            return []
 
+    def binding(self, models: IndexModels) -> dict[str, Any]:
+        return {"models": models.as_dict(), "mapping_version": bodies.MAPPING_VERSION}
+
+    async def stored_binding(self, name: str) -> Any:
+        mapping = await self.client.indices.get_mapping(index=name)
+        meta = mapping[name]["mappings"].get("_meta", {})
+        return {"models": meta.get("models"), "mapping_version": meta.get("mapping_version")}
+
+    async def create_version(self, name: str, models: IndexModels) -> None:
+        await self.client.indices.create(index=name, body=bodies.index_body(self.config, models))
+
+    async def point_alias(self, name: str, previous: str | None) -> None:
+        await self.client.indices.update_aliases(
+            body=bodies.alias_switch_body(self.alias, name, previous)
+        )
+
+    # -- lifecycle -----------------------------------------------------------------------
     async def open(self, models: IndexModels) -> None:
-        target = await self._call("alias lookup", self._alias_target())
-        if target is None:
-            self.physical = await self._create_version(models, None)
-            return
-        mapping = await self._call("mapping lookup", self.client.indices.get_mapping(index=target))
-        meta = mapping[target]["mappings"].get("_meta", {})
-        stored = meta.get("models")
-        stored_mapping = meta.get("mapping_version")
-        if stored != models.as_dict() or stored_mapping != bodies.MAPPING_VERSION:
-            if not self.migrate:
-                raise ModelMismatchError(
-                    f"OpenSearch index {target} (alias {self.alias}) was built with other models "
-                    f"or mapping ({stored}, mapping v{stored_mapping} vs {models.as_dict()}, "
-                    f"mapping v{bodies.MAPPING_VERSION}); set stores.migrate: true to create a "
-                    "new index version behind the alias and re-ingest"
-                )
-            log.warning("models or mapping changed: new index version behind %s", self.alias)
-            self.physical = await self._create_version(models, target)
-            return
-        self.physical = target
+        self.physical = await self._call("open", open_versioned(self, models, self.migrate))
 
     async def close(self) -> None:
         if self._client is not None:
@@ -201,6 +180,17 @@ class OpenSearchIndex(SearchViaBatch):
             f"{self.config.max_retries} retries"
         )
 
+    async def upsert(self, tenant_id: str, writes: list[DocumentWrite]) -> None:
+        del tenant_id  # carried by each chunk's source
+        actions = [
+            (encoded.chunk.id, bodies.chunk_source(write, i))
+            for write in writes
+            for i, encoded in enumerate(write.chunks)
+        ]
+        size = self.config.bulk_batch_size
+        for start in range(0, len(actions), size):
+            await self._bulk(actions[start : start + size])
+
     async def _delete_where(self, body: dict[str, Any]) -> int:
         response = await self._call(
             "delete by query",
@@ -210,27 +200,37 @@ class OpenSearchIndex(SearchViaBatch):
         )
         return int(response.get("deleted", 0))
 
-    async def write_documents(self, tenant_id: str, writes: list[DocumentWrite]) -> int:
-        actions = [
-            (encoded.chunk.id, bodies.chunk_source(write, i))
-            for write in writes
-            for i, encoded in enumerate(write.chunks)
-        ]
-        size = self.config.bulk_batch_size
-        for start in range(0, len(actions), size):
-            await self._bulk(actions[start : start + size])
-        removed = 0
-        for write in writes:
-            keep = [encoded.chunk.id for encoded in write.chunks]
-            removed += await self._delete_where(
-                bodies.selector_query(tenant_id, write.doc_id, keep_ids=keep)
-            )
-        return removed
+    async def delete_ids(self, tenant_id: str, chunk_ids: list[str]) -> None:
+        await self._delete_where(bodies.ids_query(tenant_id, chunk_ids))
 
-    async def delete_document(self, tenant_id: str, doc_id: str) -> int:
-        return await self._delete_where(bodies.selector_query(tenant_id, doc_id))
+    async def delete_documents(self, tenant_id: str, doc_ids: list[str]) -> int:
+        return await self._delete_where(bodies.documents_query(tenant_id, doc_ids))
 
     # -- reads ---------------------------------------------------------------------------
+    async def _sources(self, body: dict[str, Any], what: str) -> list[dict[str, Any]]:
+        """Every hit of ``body`` (id and source), paged by ``search_after`` on the chunk id."""
+        hits: list[dict[str, Any]] = []
+        after: list[Any] | None = None
+        while True:
+            page_body = {**body, "size": _PAGE, "sort": ["id"]}
+            if after is not None:
+                page_body["search_after"] = after
+            response = await self._call(what, self.client.search(index=self.alias, body=page_body))
+            page = response["hits"]["hits"]
+            hits.extend(page)
+            if len(page) < _PAGE:
+                return hits
+            after = page[-1]["sort"]
+
+    async def chunk_ids(self, tenant_id: str, doc_ids: list[str]) -> dict[str, set[str]]:
+        if not doc_ids:
+            return {}
+        held: dict[str, set[str]] = {}
+        body = {**bodies.documents_query(tenant_id, doc_ids), "_source": ["doc_id"]}
+        for hit in await self._sources(body, "chunk listing"):
+            held.setdefault(hit["_source"]["doc_id"], set()).add(hit["_id"])
+        return held
+
     async def document_states(self, tenant_id: str, doc_ids: list[str]) -> DocumentStates:
         """Only documents stored under exactly one hash."""
         if not doc_ids:
@@ -251,94 +251,97 @@ class OpenSearchIndex(SearchViaBatch):
                 )
         return states
 
-    async def document_hashes(self, tenant_id: str, doc_ids: list[str]) -> dict[str, str]:
-        """Hashes of documents stored completely (every chunk present, one version)."""
-        return complete_hashes(await self.document_states(tenant_id, doc_ids))
-
-    async def document_info(self, tenant_id: str, doc_id: str) -> DocumentInfo | None:
+    async def document_payloads(self, tenant_id: str, doc_id: str) -> list[dict]:
         response = await self._call(
             "document lookup",
             self.client.search(
                 index=self.alias, body=bodies.document_query(tenant_id, doc_id, _MAX_WINDOW)
             ),
         )
-        return document_info_from(
-            tenant_id, doc_id, [h["_source"] for h in response["hits"]["hits"]]
-        )
+        return [h["_source"] for h in response["hits"]["hits"]]
 
-    def _body(
-        self,
-        strategy: Strategy,
-        query: QueryVectors,
-        limit: int,
-        filters: list[dict[str, Any]],
-    ) -> dict[str, Any] | None:
-        if strategy == "bm25":
-            if not query.text.strip():
+    def _body(self, query: StrategyQuery) -> dict[str, Any] | None:
+        clauses = bodies.filter_clauses(query.tenant_id, query.filters)
+        if query.strategy == "bm25":
+            if not query.query.text.strip():
                 return None
-            return bodies.bm25_query(self.config, query.text, limit, filters)
-        if strategy == "splade":
-            if query.splade is None:
+            return bodies.bm25_query(self.config, query.query.text, query.limit, clauses)
+        if query.strategy == "splade":
+            if query.query.splade is None:
                 raise ValueError("splade search needs a splade query vector")
-            return bodies.splade_query(self.config, query.splade, limit, filters)
-        raise ValueError(f"OpenSearch does not serve the {strategy!r} strategy")
+            return bodies.splade_query(self.config, query.query.splade, query.limit, clauses)
+        raise ValueError(f"OpenSearch does not serve the {query.strategy!r} strategy")
 
-    async def search_many(
-        self,
-        strategies: list[Strategy],
-        query: QueryVectors,
-        limit: int,
-        tenant_id: str,
-        filters: SearchFilters | None = None,
-    ) -> dict[str, list[Hit]]:
-        clauses = bodies.filter_clauses(tenant_id, filters)
-        requests = {s: self._body(s, query, limit, clauses) for s in strategies}
-        runnable = [s for s in strategies if requests[s] is not None]
-        results: dict[str, list[Hit]] = {s: [] for s in strategies}
+    async def query(self, queries: list[StrategyQuery]) -> list[list[Hit]]:
+        requests = [self._body(q) for q in queries]
+        runnable = [i for i, body in enumerate(requests) if body is not None]
+        results: list[list[Hit]] = [[] for _ in queries]
         if not runnable:
             return results
-        # One round trip for every strategy of the query.
+        # One round trip for every strategy of every query of the batch.
         lines: list[dict[str, Any]] = []
-        for strategy in runnable:
-            lines.extend(({"index": self.alias}, requests[strategy]))
+        for i in runnable:
+            lines.extend(({"index": self.alias}, requests[i]))
         response = await self._call("search", self.client.msearch(body=lines))
-        for strategy, item in zip(runnable, response["responses"], strict=True):
+        for i, item in zip(runnable, response["responses"], strict=True):
             if "error" in item:
                 error = item["error"]
                 reason = error.get("reason") if isinstance(error, dict) else error
-                raise OpenSearchStoreError(f"OpenSearch {strategy} search failed: {reason}")
-            results[strategy] = [
+                raise OpenSearchStoreError(
+                    f"OpenSearch {queries[i].strategy} search failed: {reason}"
+                )
+            results[i] = [
                 Hit(h["_id"], h["_source"]["doc_id"], float(h["_score"]))
                 for h in item["hits"]["hits"]
             ]
         return results
 
-    async def fetch_sources(self, tenant_id: str, chunk_ids: list[str]) -> dict[str, dict]:
-        if not chunk_ids:
-            return {}
+    async def _mget(
+        self, requests: list[tuple[str, list[str]]], source: Any
+    ) -> list[dict[str, dict]]:
+        wanted = list(dict.fromkeys(i for _, ids in requests for i in ids))
+        if not wanted:
+            return [{} for _ in requests]
         response = await self._call(
-            "fetch",
-            self.client.mget(
-                index=self.alias, body={"ids": list(chunk_ids)}, _source_excludes=["splade", "body"]
-            ),
+            "fetch", self.client.mget(index=self.alias, body={"ids": wanted}, **source)
         )
-        return {
-            d["_id"]: d["_source"]
-            for d in response["docs"]
-            if d.get("found") and d["_source"].get("tenant_id") == tenant_id
-        }
+        by_id = {d["_id"]: d["_source"] for d in response["docs"] if d.get("found")}
+        return [
+            {i: by_id[i] for i in ids if i in by_id and by_id[i].get("tenant_id") == tenant}
+            for tenant, ids in requests
+        ]
 
-    async def fetch(self, tenant_id: str, chunk_ids: list[str]) -> list[Chunk]:
-        sources = await self.fetch_sources(tenant_id, chunk_ids)
-        return [source_to_chunk(sources[i]) for i in chunk_ids if i in sources]
+    async def present(self, requests: list[tuple[str, list[str]]]) -> list[set[str]]:
+        found = await self._mget(requests, {"_source_includes": ["tenant_id"]})
+        return [set(f) for f in found]
 
-    async def count(self, tenant_id: str | None = None) -> int:
+    async def chunks(self, requests: list[tuple[str, list[str]]]) -> list[dict[str, Chunk]]:
+        found = await self._mget(requests, {"_source_excludes": ["splade", "body"]})
+        return [{i: source_to_chunk(s) for i, s in f.items()} for f in found]
+
+    async def count(self, tenant_id: str | None) -> int:
         response = await self._call(
             "count", self.client.count(index=self.alias, body=bodies.count_query(tenant_id))
         )
         return int(response["count"])
 
-    # -- snapshots -----------------------------------------------------------------------
+    async def scroll_ids(
+        self, tenant_id: str | None, offset: Any, limit: int
+    ) -> tuple[list[tuple[str, str]], Any]:
+        body: dict[str, Any] = {
+            **bodies.count_query(tenant_id),
+            "_source": ["tenant_id"],
+            "size": limit,
+            "sort": ["id"],
+        }
+        if offset is not None:
+            body["search_after"] = offset
+        response = await self._call("id listing", self.client.search(index=self.alias, body=body))
+        hits = response["hits"]["hits"]
+        page = [(h["_id"], h["_source"]["tenant_id"]) for h in hits]
+        return page, (hits[-1]["sort"] if len(hits) == limit else None)
+
+    # -- snapshots (Snapshots protocol) ----------------------------------------------------
     def _repository(self) -> str:
         if not self.config.snapshot_repository:
             raise ConfigError(

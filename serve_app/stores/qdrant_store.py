@@ -1,9 +1,10 @@
-"""Qdrant server adapter (qdrant-client, async): dense vectors, and in the ``qdrant`` topology
+"""Qdrant server backend (qdrant-client, async): dense vectors, and in the ``qdrant`` topology
 SPLADE and BM25 sparse vectors too (BM25 with the IDF modifier, IDF from the tenant's chunks).
 
-``collection`` in config is an alias in front of ``{collection}-v{n}``; the models that built
-the vectors are the collection's metadata. The same client runs against qdrant-client's local
-mode (``local_path``), which speaks the same API with exact search and no snapshots.
+``collection`` in config is an alias in front of ``{collection}-v{n}`` (stores/versioning.py);
+the models that built the vectors are the collection's metadata. The same client runs against
+qdrant-client's local mode (``local_path``), which speaks the same API with exact search and
+no snapshots.
 """
 
 from __future__ import annotations
@@ -18,24 +19,23 @@ from qdrant_client import AsyncQdrantClient
 from qdrant_client import models as qm
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
-from serve_app.config import QdrantConfig
-from serve_app.errors import ConfigError, ModelMismatchError, ServiceUnavailableError
-from serve_app.schemas import Chunk, DocumentInfo, SearchFilters, SparseVector, Strategy
+from serve_app.config import AppConfig, QdrantConfig
+from serve_app.errors import ConfigError, ServiceUnavailableError
+from serve_app.schemas import Chunk, Strategy
+from serve_app.stores import qdrant_requests as qr
 from serve_app.stores.base import (
     DocumentStates,
     DocumentWrite,
     Hit,
     IndexModels,
-    QueryVectors,
-    SearchViaBatch,
-    complete_hashes,
-    document_info_from,
-    next_version_name,
+    StrategyQuery,
+    states_from_payloads,
 )
+from serve_app.stores.index import StoreIndex
+from serve_app.stores.versioning import open_versioned
 
 log = logging.getLogger(__name__)
 
-_STORE_ONLY = ("content_hash", "chunk_count")
 _SCROLL_PAGE = 1000
 _CLIENT_ERRORS = (UnexpectedResponse, ResponseHandlingException, httpx.HTTPError, OSError)
 
@@ -44,44 +44,29 @@ class QdrantStoreError(ServiceUnavailableError):
     """Qdrant refused or could not complete a request."""
 
 
-def _match(key: str, value: object) -> qm.FieldCondition:
+# -- translation of the shared Qdrant requests into qdrant-client's models ----------------
+def _condition(condition: qr.Condition) -> qm.FieldCondition:
+    key, value = condition.key, condition.value
     if isinstance(value, list):
         return qm.FieldCondition(key=key, match=qm.MatchAny(any=value))
     if isinstance(value, float):
         return qm.FieldCondition(key=key, range=qm.Range(gte=value, lte=value))
-    return qm.FieldCondition(key=key, match=qm.MatchValue(value=value))  # type: ignore[arg-type]
+    return qm.FieldCondition(key=key, match=qm.MatchValue(value=value))
 
 
-def build_filter(
-    tenant_id: str | None,
-    filters: SearchFilters | None = None,
-    doc_ids: list[str] | None = None,
-    exclude_ids: list[str] | None = None,
-) -> qm.Filter:
-    must: list[qm.Condition] = []
-    if tenant_id is not None:
-        must.append(_match("tenant_id", tenant_id))
-    if doc_ids is not None:
-        must.append(_match("doc_id", list(doc_ids)))
-    if filters is not None:
-        if filters.doc_ids:
-            must.append(_match("doc_id", list(filters.doc_ids)))
-        if filters.sections:
-            must.append(_match("section", list(filters.sections)))
-        for key, value in sorted(filters.metadata.items()):
-            must.append(_match(f"metadata.{key}", value))
+def to_client_filter(spec: qr.Filter) -> qm.Filter:
     must_not: list[qm.Condition] | None = (
-        [qm.HasIdCondition(has_id=list(exclude_ids))] if exclude_ids else None
+        [qm.HasIdCondition(has_id=list(spec.exclude_ids))] if spec.exclude_ids else None
     )
-    return qm.Filter(must=must, must_not=must_not)
+    return qm.Filter(must=[_condition(c) for c in spec.must], must_not=must_not)
 
 
-def _sparse(vector: SparseVector) -> qm.SparseVector:
-    return qm.SparseVector(indices=list(vector.indices), values=list(vector.values))
-
-
-class QdrantIndex(SearchViaBatch):
+class QdrantBackend:
     """Qdrant as the store for ``strategies``: ("dense",) or ("bm25", "splade", "dense")."""
+
+    name = "qdrant"
+    kind = "Qdrant collection"
+    holds_chunks = True
 
     def __init__(
         self,
@@ -132,8 +117,29 @@ class QdrantIndex(SearchViaBatch):
         except _CLIENT_ERRORS as error:
             raise QdrantStoreError(f"Qdrant failed during {what}: {error}") from None
 
-    # -- lifecycle -----------------------------------------------------------------------
-    def _vectors(self, models: IndexModels) -> dict[str, qm.VectorParams]:
+    # -- versioned collection primitives (stores/versioning.py) -------------------------
+    async def alias_target(self) -> str | None:
+        response = await self.client.get_aliases()
+        return next(
+            (a.collection_name for a in response.aliases if a.alias_name == self.alias), None
+        )
+
+    async def version_names(self) -> list[str]:
+        return [c.name for c in (await self.client.get_collections()).collections]
+
+    def binding(self, models: IndexModels) -> dict[str, Any]:
+        stored = models.as_dict()
+        if "splade" not in self.strategies:
+            stored["splade_model"] = None
+        if "bm25" not in self.strategies:
+            stored["bm25_model"] = None
+        return stored
+
+    async def stored_binding(self, name: str) -> Any:
+        info = await self.client.get_collection(name)
+        return (info.config.metadata or {}).get("models")
+
+    async def create_version(self, name: str, models: IndexModels) -> None:
         quantization = (
             qm.ScalarQuantization(
                 scalar=qm.ScalarQuantizationConfig(type=qm.ScalarType.INT8, always_ram=True)
@@ -141,50 +147,28 @@ class QdrantIndex(SearchViaBatch):
             if self.config.quantization == "int8"
             else None
         )
-        return {
-            "dense": qm.VectorParams(
-                size=models.dense_dim,
-                distance=qm.Distance.COSINE,
-                on_disk=self.config.on_disk,
-                hnsw_config=qm.HnswConfigDiff(
-                    m=self.config.hnsw_m, ef_construct=self.config.hnsw_ef_construct
-                ),
-                quantization_config=quantization,
-            )
-        }
-
-    def _sparse_vectors(self) -> dict[str, qm.SparseVectorParams] | None:
         sparse = {}
         if "splade" in self.strategies:
             sparse["splade"] = qm.SparseVectorParams()
         if "bm25" in self.strategies:
             sparse["bm25"] = qm.SparseVectorParams(modifier=qm.Modifier.IDF)
-        return sparse or None
-
-    def _metadata(self, models: IndexModels) -> dict[str, Any]:
-        stored = models.as_dict()
-        if "splade" not in self.strategies:
-            stored["splade_model"] = None
-        if "bm25" not in self.strategies:
-            stored["bm25_model"] = None
-        return {"models": stored, "strategies": list(self.strategies)}
-
-    async def _alias_target(self) -> str | None:
-        response = await self.client.get_aliases()
-        return next(
-            (a.collection_name for a in response.aliases if a.alias_name == self.alias), None
-        )
-
-    async def _create_version(self, models: IndexModels, old: str | None) -> str:
-        collections = (await self.client.get_collections()).collections
-        name = next_version_name(self.alias, [c.name for c in collections])
         await self.client.create_collection(
             name,
-            vectors_config=self._vectors(models),
-            sparse_vectors_config=self._sparse_vectors(),
+            vectors_config={
+                "dense": qm.VectorParams(
+                    size=models.dense_dim,
+                    distance=qm.Distance.COSINE,
+                    on_disk=self.config.on_disk,
+                    hnsw_config=qm.HnswConfigDiff(
+                        m=self.config.hnsw_m, ef_construct=self.config.hnsw_ef_construct
+                    ),
+                    quantization_config=quantization,
+                )
+            },
+            sparse_vectors_config=sparse or None,
             shard_number=self.config.shard_number,
             replication_factor=self.config.replication_factor,
-            metadata=self._metadata(models),
+            metadata={"models": self.binding(models), "strategies": list(self.strategies)},
         )
         if not self.config.local_path:  # local mode has no payload indexes (and warns)
             await self.client.create_payload_index(
@@ -194,8 +178,10 @@ class QdrantIndex(SearchViaBatch):
             )
             for field in ("doc_id", "section"):
                 await self.client.create_payload_index(name, field, qm.PayloadSchemaType.KEYWORD)
+
+    async def point_alias(self, name: str, previous: str | None) -> None:
         operations: list[Any] = []
-        if old is not None:
+        if previous is not None:
             operations.append(
                 qm.DeleteAliasOperation(delete_alias=qm.DeleteAlias(alias_name=self.alias))
             )
@@ -205,30 +191,10 @@ class QdrantIndex(SearchViaBatch):
             )
         )
         await self.client.update_collection_aliases(change_aliases_operations=operations)
-        return name
 
-    async def _open(self, models: IndexModels) -> None:
-        target = await self._alias_target()
-        if target is None:
-            self.physical = await self._create_version(models, None)
-            return
-        info = await self.client.get_collection(target)
-        stored = (info.config.metadata or {}).get("models")
-        wanted = self._metadata(models)["models"]
-        if stored != wanted:
-            if not self.migrate:
-                raise ModelMismatchError(
-                    f"Qdrant collection {target} (alias {self.alias}) was built with other "
-                    f"models ({stored} vs {wanted}); set stores.migrate: true to create a new "
-                    "collection version behind the alias and re-ingest"
-                )
-            log.warning("models changed: new Qdrant collection version behind %s", self.alias)
-            self.physical = await self._create_version(models, target)
-            return
-        self.physical = target
-
+    # -- lifecycle -----------------------------------------------------------------------
     async def open(self, models: IndexModels) -> None:
-        await self._call("open", self._open(models))
+        self.physical = await self._call("open", open_versioned(self, models, self.migrate))
 
     async def close(self) -> None:
         if self._client is not None:
@@ -243,114 +209,98 @@ class QdrantIndex(SearchViaBatch):
             return False
 
     # -- writes --------------------------------------------------------------------------
-    def _point(self, write: DocumentWrite, position: int) -> qm.PointStruct:
-        encoded = write.chunks[position]
-        vector: dict[str, Any] = {"dense": [float(x) for x in encoded.dense]}
-        if "splade" in self.strategies and encoded.splade is not None:
-            vector["splade"] = _sparse(encoded.splade)
-        if "bm25" in self.strategies and encoded.bm25 is not None:
-            vector["bm25"] = _sparse(encoded.bm25)
-        payload = encoded.chunk.model_dump(mode="json")
-        payload["content_hash"] = write.content_hash
-        payload["chunk_count"] = len(write.chunks)
-        return qm.PointStruct(id=encoded.chunk.id, vector=vector, payload=payload)
+    def _point(self, write: DocumentWrite, encoded: Any) -> qm.PointStruct:
+        vectors = {
+            name: qm.SparseVector(indices=value[0], values=value[1])
+            if isinstance(value, tuple)
+            else value
+            for name, value in qr.point_vectors(encoded, self.strategies).items()
+        }
+        return qm.PointStruct(
+            id=encoded.chunk.id, vector=vectors, payload=qr.point_payload(write, encoded)
+        )
 
-    async def _count(self, selector: qm.Filter) -> int:
-        response = await self.client.count(self.alias, count_filter=selector, exact=True)
-        return int(response.count)
-
-    async def _delete_where(self, selector: qm.Filter) -> int:
-        count = await self._count(selector)
-        if count:
-            await self.client.delete(
-                self.alias, points_selector=qm.FilterSelector(filter=selector), wait=True
-            )
-        return count
-
-    async def _write(self, tenant_id: str, writes: list[DocumentWrite]) -> int:
-        points = [self._point(w, i) for w in writes for i in range(len(w.chunks))]
+    async def upsert(self, tenant_id: str, writes: list[DocumentWrite]) -> None:
+        del tenant_id  # carried by each chunk's payload
+        points = [self._point(w, e) for w in writes for e in w.chunks]
         size = self.config.upsert_batch_size
         for start in range(0, len(points), size):
-            await self.client.upsert(self.alias, points=points[start : start + size], wait=True)
-        removed = 0
-        for write in writes:
-            keep = [encoded.chunk.id for encoded in write.chunks]
-            removed += await self._delete_where(
-                build_filter(tenant_id, doc_ids=[write.doc_id], exclude_ids=keep)
+            await self._call(
+                "write",
+                self.client.upsert(self.alias, points=points[start : start + size], wait=True),
             )
-        return removed
 
-    async def write_documents(self, tenant_id: str, writes: list[DocumentWrite]) -> int:
-        return await self._call("write", self._write(tenant_id, writes))
+    async def _delete_where(self, what: str, selector: qm.Filter) -> int:
+        count = (
+            await self._call(what, self.client.count(self.alias, count_filter=selector, exact=True))
+        ).count
+        if count:
+            await self._call(
+                what,
+                self.client.delete(
+                    self.alias, points_selector=qm.FilterSelector(filter=selector), wait=True
+                ),
+            )
+        return int(count)
 
-    async def delete_document(self, tenant_id: str, doc_id: str) -> int:
-        return await self._call(
-            "delete", self._delete_where(build_filter(tenant_id, doc_ids=[doc_id]))
+    async def delete_ids(self, tenant_id: str, chunk_ids: list[str]) -> None:
+        selector = to_client_filter(qr.chunk_filter(tenant_id))
+        selector.must = [*(selector.must or []), qm.HasIdCondition(has_id=list(chunk_ids))]
+        await self._delete_where("delete", selector)
+
+    async def delete_documents(self, tenant_id: str, doc_ids: list[str]) -> int:
+        return await self._delete_where(
+            "delete", to_client_filter(qr.chunk_filter(tenant_id, doc_ids=doc_ids))
         )
 
     # -- reads ---------------------------------------------------------------------------
-    async def _scroll(self, selector: qm.Filter, fields: list[str] | bool) -> list[qm.Record]:
+    async def _scroll(
+        self, selector: qr.Filter, fields: list[str] | bool, offset: Any = None, pages: int = 0
+    ) -> tuple[list[qm.Record], Any]:
         records: list[qm.Record] = []
-        offset = None
+        done = 0
         while True:
-            page, offset = await self.client.scroll(
-                self.alias,
-                scroll_filter=selector,
-                limit=_SCROLL_PAGE,
-                offset=offset,
-                with_payload=fields,
-                with_vectors=False,
+            page, offset = await self._call(
+                "scroll",
+                self.client.scroll(
+                    self.alias,
+                    scroll_filter=to_client_filter(selector),
+                    limit=_SCROLL_PAGE,
+                    offset=offset,
+                    with_payload=fields,
+                    with_vectors=False,
+                ),
             )
             records.extend(page)
-            if offset is None or not page:
-                return records
+            done += 1
+            if offset is None or not page or done == pages:
+                return records, offset
 
-    async def document_states(self, tenant_id: str, doc_ids: list[str]) -> DocumentStates:
-        """Only documents stored under exactly one hash."""
+    async def chunk_ids(self, tenant_id: str, doc_ids: list[str]) -> dict[str, set[str]]:
         if not doc_ids:
             return {}
-        records = await self._call(
-            "document hashes",
-            self._scroll(
-                build_filter(tenant_id, doc_ids=doc_ids), ["doc_id", "content_hash", "chunk_count"]
-            ),
-        )
-        seen: dict[str, dict[str, list[int]]] = {}
+        records, _ = await self._scroll(qr.chunk_filter(tenant_id, doc_ids=doc_ids), ["doc_id"])
+        held: dict[str, set[str]] = {}
         for record in records:
-            payload = record.payload or {}
-            per_hash = seen.setdefault(payload["doc_id"], {})
-            per_hash.setdefault(payload["content_hash"], []).append(int(payload["chunk_count"]))
-        return {
-            doc: (h, len(counts), max(counts))
-            for doc, hashes in seen.items()
-            if len(hashes) == 1
-            for h, counts in hashes.items()
-        }
+            held.setdefault((record.payload or {})["doc_id"], set()).add(str(record.id))
+        return held
 
-    async def document_hashes(self, tenant_id: str, doc_ids: list[str]) -> dict[str, str]:
-        return complete_hashes(await self.document_states(tenant_id, doc_ids))
-
-    async def document_info(self, tenant_id: str, doc_id: str) -> DocumentInfo | None:
-        records = await self._call(
-            "document lookup", self._scroll(build_filter(tenant_id, doc_ids=[doc_id]), True)
+    async def document_states(self, tenant_id: str, doc_ids: list[str]) -> DocumentStates:
+        if not doc_ids:
+            return {}
+        records, _ = await self._scroll(
+            qr.chunk_filter(tenant_id, doc_ids=doc_ids), ["doc_id", "content_hash", "chunk_count"]
         )
-        return document_info_from(tenant_id, doc_id, [r.payload or {} for r in records])
+        return states_from_payloads([r.payload or {} for r in records])
 
-    def _request(
-        self,
-        strategy: Strategy,
-        query: QueryVectors,
-        limit: int,
-        tenant_id: str,
-        filters: SearchFilters | None,
-    ) -> qm.QueryRequest | None:
-        if strategy not in self.strategies:
-            raise ValueError(f"this Qdrant store does not serve the {strategy!r} strategy")
+    async def document_payloads(self, tenant_id: str, doc_id: str) -> list[dict]:
+        records, _ = await self._scroll(qr.chunk_filter(tenant_id, doc_ids=[doc_id]), True)
+        return [{**(r.payload or {}), "id": str(r.id)} for r in records]
+
+    def _request(self, plan: qr.QueryPlan) -> qm.QueryRequest:
         params: qm.SearchParams | None
-        if strategy == "dense":
-            if query.dense is None:
-                raise ValueError("dense search needs a dense query vector")
-            vector: Any = [float(x) for x in query.dense]
+        if isinstance(plan.search, qr.DenseSearch):
+            vector: Any = plan.search.vector
             # Local mode always searches exactly and warns about index parameters.
             params = (
                 None
@@ -358,88 +308,98 @@ class QdrantIndex(SearchViaBatch):
                 else qm.SearchParams(hnsw_ef=self.config.hnsw_ef, exact=self.config.exact)
             )
         else:
-            sparse = query.splade if strategy == "splade" else query.bm25
-            if sparse is None:
-                raise ValueError(f"{strategy} search needs a {strategy} query vector")
-            if not len(sparse):
-                return None
-            vector = _sparse(sparse)
-            # BM25 document frequencies come from the tenant's own chunks only.
+            vector = qm.SparseVector(indices=plan.search.indices, values=plan.search.values)
             params = (
-                qm.SearchParams(idf=qm.IdfCorpusParams(corpus=build_filter(tenant_id)))
-                if strategy == "bm25"
+                qm.SearchParams(
+                    idf=qm.IdfCorpusParams(
+                        corpus=to_client_filter(qr.chunk_filter(plan.search.idf_tenant))
+                    )
+                )
+                if plan.search.idf_tenant is not None
                 else None
             )
         return qm.QueryRequest(
             query=vector,
-            using=strategy,
-            filter=build_filter(tenant_id, filters),
-            limit=limit,
+            using=plan.using,
+            filter=to_client_filter(plan.filter),
+            limit=plan.limit,
             params=params,
-            with_payload=["doc_id"],
+            with_payload=["doc_id"] if plan.with_doc_id else False,
         )
 
-    async def search_many(
-        self,
-        strategies: list[Strategy],
-        query: QueryVectors,
-        limit: int,
-        tenant_id: str,
-        filters: SearchFilters | None = None,
-    ) -> dict[str, list[Hit]]:
-        requests = {s: self._request(s, query, limit, tenant_id, filters) for s in strategies}
-        runnable = [s for s in strategies if requests[s] is not None]
-        results: dict[str, list[Hit]] = {s: [] for s in strategies}
+    async def query(self, queries: list[StrategyQuery]) -> list[list[Hit]]:
+        for q in queries:
+            if q.strategy not in self.strategies:
+                raise ValueError(f"this Qdrant store does not serve the {q.strategy!r} strategy")
+        plans = [qr.query_plan(q) for q in queries]
+        runnable = [i for i, plan in enumerate(plans) if plan is not None]
+        results: list[list[Hit]] = [[] for _ in queries]
         if not runnable:
             return results
         responses = await self._call(
             "search",
-            self.client.query_batch_points(self.alias, requests=[requests[s] for s in runnable]),
+            self.client.query_batch_points(
+                self.alias,
+                requests=[self._request(plans[i]) for i in runnable],  # type: ignore[arg-type]
+            ),
         )
-        for strategy, response in zip(runnable, responses, strict=True):
-            results[strategy] = [
-                Hit(str(p.id), (p.payload or {})["doc_id"], float(p.score)) for p in response.points
+        for i, response in zip(runnable, responses, strict=True):
+            results[i] = [
+                Hit(str(p.id), (p.payload or {}).get("doc_id", ""), float(p.score))
+                for p in response.points
             ]
         return results
 
-    async def fetch_payloads(
-        self, tenant_id: str, chunk_ids: list[str], fields: list[str] | bool = True
-    ) -> dict[str, dict]:
-        if not chunk_ids:
-            return {}
+    async def _retrieve(
+        self, requests: list[tuple[str, list[str]]], fields: list[str] | bool
+    ) -> list[dict[str, dict]]:
+        wanted = list(dict.fromkeys(i for _, ids in requests for i in ids))
+        if not wanted:
+            return [{} for _ in requests]
         records = await self._call(
             "fetch",
-            self.client.retrieve(
-                self.alias, ids=list(chunk_ids), with_payload=fields, with_vectors=False
-            ),
+            self.client.retrieve(self.alias, ids=wanted, with_payload=fields, with_vectors=False),
         )
-        return {
-            str(r.id): r.payload or {}
-            for r in records
-            if (r.payload or {}).get("tenant_id") == tenant_id
-        }
+        by_id = {str(r.id): r.payload or {} for r in records}
+        return [
+            {i: by_id[i] for i in ids if i in by_id and by_id[i].get("tenant_id") == tenant}
+            for tenant, ids in requests
+        ]
 
-    async def fetch(self, tenant_id: str, chunk_ids: list[str]) -> list[Chunk]:
-        payloads = await self.fetch_payloads(tenant_id, chunk_ids)
-        return [payload_to_chunk(payloads[i]) for i in chunk_ids if i in payloads]
+    async def present(self, requests: list[tuple[str, list[str]]]) -> list[set[str]]:
+        return [set(found) for found in await self._retrieve(requests, ["tenant_id"])]
 
-    async def count(self, tenant_id: str | None = None) -> int:
-        selector = build_filter(tenant_id) if tenant_id else None
-        return await self._call("count", self._count(selector))  # type: ignore[arg-type]
+    async def chunks(self, requests: list[tuple[str, list[str]]]) -> list[dict[str, Chunk]]:
+        found = await self._retrieve(requests, True)
+        return [{i: qr.payload_to_chunk(p) for i, p in f.items()} for f in found]
 
-    # -- snapshots -----------------------------------------------------------------------
+    async def count(self, tenant_id: str | None) -> int:
+        selector = to_client_filter(qr.chunk_filter(tenant_id)) if tenant_id else None
+        response = await self._call(
+            "count", self.client.count(self.alias, count_filter=selector, exact=True)
+        )
+        return int(response.count)
+
+    async def scroll_ids(
+        self, tenant_id: str | None, offset: Any, limit: int
+    ) -> tuple[list[tuple[str, str]], Any]:
+        del limit  # one client page
+        records, offset = await self._scroll(qr.chunk_filter(tenant_id), ["tenant_id"], offset, 1)
+        return [(str(r.id), (r.payload or {})["tenant_id"]) for r in records], offset
+
+    # -- snapshots (Snapshots protocol) ----------------------------------------------------
     async def _snapshot_target(self) -> str:
         """The physical collection behind the alias (snapshots belong to a collection)."""
+        if self.config.local_path:
+            raise ConfigError("snapshots need a Qdrant server; qdrant-client local mode has none")
         if self.physical is None:
-            self.physical = await self._call("alias lookup", self._alias_target())
+            self.physical = await self._call("alias lookup", self.alias_target())
         if self.physical is None:
             raise QdrantStoreError(f"no Qdrant collection behind the alias {self.alias}")
         return self.physical
 
     async def create_snapshot(self, name: str) -> dict[str, Any]:
         del name  # Qdrant names its snapshots itself
-        if self.config.local_path:
-            raise ConfigError("snapshots need a Qdrant server; qdrant-client local mode has none")
         collection = await self._snapshot_target()
         description = await self._call(
             "snapshot creation", self.client.create_snapshot(collection, wait=True)
@@ -447,12 +407,19 @@ class QdrantIndex(SearchViaBatch):
         return {"store": "qdrant", "name": description.name, "size": description.size}
 
     async def list_snapshots(self) -> list[dict[str, Any]]:
-        if self.config.local_path:
-            raise ConfigError("snapshots need a Qdrant server; qdrant-client local mode has none")
         collection = await self._snapshot_target()
         found = await self._call("snapshot listing", self.client.list_snapshots(collection))
         return [{"store": "qdrant", "name": s.name, "size": s.size} for s in found]
 
 
-def payload_to_chunk(payload: dict[str, Any]) -> Chunk:
-    return Chunk.model_construct(**{k: v for k, v in payload.items() if k not in _STORE_ONLY})
+def build_qdrant(config: AppConfig) -> StoreIndex:
+    return StoreIndex(
+        [
+            QdrantBackend(
+                config.stores.qdrant,
+                config.data_path,
+                strategies=tuple(config.enabled_strategies()),
+                migrate=config.stores.migrate,
+            )
+        ]
+    )

@@ -1,71 +1,22 @@
-"""Hand-made chunks, vectors and store factories shared by the store tests."""
+"""Store factories shared by the store tests (the hand-made chunks and vectors are the
+contract suite's: serve_app/testing/store_contract.py)."""
 
 from __future__ import annotations
 
-import hashlib
 import uuid
 from pathlib import Path
 
-import numpy as np
 from opensearchpy import AIOHttpConnection
 from opensearchpy.exceptions import ConnectionError as OpenSearchConnectionError
 
 from serve_app.config import EmbeddedStoreConfig, OpenSearchConfig, QdrantConfig
-from serve_app.schemas import Chunk, SparseVector
-from serve_app.stores.base import DocumentWrite, EncodedChunk, IndexModels, QueryVectors
-from serve_app.stores.embedded import EmbeddedIndex
-from serve_app.stores.opensearch_store import OpenSearchIndex
-from serve_app.stores.qdrant_store import QdrantIndex
-from serve_app.stores.split import SplitIndex
+from serve_app.stores.embedded import embedded_index
+from serve_app.stores.index import StoreIndex
+from serve_app.stores.opensearch_store import OpenSearchBackend
+from serve_app.stores.qdrant_store import QdrantBackend
+from serve_app.testing.store_contract import MODELS, encoded, query, write  # noqa: F401
 
-MODELS = IndexModels(dense_model="m", dense_dim=4, splade_model="s", bm25_model="b")
 TOPOLOGY_NAMES = ["embedded", "qdrant", "opensearch+qdrant"]
-
-
-def chunk_uuid(*parts: object) -> str:
-    digest = hashlib.sha1("\x1f".join(map(str, parts)).encode()).hexdigest()
-    return str(uuid.UUID(digest[:32]))
-
-
-def encoded(
-    doc_id: str,
-    order: int,
-    text: str,
-    dense: list[float],
-    terms: dict[int, float],
-    tenant: str = "t1",
-    section: str = "Intro",
-    metadata: dict | None = None,
-) -> EncodedChunk:
-    chunk = Chunk(
-        id=chunk_uuid(tenant, doc_id, order, text),
-        doc_id=doc_id,
-        tenant_id=tenant,
-        text=text,
-        title=f"title {doc_id}",
-        section=section,
-        heading_chain=[section],
-        order=order,
-        char_start=0,
-        char_end=len(text),
-        metadata=metadata or {},
-    )
-    sparse = SparseVector(indices=list(terms), values=list(terms.values()))
-    return EncodedChunk(
-        chunk=chunk, dense=np.array(dense, dtype=np.float32), splade=sparse, bm25=sparse
-    )
-
-
-def write(doc_id: str, chunks: list[EncodedChunk], content_hash: str = "h1") -> DocumentWrite:
-    return DocumentWrite(doc_id=doc_id, content_hash=content_hash, chunks=chunks)
-
-
-def query(dense=(1, 0, 0, 0), terms=None, text: str = "q") -> QueryVectors:
-    terms = terms or {1: 1.0}
-    sparse = SparseVector(indices=list(terms), values=list(terms.values()))
-    return QueryVectors(
-        text=text, dense=np.array(dense, dtype=np.float32), splade=sparse, bm25=sparse
-    )
 
 
 def opensearch_config(url: str, **overrides) -> OpenSearchConfig:
@@ -93,14 +44,16 @@ def make_store(
     the OpenSearch REST server given by ``opensearch_url``."""
     qdrant = QdrantConfig(local_path=qdrant_local, collection=collection, exact=True)
     if topology == "embedded":
-        return EmbeddedIndex(tmp_path / "embedded", EmbeddedStoreConfig(exact=True))
+        return embedded_index(tmp_path / "embedded", EmbeddedStoreConfig(exact=True))
     if topology == "qdrant":
-        return QdrantIndex(qdrant, tmp_path, migrate=migrate)
+        return StoreIndex([QdrantBackend(qdrant, tmp_path, migrate=migrate)])
     if topology == "opensearch+qdrant":
         assert opensearch_url is not None
-        return SplitIndex(
-            OpenSearchIndex(os_config or opensearch_config(opensearch_url), migrate=migrate),
-            QdrantIndex(qdrant, tmp_path, strategies=("dense",), migrate=migrate),
+        return StoreIndex(
+            [
+                OpenSearchBackend(os_config or opensearch_config(opensearch_url), migrate=migrate),
+                QdrantBackend(qdrant, tmp_path, strategies=("dense",), migrate=migrate),
+            ]
         )
     raise ValueError(topology)
 

@@ -17,7 +17,8 @@ from serve_app.errors import ServeAppError
 from serve_app.schemas import SearchFilters
 from serve_app.stores import opensearch_bodies as bodies
 from serve_app.stores.base import IndexModels
-from serve_app.stores.opensearch_store import OpenSearchIndex
+from serve_app.stores.index import StoreIndex
+from serve_app.stores.opensearch_store import OpenSearchBackend
 
 
 class RecordingConnection(AIOHttpConnection):
@@ -30,9 +31,9 @@ class RecordingConnection(AIOHttpConnection):
         return await super().perform_request(method, url, params, body, *args, **kwargs)
 
 
-def recording_index(config) -> OpenSearchIndex:
+def recording_index(config) -> StoreIndex:
     client = AsyncOpenSearch(hosts=config.hosts, connection_class=RecordingConnection)
-    return OpenSearchIndex(config, migrate=True, client=client)
+    return StoreIndex([OpenSearchBackend(config, migrate=True, client=client)])
 
 
 async def _workflow(opensearch_url) -> None:
@@ -52,11 +53,14 @@ async def _workflow(opensearch_url) -> None:
     await index.document_hashes("t1", ["d1", "d2"])
     await index.document_info("t1", "d1")
     await index.fetch("t1", [c.chunk.id for c in chunks])
+    await index.fetch_batch([("t1", [chunks[0].chunk.id]), ("t2", [chunks[1].chunk.id])])
     await index.count("t1")
     await index.count()
+    (backend,) = index.backends
+    await backend.scroll_ids("t1", None, 2)  # the pages StoreIndex.count reads across stores
     await index.delete_document("t1", "d1")
     with pytest.raises(ServeAppError):  # osmem has no _snapshot API; the body is still checked
-        await index.create_snapshot("nightly")
+        await index.snapshot_stores()[0].create_snapshot("nightly")
     await index.close()
 
     # neural_sparse (OpenSearch >= 2.11 with the neural-search plugin; osmem lacks it).
@@ -119,6 +123,8 @@ def test_query_bodies_validate(mode):
     validate("PUT", "/i-v1", bodies.index_body(config, MODELS))
     validate("POST", "/i/_search", bodies.hashes_query("t", ["a"]))
     validate("POST", "/i/_search", bodies.document_query("t", "a", 10))
+    validate("POST", "/i/_delete_by_query", bodies.ids_query("t", ["x", "y"]))
+    validate("POST", "/i/_delete_by_query", bodies.documents_query("t", ["a", "b"]))
     # Pruned to the query's top terms, strongest first.
     if mode == "rank_feature":
         fields = [c["rank_feature"]["field"] for c in splade["query"]["bool"]["should"]]

@@ -1,0 +1,338 @@
+"""The store algorithm, once, over the backends of a topology.
+
+Writes: a document is replaced as *write every new chunk to every store, then remove the
+document's other chunks from every store*. The new chunks' payloads carry the new content
+hash (and the chunk count), so a document is reported stored (``document_hashes``) only when
+every store holds all its chunks under one hash; until then a retry rewrites it.
+
+Reads: a chunk is served only when every store holds it (the final fetch asks every store).
+
+Interruptions: whatever ends a write early (a store error, a timeout, a client gone:
+``CancelledError`` too), a recovery runs, shielded from cancellation and bounded in time:
+before every store has the new chunks it removes them again (rolls back: the old version
+stays served exactly), after that it finishes removing the old ones (rolls forward: the new
+version is served exactly). Upserts are by chunk id, deletes by id or document: a retry after
+anything converges with no duplicates. A delete, once started, is finished the same way.
+While an update runs, both versions of that document can be served for a moment (between
+the new chunks' write and the old ones' removal), never part of one; the ingest pipeline
+derives chunk ids from the document's content hash, so two versions share no chunk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable
+from typing import Any
+
+from serve_app.errors import ConfigError, ServeAppError
+from serve_app.schemas import Chunk, DocumentInfo, SearchFilters, Strategy
+from serve_app.stores.base import (
+    Backend,
+    ChunkBackend,
+    DocumentWrite,
+    Hit,
+    IndexModels,
+    QueryVectors,
+    SearchQuery,
+    Snapshots,
+    StrategyQuery,
+    document_info_from,
+)
+
+log = logging.getLogger(__name__)
+
+RECOVERY_TIMEOUT_S = 30.0
+_COUNT_PAGE = 1000
+
+
+class StoreIndex:
+    """A ``ChunkIndex`` over ``backends``; the first one that holds chunks serves fetches."""
+
+    def __init__(
+        self, backends: list[Backend], recovery_timeout_s: float = RECOVERY_TIMEOUT_S
+    ) -> None:
+        holders = [b for b in backends if getattr(b, "holds_chunks", False)]
+        if not holders:
+            raise ConfigError("a store topology needs one store that holds the chunks")
+        self.backends = backends
+        self.chunk_store: ChunkBackend = holders[0]  # type: ignore[assignment]
+        self.strategies: tuple[Strategy, ...] = tuple(
+            dict.fromkeys(s for b in backends for s in b.strategies)
+        )
+        self._route = {s: next(b for b in backends if s in b.strategies) for s in self.strategies}
+        self.recovery_timeout_s = recovery_timeout_s
+        self._recoveries: set[asyncio.Task[Any]] = set()
+
+    # -- lifecycle ---------------------------------------------------------------------
+    async def open(self, models: IndexModels) -> None:
+        await asyncio.gather(*(b.open(models) for b in self.backends))
+
+    async def close(self) -> None:
+        if self._recoveries:  # let interrupted writes finish their cleanup first
+            await asyncio.wait(self._recoveries, timeout=self.recovery_timeout_s)
+        await asyncio.gather(*(b.close() for b in self.backends))
+
+    async def healthy(self) -> bool:
+        return all(await asyncio.gather(*(b.healthy() for b in self.backends)))
+
+    # -- writes --------------------------------------------------------------------------
+    async def write_documents(self, tenant_id: str, writes: list[DocumentWrite]) -> int:
+        if not writes:
+            return 0
+        doc_ids = [w.doc_id for w in writes]
+        held = await self._held(tenant_id, doc_ids)
+        served = _intersect(held)
+        new_ids = {w.doc_id: {e.chunk.id for e in w.chunks} for w in writes}
+        committed = False
+        try:
+            for backend in self.backends:
+                await self._step(backend.upsert(tenant_id, writes))
+            committed = True  # every store holds every new chunk: the new versions are whole
+            await self._remove_old(tenant_id, held, new_ids)
+        except BaseException as error:
+            if committed:
+                recovery = self._remove_old(tenant_id, held, new_ids)
+            else:
+                recovery = self._roll_back(tenant_id, served, new_ids)
+            recovered = await self._recover(recovery, f"write of {doc_ids[:3]}...")
+            if isinstance(error, ServeAppError):
+                if committed and recovered:
+                    log.info("write of %s finished by its recovery after: %s", doc_ids, error)
+                    return _removed(served, new_ids)
+                error.message = f"{error.message}; " + (
+                    "the new versions are served but old chunks may remain; retry the "
+                    "request to finish"
+                    if committed
+                    else "the documents keep their previous version; retry the request"
+                )
+                error.args = (error.message,)
+            raise
+        return _removed(served, new_ids)
+
+    async def delete_document(self, tenant_id: str, doc_id: str) -> int:
+        held = await self._held(tenant_id, [doc_id])
+        removed = len(_intersect(held).get(doc_id, ()))
+
+        async def delete_everywhere() -> None:
+            results = await asyncio.gather(
+                *(b.delete_documents(tenant_id, [doc_id]) for b in self.backends),
+                return_exceptions=True,
+            )
+            for result in results:
+                if isinstance(result, BaseException):
+                    raise result
+
+        # Once started, a delete is finished (bounded) even if the caller goes away; a store
+        # that fails leaves the chunks in the others, where they are no longer served.
+        task = asyncio.ensure_future(delete_everywhere())
+        self._track(task)
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            self._bound(task)
+            raise
+        return removed
+
+    async def _held(self, tenant_id: str, doc_ids: list[str]) -> list[dict[str, set[str]]]:
+        return list(await asyncio.gather(*(b.chunk_ids(tenant_id, doc_ids) for b in self.backends)))
+
+    async def _remove_old(
+        self,
+        tenant_id: str,
+        held: list[dict[str, set[str]]],
+        new_ids: dict[str, set[str]],
+    ) -> None:
+        for backend, backend_held in zip(self.backends, held, strict=True):
+            old = [cid for doc, ids in backend_held.items() for cid in ids - new_ids[doc]]
+            if old:
+                await self._step(backend.delete_ids(tenant_id, old))
+
+    async def _roll_back(
+        self, tenant_id: str, served: dict[str, set[str]], new_ids: dict[str, set[str]]
+    ) -> None:
+        # The chunks the old version did not have; an id both versions share stays.
+        written = [cid for doc, ids in new_ids.items() for cid in ids - served.get(doc, set())]
+        for backend in self.backends:
+            if written:
+                await backend.delete_ids(tenant_id, written)
+
+    async def _step(self, work: Awaitable[None]) -> None:
+        """One store request of a write. If the caller is cancelled while it runs, the request
+        still completes (within the recovery timeout) before the recovery starts: a request
+        already sent must not land after the recovery that undoes it."""
+        task = asyncio.ensure_future(work)
+        task.add_done_callback(_retrieve_result)  # awaited below, or left to finish alone
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if not task.done():
+                await asyncio.wait([task], timeout=self.recovery_timeout_s)
+            raise
+
+    async def _recover(self, work: Awaitable[None], what: str) -> bool:
+        """Run ``work`` shielded from the caller's cancellation, within the recovery timeout;
+        True when it completed."""
+        task = asyncio.ensure_future(work)
+        self._track(task)
+        try:
+            await asyncio.wait_for(asyncio.shield(task), self.recovery_timeout_s)
+            return True
+        except asyncio.CancelledError:
+            self._bound(task)  # cancelled again while recovering: it goes on, bounded
+            raise
+        except TimeoutError:
+            task.cancel()
+            log.error("recovery of the %s did not finish in %ss", what, self.recovery_timeout_s)
+        except Exception as error:  # the original error is what the caller sees
+            log.error("recovery of the %s failed: %s", what, error)
+        return False
+
+    def _track(self, task: asyncio.Task[Any]) -> None:
+        self._recoveries.add(task)
+        task.add_done_callback(self._recoveries.discard)
+        task.add_done_callback(_log_failure)
+
+    def _bound(self, task: asyncio.Task[Any]) -> None:
+        asyncio.get_running_loop().call_later(self.recovery_timeout_s, task.cancel)
+
+    # -- reads ---------------------------------------------------------------------------
+    async def document_hashes(self, tenant_id: str, doc_ids: list[str]) -> dict[str, str]:
+        if not doc_ids:
+            return {}
+        states = await asyncio.gather(
+            *(b.document_states(tenant_id, doc_ids) for b in self.backends)
+        )
+        complete: dict[str, str] = {}
+        for doc in doc_ids:
+            seen = [per[doc] for per in states if doc in per]
+            whole = len(seen) == len(states) and all(stored == total for _, stored, total in seen)
+            if whole and len({content_hash for content_hash, _, _ in seen}) == 1:
+                complete[doc] = seen[0][0]
+        return complete
+
+    async def document_info(self, tenant_id: str, doc_id: str) -> DocumentInfo | None:
+        payloads = await self.chunk_store.document_payloads(tenant_id, doc_id)
+        if len(self.backends) > 1 and payloads:
+            ids = [p["id"] for p in payloads]
+            present = await self._present_everywhere([(tenant_id, ids)], skip=self.chunk_store)
+            payloads = [p for p in payloads if p["id"] in present[0]]
+        return document_info_from(tenant_id, doc_id, payloads)
+
+    async def search(
+        self,
+        strategy: Strategy,
+        query: QueryVectors,
+        limit: int,
+        tenant_id: str,
+        filters: SearchFilters | None = None,
+    ) -> list[Hit]:
+        return (await self.search_many([strategy], query, limit, tenant_id, filters))[strategy]
+
+    async def search_many(
+        self,
+        strategies: list[Strategy],
+        query: QueryVectors,
+        limit: int,
+        tenant_id: str,
+        filters: SearchFilters | None = None,
+    ) -> dict[str, list[Hit]]:
+        (result,) = await self.search_batch(
+            [SearchQuery(strategies, query, limit, tenant_id, filters)]
+        )
+        return result
+
+    async def search_batch(self, queries: list[SearchQuery]) -> list[dict[str, list[Hit]]]:
+        per_backend: dict[int, list[tuple[int, StrategyQuery]]] = {}
+        for position, q in enumerate(queries):
+            for strategy in q.strategies:
+                backend = self._route.get(strategy)
+                if backend is None:
+                    raise ValueError(f"this topology does not serve the {strategy!r} strategy")
+                one = StrategyQuery(strategy, q.query, q.limit, q.tenant_id, q.filters, q.doc_ids)
+                per_backend.setdefault(id(backend), []).append((position, one))
+        backends = {id(b): b for b in self.backends}
+        keys = list(per_backend)
+        answers = await asyncio.gather(
+            *(backends[k].query([one for _, one in per_backend[k]]) for k in keys)
+        )
+        results: list[dict[str, list[Hit]]] = [{s: [] for s in q.strategies} for q in queries]
+        for key, hits_per_query in zip(keys, answers, strict=True):
+            for (position, one), hits in zip(per_backend[key], hits_per_query, strict=True):
+                results[position][one.strategy] = hits
+        return results
+
+    async def fetch(self, tenant_id: str, chunk_ids: list[str]) -> list[Chunk]:
+        return (await self.fetch_batch([(tenant_id, chunk_ids)]))[0]
+
+    async def fetch_batch(self, requests: list[tuple[str, list[str]]]) -> list[list[Chunk]]:
+        if not any(ids for _, ids in requests):
+            return [[] for _ in requests]
+        found, present = await asyncio.gather(
+            self.chunk_store.chunks(requests),
+            self._present_everywhere(requests, skip=self.chunk_store),
+        )
+        return [
+            [chunks[i] for i in ids if i in chunks and i in everywhere]
+            for (_, ids), chunks, everywhere in zip(requests, found, present, strict=True)
+        ]
+
+    async def _present_everywhere(
+        self, requests: list[tuple[str, list[str]]], skip: Backend | None = None
+    ) -> list[set[str]]:
+        """Per request: the ids every backend (but ``skip``) holds for its tenant."""
+        others = [b for b in self.backends if b is not skip]
+        if not others:
+            return [set(ids) for _, ids in requests]
+        answers = await asyncio.gather(*(b.present(requests) for b in others))
+        return [set.intersection(*(a[i] for a in answers)) for i in range(len(requests))]
+
+    async def count(self, tenant_id: str | None = None) -> int:
+        if len(self.backends) == 1:
+            return await self.backends[0].count(tenant_id)
+        # Chunks every store holds: page through one store's ids, confirm in the others.
+        total, offset = 0, None
+        while True:
+            page, offset = await self.chunk_store.scroll_ids(tenant_id, offset, _COUNT_PAGE)
+            by_tenant: dict[str, list[str]] = {}
+            for chunk_id, tenant in page:
+                by_tenant.setdefault(tenant, []).append(chunk_id)
+            if by_tenant:
+                present = await self._present_everywhere(
+                    list(by_tenant.items()), skip=self.chunk_store
+                )
+                total += sum(len(ids) for ids in present)
+            if offset is None or not page:
+                return total
+
+    # -- snapshots -----------------------------------------------------------------------
+    def snapshot_stores(self) -> list[Snapshots]:
+        """Every store, when each can snapshot itself; ConfigError otherwise."""
+        stores = [b for b in self.backends if isinstance(b, Snapshots)]
+        if len(stores) != len(self.backends):
+            names = [b.name for b in self.backends if not isinstance(b, Snapshots)]
+            raise ConfigError(
+                f"{', '.join(names)} has no snapshot API: stop the service and copy its data "
+                "directory instead"
+            )
+        return stores
+
+
+def _intersect(held: list[dict[str, set[str]]]) -> dict[str, set[str]]:
+    """doc id -> chunk ids every store holds (what is served now)."""
+    docs = set.intersection(*(set(h) for h in held)) if held else set()
+    return {d: set.intersection(*(h[d] for h in held)) for d in docs}
+
+
+def _removed(served: dict[str, set[str]], new_ids: dict[str, set[str]]) -> int:
+    return sum(len(ids - new_ids.get(doc, set())) for doc, ids in served.items())
+
+
+def _retrieve_result(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+def _log_failure(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("store recovery failed: %s", task.exception())

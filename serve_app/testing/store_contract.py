@@ -1,0 +1,279 @@
+"""The ``ChunkIndex`` contract as pytest mixins (Haystack's document-store test mixins are
+the model): subclass ``StoreContract`` in a test module and give it a ``store`` fixture, an
+opened index (``MODELS``) that tests may share: each test writes under tenants of its own.
+
+    class TestMyTopology(StoreContract):
+        @pytest.fixture
+        async def store(self, tmp_path):
+            index = build_my_topology(tmp_path)
+            await index.open(MODELS)
+            yield index
+            await index.close()
+
+Small hand-made vectors (4 dimensions; sparse ids as terms) make every expected ranking and
+score exact. BM25 differs by design between stores (vectors with IDF, or analysed text), so
+it is tested per topology, not here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+
+import numpy as np
+import pytest
+
+from serve_app.schemas import Chunk, SearchFilters, SparseVector
+from serve_app.stores.base import (
+    ChunkIndex,
+    DocumentWrite,
+    EncodedChunk,
+    IndexModels,
+    QueryVectors,
+    SearchQuery,
+)
+
+MODELS = IndexModels(dense_model="m", dense_dim=4, splade_model="s", bm25_model="b")
+
+
+def chunk_uuid(*parts: object) -> str:
+    digest = hashlib.sha1("\x1f".join(map(str, parts)).encode()).hexdigest()
+    return str(uuid.UUID(digest[:32]))
+
+
+def encoded(
+    doc_id: str,
+    order: int,
+    text: str,
+    dense: list[float],
+    terms: dict[int, float],
+    tenant: str = "t1",
+    section: str = "Intro",
+    metadata: dict | None = None,
+    version: str = "",
+) -> EncodedChunk:
+    """A chunk with its vectors (``terms`` serve as SPLADE and BM25 weights). ``version`` goes
+    into the chunk id, as the ingest pipeline puts the content hash there."""
+    chunk = Chunk(
+        id=chunk_uuid(tenant, doc_id, order, text, version),
+        doc_id=doc_id,
+        tenant_id=tenant,
+        text=text,
+        title=f"title {doc_id}",
+        section=section,
+        heading_chain=[section],
+        order=order,
+        char_start=0,
+        char_end=len(text),
+        metadata=metadata or {},
+    )
+    sparse = SparseVector(indices=list(terms), values=list(terms.values()))
+    return EncodedChunk(
+        chunk=chunk, dense=np.array(dense, dtype=np.float32), splade=sparse, bm25=sparse
+    )
+
+
+def write(doc_id: str, chunks: list[EncodedChunk], content_hash: str = "h1") -> DocumentWrite:
+    return DocumentWrite(doc_id=doc_id, content_hash=content_hash, chunks=chunks)
+
+
+def query(dense=(1, 0, 0, 0), terms=None, text: str = "q") -> QueryVectors:
+    terms = terms or {1: 1.0}
+    sparse = SparseVector(indices=list(terms), values=list(terms.values()))
+    return QueryVectors(
+        text=text, dense=np.array(dense, dtype=np.float32), splade=sparse, bm25=sparse
+    )
+
+
+def corpus(t1: str, t2: str) -> list[tuple[str, list[DocumentWrite]]]:
+    """Two documents (three chunks) in ``t1``, one chunk of another ``d1`` in ``t2``."""
+    return [
+        (
+            t1,
+            [
+                write(
+                    "d1",
+                    [
+                        encoded(
+                            "d1", 0, "alpha particles decay", [1, 0, 0, 0], {1: 1.0, 2: 0.5}, t1
+                        ),
+                        encoded(
+                            "d1", 1, "beta decay of neutrons", [0, 1, 0, 0], {2: 2.0}, t1, "Methods"
+                        ),
+                    ],
+                ),
+                write(
+                    "d2",
+                    [
+                        encoded(
+                            "d2", 0, "gamma rays", [0.9, 0.1, 0, 0], {1: 0.2}, t1,
+                            metadata={"year": 2020},
+                        )
+                    ],
+                ),
+            ],
+        ),
+        (t2, [write("d1", [encoded("d1", 0, "alpha other tenant", [1, 0, 0, 0], {1: 5.0}, t2)])]),
+    ]  # fmt: skip
+
+
+@pytest.mark.asyncio(loop_scope="session")
+class StoreContract:
+    """Every behaviour a ``ChunkIndex`` promises, on tenants of each test's own."""
+
+    @pytest.fixture
+    def tenants(self) -> tuple[str, str]:
+        tag = uuid.uuid4().hex[:8]
+        return f"t1-{tag}", f"t2-{tag}"
+
+    @pytest.fixture
+    async def filled(self, store, tenants) -> tuple[ChunkIndex, str, str]:
+        for tenant, writes in corpus(*tenants):
+            await store.write_documents(tenant, writes)
+        return store, *tenants
+
+    @staticmethod
+    async def texts(store: ChunkIndex, tenant: str, hits) -> list[str]:
+        return [c.text for c in await store.fetch(tenant, [h.chunk_id for h in hits])]
+
+    async def test_protocol_health_and_counts(self, filled):
+        store, t1, t2 = filled
+        assert isinstance(store, ChunkIndex) and await store.healthy()
+        assert (await store.count(t1), await store.count(t2)) == (3, 1)
+
+    @pytest.mark.parametrize("strategy", ["dense", "splade"])
+    async def test_search_is_tenant_scoped_and_ordered(self, filled, strategy):
+        store, t1, _ = filled
+        hits = await store.search(strategy, query(), 10, t1)
+        chunks = await store.fetch(t1, [h.chunk_id for h in hits])
+        assert hits and len(chunks) == len(hits) and all(c.tenant_id == t1 for c in chunks)
+        assert [c.doc_id for c in chunks] == [h.doc_id for h in hits]
+        assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+
+    async def test_dense_ranking_is_exact(self, filled):
+        store, t1, _ = filled
+        hits = await store.search("dense", query(), 10, t1)
+        assert await self.texts(store, t1, hits) == [
+            "alpha particles decay",
+            "gamma rays",
+            "beta decay of neutrons",
+        ]
+        assert hits[0].score == pytest.approx(1.0, abs=1e-6)
+
+    async def test_splade_is_the_dot_product(self, filled):
+        store, t1, _ = filled
+        hits = await store.search("splade", query(terms={1: 1.0, 2: 1.0}), 10, t1)
+        got = dict(zip(await self.texts(store, t1, hits), (h.score for h in hits), strict=True))
+        # rank_features keep about 9 significant bits in Lucene: allow 1 % relative.
+        assert got == pytest.approx(
+            {"beta decay of neutrons": 2.0, "alpha particles decay": 1.5, "gamma rays": 0.2},
+            rel=0.01,
+        )
+
+    async def test_filters_apply_inside_each_strategy(self, filled):
+        store, t1, _ = filled
+        by_doc = await store.search("dense", query(), 10, t1, SearchFilters(doc_ids=["d2"]))
+        assert [h.doc_id for h in by_doc] == ["d2"]
+        by_section = await store.search(
+            "splade", query(terms={2: 1.0}), 10, t1, SearchFilters(sections=["Methods"])
+        )
+        assert await self.texts(store, t1, by_section) == ["beta decay of neutrons"]
+        by_meta = await store.search(
+            "dense", query(), 10, t1, SearchFilters(metadata={"year": 2020})
+        )
+        assert await self.texts(store, t1, by_meta) == ["gamma rays"]
+        none = await store.search("splade", query(), 10, t1, SearchFilters(metadata={"year": 1999}))
+        assert none == []
+
+    async def test_a_replace_removes_the_old_chunks_and_keeps_other_documents(self, filled):
+        store, t1, t2 = filled
+        new = write(
+            "d1", [encoded("d1", 0, "alpha v2", [1, 0, 0, 0], {1: 1.0}, t1, version="h2")], "h2"
+        )
+        assert await store.write_documents(t1, [new]) == 2
+        info = await store.document_info(t1, "d1")
+        assert info is not None and info.content_hash == "h2" and len(info.chunk_ids) == 1
+        assert (await store.count(t1), await store.count(t2)) == (2, 1)
+        assert await store.document_hashes(t1, ["d1"]) == {"d1": "h2"}
+        hits = await store.search("dense", query(), 10, t1, SearchFilters(doc_ids=["d1"]))
+        assert await self.texts(store, t1, hits) == ["alpha v2"]
+
+    async def test_reingest_is_idempotent(self, filled):
+        store, t1, t2 = filled
+        (_, writes), _ = corpus(t1, t2)
+        assert await store.write_documents(t1, writes) == 0
+        assert await store.count(t1) == 3
+        hits = await store.search("dense", query(), 10, t1)
+        assert len({h.chunk_id for h in hits}) == len(hits) == 3
+
+    async def test_hashes_info_and_delete(self, filled):
+        store, t1, t2 = filled
+        assert await store.document_hashes(t1, ["d1", "d2", "missing"]) == {"d1": "h1", "d2": "h1"}
+        assert await store.document_hashes(t1, []) == {}
+        info = await store.document_info(t1, "d1")
+        assert info.title == "title d1" and len(info.chunk_ids) == 2 and info.tenant_id == t1
+        assert await store.document_info(t2, "d2") is None
+        assert await store.delete_document(t1, "d1") == 2
+        assert await store.delete_document(t1, "d1") == 0
+        assert (await store.count(t1), await store.count(t2)) == (1, 1)
+        assert await store.search("dense", query(), 10, t1, SearchFilters(doc_ids=["d1"])) == []
+        assert await store.document_info(t1, "d1") is None
+
+    async def test_an_empty_sparse_query_returns_nothing(self, filled):
+        store, t1, _ = filled
+        empty = QueryVectors(text="", splade=SparseVector(indices=[], values=[]))
+        assert await store.search("splade", empty, 10, t1) == []
+
+    async def test_fetch_keeps_order_and_tenant(self, filled):
+        store, t1, t2 = filled
+        ids = [h.chunk_id for h in await store.search("dense", query(), 10, t1)]
+        assert [c.id for c in await store.fetch(t1, list(reversed(ids)))] == list(reversed(ids))
+        assert await store.fetch(t2, ids) == []
+        assert await store.fetch(t1, []) == []
+        assert await store.fetch(t1, ["00000000-0000-0000-0000-000000000000"]) == []
+
+    async def test_search_many_answers_every_strategy(self, filled):
+        store, t1, _ = filled
+        results = await store.search_many(["dense", "splade"], query(), 10, t1)
+        assert set(results) == {"dense", "splade"} and all(results.values())
+        assert results["dense"] == await store.search("dense", query(), 10, t1)
+
+    async def test_a_batch_answers_each_query_as_alone(self, filled):
+        store, t1, t2 = filled
+        queries = [
+            SearchQuery(["dense", "splade"], query(), 10, t1),
+            SearchQuery(
+                ["splade"], query(terms={2: 1.0}), 2, t1, SearchFilters(sections=["Methods"])
+            ),
+            SearchQuery(["dense"], query(dense=(0, 1, 0, 0)), 10, t2),
+            SearchQuery(["dense", "splade"], query(), 10, "nobody"),
+        ]
+        batch = await store.search_batch(queries)
+        alone = [
+            await store.search_many(q.strategies, q.query, q.limit, q.tenant_id, q.filters)
+            for q in queries
+        ]
+        assert batch == alone
+        assert batch[3] == {"dense": [], "splade": []}
+
+    async def test_hits_without_document_ids_are_the_same_hits(self, filled):
+        store, t1, _ = filled
+        (with_ids, without) = await store.search_batch(
+            [
+                SearchQuery(["dense", "splade"], query(), 10, t1),
+                SearchQuery(["dense", "splade"], query(), 10, t1, doc_ids=False),
+            ]
+        )
+        for strategy in ("dense", "splade"):
+            assert [(h.chunk_id, h.score) for h in without[strategy]] == [
+                (h.chunk_id, h.score) for h in with_ids[strategy]
+            ]
+            assert all(h.doc_id for h in with_ids[strategy])
+
+    async def test_a_fetch_batch_keeps_each_tenant_apart(self, filled):
+        store, t1, t2 = filled
+        ids1 = [h.chunk_id for h in await store.search("dense", query(), 10, t1)]
+        ids2 = [h.chunk_id for h in await store.search("dense", query(), 10, t2)]
+        first, second, crossed = await store.fetch_batch([(t1, ids1), (t2, ids2), (t2, ids1)])
+        assert [c.id for c in first] == ids1 and [c.id for c in second] == ids2
+        assert crossed == []

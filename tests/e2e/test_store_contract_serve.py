@@ -1,0 +1,46 @@
+"""The ChunkIndex contract through Ray Serve: a real store deployment (its own Serve
+application beside the e2e app, embedded topology in a fresh directory) behind the generic
+forwarder the ingress uses (deployments.handles.RemoteIndex)."""
+
+from __future__ import annotations
+
+import pytest
+
+from serve_app.testing.store_contract import MODELS, StoreContract
+
+
+@pytest.fixture(scope="module")
+def store_app(serve_url, app_config_factory):
+    from ray import serve
+
+    from deployments.store import StoreDeployment
+
+    config = app_config_factory().model_dump(mode="json")
+    store = StoreDeployment.options(name="store", ray_actor_options={"num_cpus": 0}).bind(
+        config, MODELS.as_dict()
+    )
+    serve.run(store, name="store-contract", route_prefix=None)
+    yield serve.get_deployment_handle("store", "store-contract")
+    serve.delete("store-contract")
+
+
+class TestThroughServe(StoreContract):
+    @pytest.fixture(scope="class")
+    async def store(self, store_app):
+        from deployments.handles import RemoteIndex
+
+        index = RemoteIndex(store_app, await store_app.info.remote())
+        await index.open(MODELS)
+        return index
+
+
+async def test_the_forwarder_implements_the_whole_protocol(store_app):
+    from deployments.handles import RemoteIndex
+    from deployments.store import FORWARDED
+    from serve_app.stores.base import ChunkIndex
+
+    index = RemoteIndex(store_app, await store_app.info.remote())
+    assert isinstance(index, ChunkIndex)
+    assert {"write_documents", "search_batch", "fetch_batch", "document_hashes"} <= set(FORWARDED)
+    with pytest.raises(Exception, match="no method"):
+        await store_app.call.remote("__del__")
