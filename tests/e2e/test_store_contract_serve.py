@@ -34,6 +34,7 @@ class TestThroughServe(StoreContract):
         return index
 
 
+@pytest.mark.asyncio(loop_scope="session")  # the handle is bound to the fixtures' loop
 async def test_the_forwarder_implements_the_whole_protocol(store_app):
     from deployments.handles import RemoteIndex
     from deployments.store import FORWARDED
