@@ -62,58 +62,54 @@ def _ignore(_: str, __: dict) -> None:
 IN_FLIGHT = 2
 
 
-class RemoteDenseEncoder:
-    """Concurrent queries of this ingress replica share one call (natural batching)."""
+class _RemoteLanes:
+    """One encoder deployment's two lanes; concurrent queries of this ingress replica share
+    one call (natural batching), documents go as the ingest batches them."""
+
+    deployment: str
+    method: str
 
     def __init__(
         self, handle: DeploymentHandle, info: dict[str, Any], observe: BatchObserver = _ignore
     ) -> None:
         self.handle = handle
         self.model_id = info["model_id"]
-        self.dim = int(info["dim"])
         self.observe = observe
         self._queries: Coalescer[list[str], Any] = Coalescer(
-            concatenating(self._embed_queries), max_items=64, max_in_flight=IN_FLIGHT
+            concatenating(self._query_lane), max_items=64, max_in_flight=IN_FLIGHT
         )
 
-    async def _embed(self, mode: Lane, texts: list[str]) -> np.ndarray:
-        vectors, stats = await call("dense", self.handle.embed.remote(mode, texts))
-        self.observe("dense", stats)
+    async def _lane(self, mode: Lane, texts: list[str]) -> Any:
+        remote = getattr(self.handle, self.method).remote(mode, texts)
+        vectors, stats = await call(self.deployment, remote)
+        self.observe(self.deployment, stats)
         return vectors
 
-    async def _embed_queries(self, texts: list[str]) -> np.ndarray:
-        return await self._embed("query", texts)
+    async def _query_lane(self, texts: list[str]) -> Any:
+        return await self._lane("query", texts)
+
+
+class RemoteDenseEncoder(_RemoteLanes):
+    deployment, method = "dense", "embed"
+
+    def __init__(
+        self, handle: DeploymentHandle, info: dict[str, Any], observe: BatchObserver = _ignore
+    ) -> None:
+        super().__init__(handle, info, observe)
+        self.dim = int(info["dim"])
 
     async def embed_documents(self, texts: list[str]) -> np.ndarray:
-        return await self._embed("document", texts)
+        return await self._lane("document", texts)
 
     async def embed_queries(self, texts: list[str]) -> np.ndarray:
         return await self._queries.submit(texts)
 
 
-class RemoteSparseEncoder:
-    """Concurrent queries of this ingress replica share one call (natural batching)."""
-
-    def __init__(
-        self, handle: DeploymentHandle, info: dict[str, Any], observe: BatchObserver = _ignore
-    ) -> None:
-        self.handle = handle
-        self.model_id = info["model_id"]
-        self.observe = observe
-        self._queries: Coalescer[list[str], Any] = Coalescer(
-            concatenating(self._encode_queries), max_items=64, max_in_flight=IN_FLIGHT
-        )
-
-    async def _encode(self, mode: Lane, texts: list[str]) -> list[SparseVector]:
-        vectors, stats = await call("splade", self.handle.encode.remote(mode, texts))
-        self.observe("splade", stats)
-        return vectors
-
-    async def _encode_queries(self, texts: list[str]) -> list[SparseVector]:
-        return await self._encode("query", texts)
+class RemoteSparseEncoder(_RemoteLanes):
+    deployment, method = "splade", "encode"
 
     async def encode_documents(self, texts: list[str]) -> list[SparseVector]:
-        return await self._encode("document", texts)
+        return await self._lane("document", texts)
 
     async def encode_queries(self, texts: list[str]) -> list[SparseVector]:
         return list(await self._queries.submit(texts))
