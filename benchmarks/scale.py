@@ -87,7 +87,7 @@ async def build(index: StoreIndex, size: int, batch: int, rng: np.random.Generat
                 )
             )
         await index.write_documents(TENANT, writes)
-    index.shard.optimize()  # build HNSW and the sparse indexes before timing searches
+    index.backends[0].shard.optimize()  # build HNSW and the sparse indexes before timing searches
     return time.perf_counter() - start
 
 
