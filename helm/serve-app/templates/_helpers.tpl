@@ -43,6 +43,13 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- define "serve-app.config" -}}
 {{- $base := .Files.Get "files/config.yaml" | fromYaml -}}
 {{- $merged := mergeOverwrite (deepCopy $base) (deepCopy (.Values.config | default dict)) -}}
+{{- /* A deployment's `resources` given in values replaces the file's (a merge could never
+drop a custom resource such as dense_gpu, so a CPU install would still ask for a GPU group). */ -}}
+{{- range $name, $options := ((.Values.config | default dict).serve | default dict) -}}
+{{- if and (kindIs "map" $options) (hasKey $options "resources") -}}
+{{- $_ := set (index $merged.serve $name) "resources" (deepCopy ($options.resources | default dict)) -}}
+{{- end -}}
+{{- end -}}
 {{- /* Store endpoints and credential variables from the chart's `stores` values. */ -}}
 {{- $stores := $merged.stores | default dict -}}
 {{- $os := $stores.opensearch | default dict -}}
@@ -230,4 +237,15 @@ applications:
     {{- toYaml $root.Values.containerSecurityContext | nindent 4 }}
   volumeMounts:
     {{- include "serve-app.volumeMounts" $root | nindent 4 }}
+{{- end -}}
+
+{{/* The RayService upgrade strategy; NewCluster would run two store owners on one shard. */}}
+{{- define "serve-app.upgradeStrategy" -}}
+{{- $config := include "serve-app.config" . | fromYaml -}}
+{{- $embedded := eq (($config.stores | default dict).topology | default "embedded") "embedded" -}}
+{{- $strategy := .Values.upgradeStrategy | default (ternary "None" "NewCluster" $embedded) -}}
+{{- if and $embedded (eq $strategy "NewCluster") -}}
+{{- fail "upgradeStrategy NewCluster with stores.topology embedded: two clusters would open the same shard directory during the upgrade; use upgradeStrategy None or a server topology (opensearch+qdrant)" -}}
+{{- end -}}
+{{- $strategy -}}
 {{- end -}}
