@@ -18,7 +18,7 @@ from serve_app.loaders.base import iter_files
 
 log = logging.getLogger(__name__)
 
-GRACEFUL_SHUTDOWN_S = 6.0
+GRACEFUL_SHUTDOWN_S = 4.0
 """How long Serve may take to drain before Ray and all its processes are stopped anyway."""
 
 
