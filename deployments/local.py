@@ -24,6 +24,9 @@ GRACEFUL_SHUTDOWN_S = 4.0
 
 def start(config: AppConfig, num_cpus: int | None = None) -> str:
     """Start Ray and the application; returns the base URL once every deployment is up."""
+    from serve_app.api.auth import check_exposure
+
+    check_exposure(config.api.auth, config.serve.host)  # before Ray: refuse an open API now
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # local only; a cluster keeps Ray's auth
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     # Ray Serve reads its switches when its processes start: they inherit this environment.

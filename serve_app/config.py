@@ -8,6 +8,7 @@ Unknown fields are rejected, so a typo fails at start with the field's path.
 from __future__ import annotations
 
 import importlib.util
+import ipaddress
 import logging
 import os
 from pathlib import Path
@@ -32,7 +33,12 @@ class _Section(BaseModel):
 class LimitsConfig(_Section):
     max_document_chars: int = Field(default=5_000_000, ge=1)
     max_documents_per_request: int = Field(default=1000, ge=1)
-    max_file_bytes: int = Field(default=50_000_000, ge=1)
+    max_file_bytes: int = Field(default=50_000_000, ge=1)  # each uploaded file
+    max_pdf_pages: int = Field(default=2000, ge=1)
+    # Uploaded files are parsed in loader_workers processes per ingress replica; a file not
+    # parsed within loader_timeout_s is refused (400) and its worker killed.
+    loader_workers: int = Field(default=2, ge=1)
+    loader_timeout_s: float = Field(default=60.0, gt=0)
 
 
 class ChunkerConfig(_Section):
@@ -327,8 +333,10 @@ class JwtConfig(_Section):
     public_key: str | None = None  # RS256 PEM
     tenant_claim: str = "tenant"
     scope_claim: str = "scope"
+    # Checked (and required in every token) when set; a cluster config must set both.
     audience: str | None = None
     issuer: str | None = None
+    leeway_s: float = Field(default=0.0, ge=0, le=300)  # clock skew allowed on exp/nbf/iat
 
     @model_validator(mode="after")
     def _keys_for_algorithms(self) -> JwtConfig:
@@ -340,18 +348,14 @@ class JwtConfig(_Section):
 
 
 class AuthConfig(_Section):
-    """``none`` serves one anonymous tenant (local use only); ``required`` needs a credential."""
+    """``required`` (the default) needs a credential; ``none`` serves one anonymous tenant and
+    must be set explicitly, on a loopback bind only. Both are checked when the API starts
+    (``serve_app.api.auth.check_exposure``), so offline commands load any config."""
 
     mode: Literal["none", "required"] = "required"
     anonymous_tenant: str = "default"
     api_keys: list[ApiKeyConfig] = Field(default_factory=list)
     jwt: JwtConfig = Field(default_factory=JwtConfig)
-
-    @model_validator(mode="after")
-    def _some_credential(self) -> AuthConfig:
-        if self.mode == "required" and not self.api_keys and not self.jwt.enabled:
-            raise ValueError("auth.mode is 'required' but no api_keys and jwt is disabled")
-        return self
 
 
 class ApiConfig(_Section):
@@ -368,7 +372,7 @@ class ApiConfig(_Section):
     # Uploads one ingress replica holds at once (running or waiting for a slot); more are
     # refused with 503 SERVICE_UNAVAILABLE and a retry hint, never queued in the models.
     max_pending_uploads: int = Field(default=32, ge=1)
-    auth: AuthConfig = Field(default_factory=lambda: AuthConfig(mode="none"))
+    auth: AuthConfig = Field(default_factory=AuthConfig)
 
 
 class AutoscalingSettings(_Section):
@@ -455,6 +459,18 @@ class AppConfig(_Section):
             raise ValueError(f"search.strategies names disabled strategies: {missing}")
         if self.search.rerank and not self.reranker.enabled:
             raise ValueError("search.rerank is true but reranker.enabled is false")
+        auth = self.api.auth
+        if auth.mode == "none" and not is_loopback(self.serve.host):
+            raise ValueError(
+                f"api.auth.mode 'none' on serve.host {self.serve.host!r}: unauthenticated "
+                "serving is allowed only on a loopback bind (127.0.0.1)"
+            )
+        jwt = auth.jwt
+        if jwt.enabled and not is_loopback(self.serve.host) and not (jwt.audience and jwt.issuer):
+            raise ValueError(
+                "api.auth.jwt.audience and issuer are required when serving on "
+                f"{self.serve.host!r}: a token minted for another service must not pass"
+            )
         store = self.serve.store
         if self.stores.topology == "embedded" and (
             store.num_replicas != 1 or store.autoscaling is not None
@@ -477,6 +493,16 @@ class AppConfig(_Section):
     @property
     def data_path(self) -> Path:
         return Path(self.data_dir).expanduser()
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address (a bind nothing off this machine reaches)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def resolve_model_path(spec: str) -> str:

@@ -1,4 +1,8 @@
-"""One exception hierarchy; each error carries the stable API code and HTTP status it maps to."""
+"""One exception hierarchy; each error carries the stable API code and HTTP status it maps to.
+
+This is the API's error table: ``serve_app.api.errors`` derives the HTTP responses, the
+OpenAPI error responses and the metric labels from these classes, so a new error is one
+class here."""
 
 from __future__ import annotations
 
@@ -22,6 +26,12 @@ class InvalidInputError(ServeAppError):
 
     code = "INVALID_INPUT"
     status = 400
+
+
+class RequestSchemaError(InvalidInputError):
+    """A request that does not match the API's schema (a field's type, range or presence)."""
+
+    status = 422
 
 
 class UnsupportedFormatError(InvalidInputError):
@@ -56,6 +66,11 @@ class ForbiddenError(ServeAppError):
 class NotFoundError(ServeAppError):
     code = "NOT_FOUND"
     status = 404
+
+
+class MethodNotAllowedError(ServeAppError):
+    code = "METHOD_NOT_ALLOWED"
+    status = 405
 
 
 class ConflictError(ServeAppError):

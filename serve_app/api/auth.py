@@ -10,10 +10,21 @@ from dataclasses import dataclass
 
 import jwt
 
-from serve_app.config import AuthConfig
+from serve_app.config import AuthConfig, is_loopback
 from serve_app.errors import ConfigError, ForbiddenError, UnauthenticatedError
 
-__all__ = ["Authenticator", "ForbiddenError", "Principal", "UnauthenticatedError", "hash_api_key"]
+__all__ = [
+    "Authenticator",
+    "ForbiddenError",
+    "Principal",
+    "UnauthenticatedError",
+    "check_exposure",
+    "hash_api_key",
+    "is_loopback",
+]
+
+DEFAULT_JWT_SCOPES = frozenset({"read"})
+"""Scopes of a token without a scope claim: reading only; writing must be granted."""
 
 
 @dataclass(frozen=True)
@@ -31,8 +42,25 @@ def hash_api_key(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
+def check_exposure(config: AuthConfig, host: str | None) -> None:
+    """ConfigError unless the API can be served with ``config`` on ``host``: ``required``
+    (the default) needs API keys or JWT, and ``none`` only binds a loopback address."""
+    if config.mode == "required" and not config.api_keys and not config.jwt.enabled:
+        raise ConfigError(
+            "api.auth.mode is 'required' (the default) but there are no api_keys and jwt is "
+            "disabled; configure a credential, or set api.auth.mode: none explicitly for a "
+            "service bound to 127.0.0.1"
+        )
+    if config.mode == "none" and host is not None and not is_loopback(host):
+        raise ConfigError(
+            f"api.auth.mode 'none' serves anyone who can reach {host!r}: it is allowed only "
+            "on a loopback bind (serve.host 127.0.0.1); configure api_keys or jwt instead"
+        )
+
+
 class Authenticator:
-    def __init__(self, config: AuthConfig) -> None:
+    def __init__(self, config: AuthConfig, host: str | None = None) -> None:
+        check_exposure(config, host)
         self.config = config
         self._hs_secret = config.jwt.secret
         if config.jwt.enabled and config.jwt.secret_env:
@@ -85,7 +113,13 @@ class Authenticator:
                 algorithms=[algorithm],
                 audience=settings.audience,
                 issuer=settings.issuer,
-                options={"require": ["exp"], "verify_aud": settings.audience is not None},
+                options={
+                    "require": ["exp"]
+                    + (["aud"] if settings.audience else [])
+                    + (["iss"] if settings.issuer else []),
+                    "verify_aud": settings.audience is not None,
+                },
+                leeway=settings.leeway_s,
             )
         except jwt.ExpiredSignatureError:
             raise UnauthenticatedError("token expired") from None
@@ -94,6 +128,13 @@ class Authenticator:
         tenant = claims.get(settings.tenant_claim)
         if not isinstance(tenant, str) or not tenant:
             raise UnauthenticatedError(f"token has no '{settings.tenant_claim}' claim")
-        raw_scopes = claims.get(settings.scope_claim, "read write")
-        scopes = raw_scopes.split() if isinstance(raw_scopes, str) else list(raw_scopes)
-        return Principal(tenant, str(claims.get("sub", "jwt")), frozenset(scopes))
+        raw_scopes = claims.get(settings.scope_claim)
+        if raw_scopes is None:
+            scopes = DEFAULT_JWT_SCOPES
+        elif isinstance(raw_scopes, str):
+            scopes = frozenset(raw_scopes.split())
+        elif isinstance(raw_scopes, list) and all(isinstance(s, str) for s in raw_scopes):
+            scopes = frozenset(raw_scopes)
+        else:
+            raise UnauthenticatedError(f"token claim '{settings.scope_claim}' is not a scope list")
+        return Principal(tenant, str(claims.get("sub", "jwt")), scopes)

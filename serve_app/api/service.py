@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 
 from serve_app.errors import NotFoundError, ServiceUnavailableError
@@ -10,6 +11,8 @@ from serve_app.pipelines.components import Components
 from serve_app.pipelines.ingest import IngestPipeline
 from serve_app.pipelines.search import SearchPipeline
 from serve_app.schemas import Document, DocumentInfo, IngestResult, SearchRequest, SearchResponse
+
+log = logging.getLogger("serve_app.api")
 
 # A readiness check returns normally when its dependency works and raises otherwise.
 ReadinessCheck = Callable[[], Awaitable[None]]
@@ -107,17 +110,20 @@ class RetrievalService:
         return removed
 
     async def readiness(self, timeout_s: float = 2.0) -> dict[str, str]:
-        """name -> "ok" or the failure, each check bounded by ``timeout_s``."""
+        """name -> "ok", "failing" or "timeout", each check bounded by ``timeout_s``. The
+        reason of a failure is logged, never returned: /readyz is unauthenticated."""
 
-        async def run(check: ReadinessCheck) -> str:
+        async def run(name: str, check: ReadinessCheck) -> str:
             try:
                 await asyncio.wait_for(check(), timeout_s)
                 return "ok"
             except TimeoutError:
-                return f"timed out after {timeout_s}s"
+                log.warning("readiness check %r timed out after %ss", name, timeout_s)
+                return "timeout"
             except Exception as error:
-                return f"{type(error).__name__}: {error}"[:300]
+                log.warning("readiness check %r failed: %s: %s", name, type(error).__name__, error)
+                return "failing"
 
         names = list(self.checks)
-        results = await asyncio.gather(*(run(self.checks[n]) for n in names))
+        results = await asyncio.gather(*(run(n, self.checks[n]) for n in names))
         return dict(zip(names, results, strict=True))

@@ -94,14 +94,20 @@ def load_bytes(
     tenant_id: str = DEFAULT_TENANT,
     doc_id: str | None = None,
     max_chars: int | None = None,
+    max_pages: int | None = None,
 ) -> Document:
     """Parse one file's bytes into a validated Document.
 
     Errors: UnsupportedFormatError, MalformedDocumentError (unparseable or no text),
-    PayloadTooLargeError (over ``max_chars``).
+    PayloadTooLargeError (over ``max_chars``, or a PDF over ``max_pages``).
     """
     fmt = fmt or detect_format(name, data[:4096])
-    fields = _loader(fmt)(data, name)
+    if fmt == "pdf" and max_pages is not None:
+        from serve_app.loaders.pdf import load_pdf
+
+        fields = load_pdf(data, name, max_pages=max_pages)
+    else:
+        fields = _loader(fmt)(data, name)
     fields.setdefault("id", doc_id or default_doc_id(name))
     if doc_id:
         fields["id"] = doc_id

@@ -14,6 +14,8 @@ from serve_app.errors import MalformedDocumentError
 _SPACE = re.compile(r"\s+")
 _FLOATS = {"fig", "table-wrap", "disp-formula-group", "boxed-text", "supplementary-material"}
 _SKIP_INLINE = {"fig", "table-wrap", "table", "ref-list", "supplementary-material"}
+MAX_SECTION_DEPTH = 32
+"""Real articles nest a handful of levels; deeper is refused (bounded recursion below)."""
 
 
 def _clean(text: str) -> str:
@@ -21,20 +23,23 @@ def _clean(text: str) -> str:
 
 
 def _inline_text(element: etree._Element) -> str:
-    """Text of an element, skipping floats (captions are added separately) and tails kept."""
+    """Text of an element, skipping floats (captions are added separately), tails kept.
+
+    An iterative walk (``iterwalk``): no Python recursion, whatever the nesting."""
     parts: list[str] = []
-
-    def visit(node: etree._Element) -> None:
-        if isinstance(node.tag, str) and etree.QName(node).localname in _SKIP_INLINE:
-            return
-        if node.text:
-            parts.append(node.text)
-        for child in node:
-            visit(child)
-            if child.tail:
-                parts.append(child.tail)
-
-    visit(element)
+    skipping = 0
+    for event, node in etree.iterwalk(element, events=("start", "end")):
+        skip = isinstance(node.tag, str) and etree.QName(node).localname in _SKIP_INLINE
+        if event == "start":
+            if skip or skipping:
+                skipping += 1
+            elif node.text:
+                parts.append(node.text)
+            continue
+        if skip or skipping:
+            skipping -= 1
+        if node is not element and not skipping and node.tail:
+            parts.append(node.tail)
     return _clean("".join(parts))
 
 
@@ -52,7 +57,11 @@ def _caption(element: etree._Element) -> str:
     return f"{prefix}. {text}" if text else ""
 
 
-def _section(element: etree._Element, default_title: str = "") -> dict:
+def _section(element: etree._Element, default_title: str = "", depth: int = 0) -> dict:
+    if depth > MAX_SECTION_DEPTH:
+        raise MalformedDocumentError(
+            f"sections nested more than {MAX_SECTION_DEPTH} deep (JATS <sec> in <sec>)"
+        )
     title_el = element.find("title")
     title = _inline_text(title_el) if title_el is not None else default_title
     paragraphs: list[str] = []
@@ -60,7 +69,7 @@ def _section(element: etree._Element, default_title: str = "") -> dict:
     for child in element:
         name = _local(child)
         if name == "sec":
-            children.append(_section(child))
+            children.append(_section(child, depth=depth + 1))
         elif name == "p":
             text = _inline_text(child)
             if text:
@@ -82,9 +91,30 @@ def _text_of(root: etree._Element, path: str) -> str:
     return _inline_text(found) if found is not None else ""
 
 
+def _sections(meta: etree._Element, body: etree._Element | None) -> list[dict]:
+    sections: list[dict] = []
+    for abstract in meta.findall("abstract"):
+        kind = abstract.get("abstract-type")
+        if kind in {"toc", "teaser"}:
+            continue
+        default = "Author Summary" if kind == "summary" else "Abstract"
+        section = _section(abstract, default_title=default)
+        if abstract.find("title") is None:
+            section["title"] = default
+        sections.append(section)
+    if body is not None:
+        loose = _section(body)
+        if loose["text"]:
+            sections.append({"title": "", "text": loose["text"], "children": []})
+        sections.extend(loose["children"])
+    return sections
+
+
 def load_jats(data: bytes, name: str) -> dict:
+    # No huge_tree: libxml2 keeps its limits (nesting 256 deep, text nodes 10 MB), so a
+    # hostile file fails to parse (400) instead of exhausting the stack or memory.
     parser = etree.XMLParser(
-        resolve_entities=False, no_network=True, load_dtd=False, huge_tree=True, recover=False
+        resolve_entities=False, no_network=True, load_dtd=False, huge_tree=False, recover=False
     )
     try:
         root = etree.fromstring(data, parser)
@@ -96,22 +126,10 @@ def load_jats(data: bytes, name: str) -> dict:
     if meta is None:
         raise MalformedDocumentError(f"{name}: JATS article without front/article-meta")
 
-    sections: list[dict] = []
-    for abstract in meta.findall("abstract"):
-        kind = abstract.get("abstract-type")
-        if kind in {"toc", "teaser"}:
-            continue
-        default = "Author Summary" if kind == "summary" else "Abstract"
-        section = _section(abstract, default_title=default)
-        if abstract.find("title") is None:
-            section["title"] = default
-        sections.append(section)
-    body = root.find("body")
-    if body is not None:
-        loose = _section(body)
-        if loose["text"]:
-            sections.append({"title": "", "text": loose["text"], "children": []})
-        sections.extend(loose["children"])
+    try:
+        sections = _sections(meta, root.find("body"))
+    except MalformedDocumentError as error:
+        raise MalformedDocumentError(f"{name}: {error.message}") from None
 
     metadata: dict = {}
     doi = meta.findtext("article-id[@pub-id-type='doi']")

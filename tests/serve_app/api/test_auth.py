@@ -6,7 +6,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from serve_app.api.auth import Authenticator, ForbiddenError, UnauthenticatedError, hash_api_key
-from serve_app.config import AuthConfig
+from serve_app.config import AuthConfig, config_from_dict
 from serve_app.errors import ConfigError
 
 
@@ -86,6 +86,89 @@ def test_secret_from_environment(monkeypatch):
     assert Authenticator(config).authenticate(f"Bearer {token}", None).tenant_id == "t"
 
 
-def test_required_mode_needs_a_credential_source():
-    with pytest.raises(ValueError, match="no api_keys"):
-        AuthConfig(mode="required")
+def test_auth_is_required_unless_none_is_said_explicitly():
+    assert AuthConfig().mode == "required"
+    assert config_from_dict({}).api.auth.mode == "required"  # no api.auth section at all
+    # Offline commands still load such a config; serving it is refused at start.
+    with pytest.raises(ConfigError, match="no api_keys"):
+        Authenticator(AuthConfig(), host="127.0.0.1")
+    with pytest.raises(ConfigError, match="no api_keys"):
+        Authenticator(AuthConfig(mode="required"))
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "10.1.2.3", "::", "example.org"])
+def test_mode_none_is_refused_on_a_non_loopback_bind(host):
+    with pytest.raises(ConfigError, match="loopback"):
+        Authenticator(AuthConfig(mode="none"), host=host)
+    with pytest.raises(ConfigError, match="loopback"):
+        config_from_dict({"api": {"auth": {"mode": "none"}}, "serve": {"host": host}})
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "::1", "localhost"])
+def test_mode_none_on_loopback_serves_one_anonymous_tenant(host):
+    config = config_from_dict({"api": {"auth": {"mode": "none"}}, "serve": {"host": host}})
+    principal = Authenticator(config.api.auth, host=host).authenticate(None, None)
+    assert principal.tenant_id == "default"
+
+
+def test_cluster_config_requires_audience_and_issuer():
+    jwt_on = {"enabled": True, "secret": "s" * 40}
+    with pytest.raises(ConfigError, match="audience and issuer"):
+        config_from_dict({"api": {"auth": {"jwt": jwt_on}}, "serve": {"host": "0.0.0.0"}})
+    with pytest.raises(ConfigError, match="audience and issuer"):
+        config_from_dict(
+            {"api": {"auth": {"jwt": {**jwt_on, "audience": "a"}}}, "serve": {"host": "0.0.0.0"}}
+        )
+    full = {**jwt_on, "audience": "a", "issuer": "i"}
+    config_from_dict({"api": {"auth": {"jwt": full}}, "serve": {"host": "0.0.0.0"}})
+    # Loopback (a developer's machine) may leave them out.
+    config_from_dict({"api": {"auth": {"jwt": jwt_on}}, "serve": {"host": "127.0.0.1"}})
+
+
+def _hs_auth(**jwt_settings) -> Authenticator:
+    return Authenticator(
+        AuthConfig(jwt={"enabled": True, "secret": "k" * 40, **jwt_settings}), host="0.0.0.0"
+    )
+
+
+def _token(claims: dict) -> str:
+    return "Bearer " + jwt.encode({"tenant": "t", "exp": time.time() + 60, **claims}, "k" * 40)
+
+
+def test_jwt_without_scope_claim_reads_only():
+    principal = _hs_auth().authenticate(_token({}), None)
+    assert principal.scopes == frozenset({"read"})
+    with pytest.raises(ForbiddenError):
+        principal.require("write")
+    assert _hs_auth().authenticate(_token({"scope": ["read", "write"]}), None).scopes == {
+        "read",
+        "write",
+    }
+    with pytest.raises(UnauthenticatedError, match="scope"):
+        _hs_auth().authenticate(_token({"scope": 7}), None)
+
+
+def test_jwt_not_before():
+    auth = _hs_auth()
+    with pytest.raises(UnauthenticatedError, match="not yet valid"):
+        auth.authenticate(_token({"nbf": time.time() + 600}), None)
+    assert auth.authenticate(_token({"nbf": time.time() - 1}), None).tenant_id == "t"
+    # A small configured leeway absorbs clock skew, no more.
+    lenient = _hs_auth(leeway_s=30)
+    assert lenient.authenticate(_token({"nbf": time.time() + 10}), None).tenant_id == "t"
+    with pytest.raises(UnauthenticatedError):
+        lenient.authenticate(_token({"nbf": time.time() + 600}), None)
+
+
+def test_jwt_audience_and_issuer():
+    auth = _hs_auth(audience="serve-app", issuer="https://issuer.example")
+    good = {"aud": "serve-app", "iss": "https://issuer.example"}
+    assert auth.authenticate(_token(good), None).tenant_id == "t"
+    for claims, reason in [
+        ({**good, "aud": "other-service"}, "audience"),
+        ({"iss": good["iss"]}, "aud"),  # missing aud
+        ({**good, "iss": "https://evil.example"}, "issuer"),
+        ({"aud": good["aud"]}, "iss"),  # missing iss
+    ]:
+        with pytest.raises(UnauthenticatedError, match=f"(?i){reason}"):
+            auth.authenticate(_token(claims), None)

@@ -1,0 +1,63 @@
+"""Request dependencies: the service and loaders from app state, the authenticated principal,
+and deadlines. All async: a sync dependency would hop to the threadpool on every request."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import TypeVar
+
+from fastapi import Header, Request
+
+from serve_app.api.auth import Principal
+from serve_app.api.observability import Metrics
+from serve_app.api.service import RetrievalService
+from serve_app.errors import TimeoutExceededError, UnauthenticatedError
+from serve_app.loaders.pool import LoaderPool
+
+T = TypeVar("T")
+
+
+async def service(request: Request) -> RetrievalService:
+    return request.app.state.service
+
+
+async def metrics(request: Request) -> Metrics:
+    return request.app.state.metrics
+
+
+async def loaders(request: Request) -> LoaderPool:
+    return request.app.state.loaders
+
+
+async def principal(request: Request) -> Principal:
+    """The principal the authentication middleware put on the request."""
+    found = request.scope.get("state", {}).get("principal")
+    if found is None:  # only if a route escaped the middleware's prefixes
+        raise UnauthenticatedError("missing credentials")
+    return found
+
+
+def _bounded(configured: float, header: int | None) -> float:
+    return configured if header is None else min(configured, header / 1000)
+
+
+async def deadline_s(
+    request: Request, x_request_timeout_ms: int | None = Header(default=None, ge=1)
+) -> float:
+    """Seconds a search, read or delete may take: ``api.request_timeout_s``, or less."""
+    return _bounded(request.app.state.service.config.api.request_timeout_s, x_request_timeout_ms)
+
+
+async def ingest_deadline_s(
+    request: Request, x_request_timeout_ms: int | None = Header(default=None, ge=1)
+) -> float:
+    """Seconds an upload may take: ``api.ingest_timeout_s``, or less."""
+    return _bounded(request.app.state.service.config.api.ingest_timeout_s, x_request_timeout_ms)
+
+
+async def within(seconds: float, work: Awaitable[T]) -> T:
+    try:
+        return await asyncio.wait_for(work, seconds)
+    except TimeoutError:
+        raise TimeoutExceededError(f"the request did not finish within {seconds:g}s") from None

@@ -1,0 +1,106 @@
+"""The API's one error table, derived from the exception classes in ``serve_app.errors``.
+
+Each class carries its HTTP status and stable code; the JSON envelope, the OpenAPI error
+responses, the mapping of framework errors (unknown route, wrong method, schema mismatch)
+and the ``serve_app_errors{code}`` metric label all come from here.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from serve_app.api.models import ErrorEnvelope
+from serve_app.api.observability import REQUEST_ID
+from serve_app.errors import (
+    ConfigError,
+    InvalidInputError,
+    RequestSchemaError,
+    ServeAppError,
+    describe_validation_errors,
+)
+
+log = logging.getLogger("serve_app.api")
+
+# The code of the error answered for the current request, for the metrics middleware; a box
+# (one dict per request) so handlers running in other contexts can still fill it.
+ERROR_CODE: contextvars.ContextVar[dict[str, str]] = contextvars.ContextVar("error_code")
+
+
+def error_classes() -> list[type[ServeAppError]]:
+    """Every API error class, most general first (a class before its subclasses)."""
+    found: list[type[ServeAppError]] = []
+    pending: list[type[ServeAppError]] = [ServeAppError]
+    while pending:
+        cls = pending.pop(0)
+        if cls is not ConfigError:  # a start-up error, never an answer to a request
+            found.append(cls)
+        pending.extend(cls.__subclasses__())
+    return found
+
+
+def table() -> dict[int, list[str]]:
+    """HTTP status -> the codes answered with it."""
+    out: dict[int, list[str]] = {}
+    for cls in error_classes():
+        codes = out.setdefault(cls.status, [])
+        if cls.code not in codes:
+            codes.append(cls.code)
+    return dict(sorted(out.items()))
+
+
+def for_status(status: int) -> type[ServeAppError]:
+    """The most general error class answered with ``status`` (framework errors map here)."""
+    for cls in error_classes():
+        if cls.status == status:
+            return cls
+    return InvalidInputError if status < 500 else ServeAppError
+
+
+def openapi_responses() -> dict[int | str, dict]:
+    return {
+        status: {"model": ErrorEnvelope, "description": " or ".join(codes)}
+        for status, codes in table().items()
+    }
+
+
+def error_response(error: ServeAppError, headers: dict[str, str] | None = None) -> JSONResponse:
+    """The envelope ``{"error": {"code", "message", "request_id"}}`` for ``error``."""
+    box = ERROR_CODE.get(None)
+    if box is not None:
+        box["code"] = error.code
+    body = {"error": {"code": error.code, "message": error.message, "request_id": REQUEST_ID.get()}}
+    if error.status == 401:
+        headers = {"WWW-Authenticate": "Bearer", **(headers or {})}
+    return JSONResponse(body, status_code=error.status, headers=headers)
+
+
+def install(app: FastAPI) -> None:
+    """Exception handlers turning every error the framework or the service raises into the
+    envelope, each through ``error_response``."""
+
+    @app.exception_handler(ServeAppError)
+    async def _app_error(_: Request, error: ServeAppError) -> JSONResponse:
+        return error_response(error)
+
+    @app.exception_handler(RequestValidationError)
+    async def _request_invalid(_: Request, error: RequestValidationError) -> JSONResponse:
+        return error_response(RequestSchemaError(describe_validation_errors(list(error.errors()))))
+
+    @app.exception_handler(ValidationError)
+    async def _model_invalid(_: Request, error: ValidationError) -> JSONResponse:
+        return error_response(RequestSchemaError(describe_validation_errors(error.errors())))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_: Request, error: StarletteHTTPException) -> JSONResponse:
+        cls = for_status(error.status_code)
+        mapped = cls(str(error.detail))
+        if mapped.status != error.status_code:  # a status no class has: keep it, code of its kind
+            mapped.status = error.status_code
+        return error_response(mapped, headers=dict(error.headers or {}))

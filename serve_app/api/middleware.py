@@ -1,0 +1,196 @@
+"""Pure ASGI middleware, outermost first: the request envelope (id, metrics, access log, last
+resort 500), the body limit on bytes actually received, and authentication before any body
+byte is read.
+
+Pure ASGI (not ``BaseHTTPMiddleware``): the body limit must sit on ``receive`` itself, and
+nothing here may buffer a body or move the request into another task.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from serve_app.api.auth import Authenticator
+from serve_app.api.errors import ERROR_CODE, error_response, for_status
+from serve_app.api.observability import REQUEST_ID, Metrics, Stopwatch, request_id_from
+from serve_app.errors import PayloadTooLargeError, ServeAppError
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+log = logging.getLogger("serve_app.api")
+ACCESS = logging.getLogger("serve_app.access")
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return None
+
+
+def route_path(scope: Scope) -> str:
+    """The path below the app's mount point (Serve's route prefix, a ``root_path``)."""
+    path, root = scope.get("path", ""), scope.get("root_path", "")
+    return path[len(root) :] if root and path.startswith(root) else path
+
+
+async def _send_error(send: Send, error: ServeAppError) -> None:
+    response = error_response(error)
+    await response({"type": "http"}, _no_body, send)
+
+
+async def _no_body() -> Message:
+    return {"type": "http.disconnect"}
+
+
+class RequestEnvelope:
+    """Request id (the client's when sane), X-Request-ID on the answer, latency and error
+    metrics, one access-log line; an error escaping the app becomes the INTERNAL envelope."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics, set_request_id_header: bool) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.set_header = set_request_id_header
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = request_id_from(_header(scope, b"x-request-id"))
+        token = REQUEST_ID.set(request_id)
+        box: dict[str, str] = {}
+        code_token = ERROR_CODE.set(box)
+        watch = Stopwatch()
+        status = 500
+        started = False
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal status, started
+            if message["type"] == "http.response.start":
+                started = True
+                status = message["status"]
+                if self.set_header:
+                    headers = [
+                        (k, v)
+                        for k, v in message.get("headers", [])
+                        if k.lower() != b"x-request-id"
+                    ]
+                    headers.append((b"x-request-id", request_id.encode()))
+                    message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        except Exception:
+            log.exception("unhandled error")
+            if not started:
+                await _send_error(send_wrapper, ServeAppError("internal error; see the server log"))
+        finally:
+            route = scope.get("route")
+            endpoint = getattr(route, "path", "unmatched")
+            seconds = watch.seconds()
+            self.metrics.observe_request(endpoint, scope.get("method", ""), status, seconds)
+            if status >= 400:
+                self.metrics.errors.labels(box.get("code") or for_status(status).code).inc()
+            ACCESS.info(
+                "request",
+                extra={
+                    "method": scope.get("method"),
+                    "path": scope.get("path"),
+                    "status": status,
+                    "duration_ms": round(seconds * 1000, 2),
+                },
+            )
+            ERROR_CODE.reset(code_token)
+            REQUEST_ID.reset(token)
+
+
+class BodyLimit:
+    """413 at ``limit`` body bytes, counted as they arrive (chunked or not): a declared
+    ``Content-Length`` over the limit is refused before reading, and ``receive`` is never
+    called again once the count passes the limit. Whatever the app answered to the failed
+    read (a parse error, say) is replaced by the 413."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    def _error(self, received: str) -> PayloadTooLargeError:
+        return PayloadTooLargeError(
+            f"request body of {received} bytes is over the limit of {self.limit} "
+            "(api.max_request_bytes)"
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = _header(scope, b"content-length")
+        if declared and declared.strip().isdigit() and int(declared) > self.limit:
+            await _send_error(send, self._error(declared.strip()))
+            return
+        received = 0
+        over = False
+        answered = False
+
+        async def limited_receive() -> Message:
+            nonlocal received, over
+            if over:
+                raise self._error(f"more than {self.limit}")
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.limit:
+                    over = True
+                    raise self._error(f"more than {self.limit}")
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal answered
+            if over:
+                if not answered and message["type"] == "http.response.start":
+                    answered = True
+                    await _send_error(send, self._error(f"more than {self.limit}"))
+                return  # the app's own answer to the failed read is dropped
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, guarded_send)
+        except PayloadTooLargeError:
+            if not over:
+                raise
+            if not answered:
+                answered = True
+                await _send_error(send, self._error(f"more than {self.limit}"))
+
+
+class Authenticate:
+    """Credentials checked from the headers before the app (and its body parsing) runs, for
+    every path under ``prefixes``; the principal goes to ``scope["state"]["principal"]``."""
+
+    def __init__(
+        self, app: ASGIApp, authenticator: Authenticator, prefixes: tuple[str, ...] = ("/v1/",)
+    ) -> None:
+        self.app = app
+        self.authenticator = authenticator
+        self.prefixes = prefixes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not route_path(scope).startswith(self.prefixes):
+            await self.app(scope, receive, send)
+            return
+        try:
+            principal = self.authenticator.authenticate(
+                _header(scope, b"authorization"), _header(scope, b"x-api-key")
+            )
+        except ServeAppError as error:
+            await _send_error(send, error)
+            return
+        scope["state"] = {**scope.get("state", {}), "principal": principal}
+        await self.app(scope, receive, send)

@@ -1,0 +1,72 @@
+"""``/v1/search``: hybrid search, by JSON body (POST) or query string (GET)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Query
+
+from serve_app.api import deps
+from serve_app.api.auth import Principal
+from serve_app.api.models import SearchHit, SearchResponseOut
+from serve_app.api.observability import Metrics
+from serve_app.api.service import RetrievalService
+from serve_app.schemas import FUSION_METHODS, FusionSpec, SearchRequest, SearchResponse
+
+router = APIRouter(prefix="/v1")
+
+
+async def run_search(
+    request: SearchRequest,
+    who: Principal,
+    seconds: float,
+    service: RetrievalService,
+    metrics: Metrics,
+) -> SearchResponseOut:
+    who.require("read")
+    response: SearchResponse = await deps.within(seconds, service.search(request, who.tenant_id))
+    metrics.observe_stages("search", response.timings_ms)
+    return SearchResponseOut(
+        query=response.query,
+        results=[SearchHit.from_scored(r) for r in response.results],
+        fusion=response.fusion,
+        reranked=response.reranked,
+        strategies=response.strategies,
+        total=response.total,
+        timings_ms=response.timings_ms,
+    )
+
+
+@router.post("/search", response_model=SearchResponseOut)
+async def search_post(
+    body: SearchRequest,
+    who: Principal = Depends(deps.principal),
+    seconds: float = Depends(deps.deadline_s),
+    service: RetrievalService = Depends(deps.service),
+    metrics: Metrics = Depends(deps.metrics),
+) -> SearchResponseOut:
+    return await run_search(body, who, seconds, service, metrics)
+
+
+@router.get("/search", response_model=SearchResponseOut)
+async def search_get(
+    q: str = Query(min_length=1, max_length=4096),
+    top_k: int = Query(default=10, ge=1, le=200),
+    strategies: str | None = Query(
+        default=None, pattern=r"^(bm25|splade|dense)(,(bm25|splade|dense))*$"
+    ),
+    fusion: str | None = Query(default=None, pattern="^(" + "|".join(FUSION_METHODS) + ")$"),
+    rerank: bool | None = None,
+    who: Principal = Depends(deps.principal),
+    seconds: float = Depends(deps.deadline_s),
+    service: RetrievalService = Depends(deps.service),
+    metrics: Metrics = Depends(deps.metrics),
+) -> SearchResponseOut:
+    request = SearchRequest.model_validate(
+        {
+            "query": q,
+            "top_k": top_k,
+            "strategies": strategies.split(",") if strategies else None,
+            "fusion": FusionSpec(method=fusion).model_dump() if fusion else None,
+            "rerank": rerank,
+        }
+    )
+    return await run_search(request, who, seconds, service, metrics)
