@@ -12,9 +12,22 @@ STRATEGIES: tuple[Strategy, ...] = ("bm25", "splade", "dense")
 FusionMethod = Literal["rrf", "weighted", "dbsf"]
 FUSION_METHODS: tuple[FusionMethod, ...] = ("rrf", "weighted", "dbsf")
 
-Scalar = str | int | float | bool
+# Values the stores can hold and compare: 64-bit integers, finite floats.
+Int64 = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+Scalar = str | Int64 | FiniteFloat | bool
 MetadataValue = Scalar | list[Scalar]
-Metadata = dict[str, MetadataValue]
+# A filter matches one value or any of a list; Qdrant matches lists of strings or of integers.
+FilterValue = (
+    Scalar
+    | Annotated[list[str], Field(max_length=1024)]
+    | Annotated[list[Int64], Field(max_length=1024)]
+)
+# Metadata keys become payload paths (`metadata.<key>`) in Qdrant and field names in
+# OpenSearch: dots, brackets, blanks or control characters would address another field or be
+# refused by the engine, so keys are plain identifiers.
+MetadataKey = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")]
+Metadata = dict[MetadataKey, MetadataValue]
 # Ids appear in URLs and payload filters: keep them printable and bounded.
 DocumentId = Annotated[str, Field(min_length=1, max_length=512, pattern=r"^[^\s/?#][^\s?#]*$")]
 TenantId = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")]
@@ -127,7 +140,7 @@ class SearchFilters(_Strict):
 
     doc_ids: list[DocumentId] | None = None
     sections: list[str] | None = None
-    metadata: dict[str, MetadataValue] = Field(default_factory=dict)
+    metadata: dict[MetadataKey, FilterValue] = Field(default_factory=dict)
 
 
 class FusionSpec(_Strict):

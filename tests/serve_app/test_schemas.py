@@ -86,3 +86,33 @@ class TestSearchRequest:
     def test_invalid(self, fields, message):
         with pytest.raises(ValidationError, match=message):
             SearchRequest.model_validate(fields)
+
+
+# Metadata keys become store paths (`metadata.<key>`): anything but a plain identifier would
+# address another field or be refused by Qdrant's path parser (a 500 found by schemathesis).
+BAD_KEYS = ["", ".", "a.b", "a[0]", "[]", "a b", "\x00", "\x85", "é", "\ud7ff", "k" * 65]
+
+
+@pytest.mark.parametrize("key", BAD_KEYS)
+def test_metadata_keys_must_be_identifiers(key):
+    with pytest.raises(ValidationError):
+        Document(id="d", text="t", metadata={key: 1})
+    with pytest.raises(ValidationError):
+        SearchRequest.model_validate({"query": "q", "filters": {"metadata": {key: 1}}})
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), [1, "a"], [True], [[1]]])
+def test_filter_values_the_stores_cannot_match_are_refused(value):
+    with pytest.raises(ValidationError):
+        SearchRequest.model_validate({"query": "q", "filters": {"metadata": {"k": value}}})
+
+
+@pytest.mark.parametrize("value", [1, -(2**63), 1.5, "x", True, ["a", "b"], [1, 2], []])
+def test_filter_values_the_stores_match(value):
+    request = SearchRequest.model_validate({"query": "q", "filters": {"metadata": {"k": value}}})
+    assert request.filters.metadata["k"] == value
+
+
+def test_document_metadata_must_be_finite():
+    with pytest.raises(ValidationError):
+        Document(id="d", text="t", metadata={"k": float("nan")})
