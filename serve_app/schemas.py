@@ -138,9 +138,9 @@ class SparseVector(_Strict):
 class SearchFilters(_Strict):
     """Filters applied inside every strategy's retrieval (never after fusion)."""
 
-    doc_ids: list[DocumentId] | None = None
-    sections: list[str] | None = None
-    metadata: dict[MetadataKey, FilterValue] = Field(default_factory=dict)
+    doc_ids: list[DocumentId] | None = Field(default=None, max_length=1024)
+    sections: list[str] | None = Field(default=None, max_length=1024)
+    metadata: dict[MetadataKey, FilterValue] = Field(default_factory=dict, max_length=64)
 
 
 class FusionSpec(_Strict):
