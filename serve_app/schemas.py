@@ -33,6 +33,9 @@ DocumentId = Annotated[str, Field(min_length=1, max_length=512, pattern=r"^[^\s/
 TenantId = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")]
 
 DEFAULT_TENANT = "default"
+# A named corpus inside a tenant; part of every chunk's payload and filter, like the tenant.
+CollectionName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9_-]*$")]
+DEFAULT_COLLECTION = "default"
 
 
 class _Strict(BaseModel):
@@ -63,6 +66,7 @@ class Document(_Strict):
     sections: list[Section] | None = None
     metadata: Metadata = Field(default_factory=dict)
     tenant_id: TenantId = DEFAULT_TENANT
+    collection: CollectionName = DEFAULT_COLLECTION
     source: str | None = None
 
     @model_validator(mode="after")
@@ -97,6 +101,7 @@ class Chunk(_Strict):
     id: str
     doc_id: DocumentId
     tenant_id: TenantId = DEFAULT_TENANT
+    collection: CollectionName = DEFAULT_COLLECTION
     text: str
     title: str = ""
     section: str = ""
@@ -219,6 +224,7 @@ class IngestResult(_Strict):
 class DocumentInfo(_Strict):
     id: DocumentId
     tenant_id: TenantId
+    collection: CollectionName = DEFAULT_COLLECTION
     title: str
     metadata: Metadata
     source: str | None
