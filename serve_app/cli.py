@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from serve_app.config import AppConfig, load_config
-from serve_app.errors import ServeAppError, describe_validation_errors
+from serve_app.errors import InvalidInputError, ServeAppError, describe_validation_errors
 from serve_app.schemas import FUSION_METHODS, STRATEGIES, FusionSpec, SearchRequest
 
 log = logging.getLogger("serve_app")
@@ -223,6 +223,16 @@ async def _snapshot(config: AppConfig, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _inspect(config: AppConfig, args: argparse.Namespace) -> int:
+    from serve_app.inspection import format_report, inspect_stores
+
+    if args.collection and not args.tenant:
+        raise InvalidInputError("--collection needs --tenant")
+    report = await inspect_stores(config, args.tenant, args.collection)
+    print(json.dumps(report, indent=2, default=str) if args.json else format_report(report))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="serve-app", description=__doc__)
     parser.add_argument(
@@ -255,13 +265,26 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--max-queries", type=int)
     evaluate.add_argument("--max-docs", type=int, help="judged documents plus others up to N")
 
+    inspect = sub.add_parser(
+        "inspect", help="what the stores hold: sizes, models, versions, payload, per collection"
+    )
+    inspect.add_argument("--tenant", help="only this tenant (default: every tenant)")
+    inspect.add_argument("--collection", help="only this collection of --tenant")
+    inspect.add_argument("--json", action="store_true", help="print the report as JSON")
+
     snapshot = sub.add_parser("snapshot", help="create or list store snapshots (server stores)")
     snapshot.add_argument("action", choices=["create", "list"])
     snapshot.add_argument("--name", help="snapshot name (default: serve-app-<UTC timestamp>)")
     return parser
 
 
-COMMANDS = {"ingest": _ingest, "search": _search, "eval": _eval, "snapshot": _snapshot}
+COMMANDS = {
+    "ingest": _ingest,
+    "search": _search,
+    "eval": _eval,
+    "snapshot": _snapshot,
+    "inspect": _inspect,
+}
 
 
 def main(

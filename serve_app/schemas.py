@@ -30,11 +30,13 @@ MetadataKey = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")]
 Metadata = dict[MetadataKey, MetadataValue]
 # Ids appear in URLs and payload filters: keep them printable and bounded.
 DocumentId = Annotated[str, Field(min_length=1, max_length=512, pattern=r"^[^\s/?#][^\s?#]*$")]
-TenantId = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")]
+TENANT_PATTERN = r"^[A-Za-z0-9_.:-]+$"
+TenantId = Annotated[str, Field(min_length=1, max_length=128, pattern=TENANT_PATTERN)]
 
 DEFAULT_TENANT = "default"
 # A named corpus inside a tenant; part of every chunk's payload and filter, like the tenant.
-CollectionName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9_-]*$")]
+COLLECTION_PATTERN = r"^[a-z0-9][a-z0-9_-]*$"
+CollectionName = Annotated[str, Field(min_length=1, max_length=64, pattern=COLLECTION_PATTERN)]
 DEFAULT_COLLECTION = "default"
 
 
@@ -165,6 +167,7 @@ class FusionSpec(_Strict):
 
 class SearchRequest(_Strict):
     query: str = Field(max_length=4096)
+    collection: CollectionName = DEFAULT_COLLECTION
     top_k: int = Field(default=10, ge=1, le=200)
     strategies: list[Strategy] | None = None
     fusion: FusionSpec | None = None

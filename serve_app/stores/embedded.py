@@ -18,7 +18,7 @@ from typing import Any
 import qdrant_edge as edge
 
 from serve_app.config import AppConfig, EmbeddedStoreConfig
-from serve_app.errors import ModelMismatchError, ServiceUnavailableError
+from serve_app.errors import ModelMismatchError, NotFoundError, ServiceUnavailableError
 from serve_app.schemas import Chunk, Strategy
 from serve_app.stores import qdrant_requests as qr
 from serve_app.stores.base import (
@@ -126,6 +126,20 @@ class EdgeBackend:
 
     async def open(self, models: IndexModels) -> None:
         await asyncio.to_thread(self._open_sync, models)
+
+    def _attach_sync(self) -> None:
+        shard_path = self.path / SHARD_DIR
+        if not (self.path / META_FILE).exists() or not shard_path.is_dir():
+            raise NotFoundError(f"no embedded index at {self.path} (stores.embedded.path)")
+        try:
+            self._shard = edge.EdgeShard.load(str(shard_path))
+        except (OSError, RuntimeError, ValueError) as error:
+            raise ServiceUnavailableError(
+                f"cannot open the embedded index at {shard_path}: {error}"
+            ) from None
+
+    async def attach(self) -> None:
+        await asyncio.to_thread(self._attach_sync)
 
     @property
     def shard(self) -> edge.EdgeShard:

@@ -82,6 +82,10 @@ class StoreIndex:
     async def open(self, models: IndexModels) -> None:
         await asyncio.gather(*(b.open(models) for b in self.backends))
 
+    async def attach(self) -> None:
+        """Open every store as it is, with no model guard (``inspect``, ``validate``)."""
+        await asyncio.gather(*(b.attach() for b in self.backends))
+
     async def close(self) -> None:
         if self._recoveries:  # let interrupted writes finish their cleanup first
             await asyncio.wait(self._recoveries, timeout=self.recovery_timeout_s)

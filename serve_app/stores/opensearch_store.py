@@ -25,7 +25,7 @@ from opensearchpy.exceptions import (
 )
 
 from serve_app.config import OpenSearchConfig
-from serve_app.errors import ConfigError, ServiceUnavailableError
+from serve_app.errors import ConfigError, NotFoundError, ServiceUnavailableError
 from serve_app.schemas import Chunk, Strategy
 from serve_app.stores import opensearch_bodies as bodies
 from serve_app.stores.base import (
@@ -145,6 +145,13 @@ class OpenSearchBackend:
     # -- lifecycle -----------------------------------------------------------------------
     async def open(self, models: IndexModels) -> None:
         self.physical = await self._call("open", open_versioned(self, models, self.migrate))
+
+    async def attach(self) -> None:
+        self.physical = await self._call("alias lookup", self.alias_target())
+        if self.physical is None:
+            raise NotFoundError(
+                f"no {self.kind} behind the alias {self.alias!r} (stores.opensearch.index)"
+            )
 
     async def close(self) -> None:
         if self._client is not None:

@@ -20,7 +20,7 @@ from qdrant_client import models as qm
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
 from serve_app.config import AppConfig, QdrantConfig
-from serve_app.errors import ConfigError, ServiceUnavailableError
+from serve_app.errors import ConfigError, NotFoundError, ServiceUnavailableError
 from serve_app.schemas import Chunk, Strategy
 from serve_app.stores import qdrant_requests as qr
 from serve_app.stores.base import (
@@ -200,6 +200,13 @@ class QdrantBackend:
     # -- lifecycle -----------------------------------------------------------------------
     async def open(self, models: IndexModels) -> None:
         self.physical = await self._call("open", open_versioned(self, models, self.migrate))
+
+    async def attach(self) -> None:
+        self.physical = await self._call("alias lookup", self.alias_target())
+        if self.physical is None:
+            raise NotFoundError(
+                f"no {self.kind} behind the alias {self.alias!r} (stores.qdrant.collection)"
+            )
 
     async def close(self) -> None:
         if self._client is not None:
