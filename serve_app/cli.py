@@ -233,6 +233,14 @@ async def _inspect(config: AppConfig, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _validate(config: AppConfig, args: argparse.Namespace) -> int:
+    from serve_app.validation import format_checks, report, validate
+
+    checks = await validate(config)
+    print(json.dumps(report(checks), indent=2) if args.json else format_checks(checks))
+    return 0 if all(c.ok for c in checks) else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="serve-app", description=__doc__)
     parser.add_argument(
@@ -272,6 +280,13 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--collection", help="only this collection of --tenant")
     inspect.add_argument("--json", action="store_true", help="print the report as JSON")
 
+    validate = sub.add_parser(
+        "validate",
+        help="check the configuration against reality (devices, models, tokenizer, stores); "
+        "exit 1 on any failure",
+    )
+    validate.add_argument("--json", action="store_true", help="print the checks as JSON")
+
     snapshot = sub.add_parser("snapshot", help="create or list store snapshots (server stores)")
     snapshot.add_argument("action", choices=["create", "list"])
     snapshot.add_argument("--name", help="snapshot name (default: serve-app-<UTC timestamp>)")
@@ -284,6 +299,7 @@ COMMANDS = {
     "eval": _eval,
     "snapshot": _snapshot,
     "inspect": _inspect,
+    "validate": _validate,
 }
 
 
