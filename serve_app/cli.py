@@ -241,6 +241,34 @@ async def _validate(config: AppConfig, args: argparse.Namespace) -> int:
     return 0 if all(c.ok for c in checks) else 1
 
 
+def _mcp(config: AppConfig, args: argparse.Namespace) -> int:
+    del config  # the MCP server talks to a running service over its HTTP API
+    try:
+        from serve_app import mcp_server
+    except ImportError as error:
+        raise ServeAppError(
+            f"{error}; install the mcp extra: pip install 'serve-app[mcp]'"
+        ) from None
+    return mcp_server.run(args)
+
+
+def _mcp_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--url",
+        default=os.environ.get("SERVE_APP_URL", "http://127.0.0.1:8000"),
+        help="the service's base URL (default $SERVE_APP_URL or http://127.0.0.1:8000)",
+    )
+    parser.add_argument(
+        "--api-key-env",
+        default="SERVE_APP_API_KEY",
+        help="environment variable holding the API key (default SERVE_APP_API_KEY)",
+    )
+    parser.add_argument("--timeout-s", type=float, default=60.0, help="bound of every tool call")
+    parser.add_argument("--transport", choices=["stdio", "streamable-http"], default="stdio")
+    parser.add_argument("--host", default="127.0.0.1", help="streamable HTTP bind address")
+    parser.add_argument("--port", type=int, default=8765, help="streamable HTTP port")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="serve-app", description=__doc__)
     parser.add_argument(
@@ -287,6 +315,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     validate.add_argument("--json", action="store_true", help="print the checks as JSON")
 
+    _mcp_arguments(
+        sub.add_parser(
+            "mcp", help="MCP server (stdio or streamable HTTP) over a running service's API"
+        )
+    )
+
     snapshot = sub.add_parser("snapshot", help="create or list store snapshots (server stores)")
     snapshot.add_argument("action", choices=["create", "list"])
     snapshot.add_argument("--name", help="snapshot name (default: serve-app-<UTC timestamp>)")
@@ -300,6 +334,7 @@ COMMANDS = {
     "snapshot": _snapshot,
     "inspect": _inspect,
     "validate": _validate,
+    "mcp": _mcp,
 }
 
 
