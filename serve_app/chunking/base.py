@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from serve_app.registry import Registry
-from serve_app.schemas import Chunk, Document
+from serve_app.schemas import DEFAULT_COLLECTION, Chunk, Document
 
 BLOCK_SEPARATOR = "\n\n"
 _CHUNK_NAMESPACE = uuid.UUID("6f1f5b9e-3c1a-4f59-9a53-0d6c8f6f2a10")
@@ -63,10 +63,14 @@ def canonical_text(document: Document) -> tuple[str, list[Block]]:
     return BLOCK_SEPARATOR.join(parts), blocks
 
 
-def chunk_id(tenant_id: str, doc_id: str, order: int, text: str) -> str:
-    """Deterministic UUID (Qdrant point ids must be UUIDs or integers)."""
+def chunk_id(
+    tenant_id: str, doc_id: str, order: int, text: str, collection: str = DEFAULT_COLLECTION
+) -> str:
+    """Deterministic UUID (Qdrant point ids must be UUIDs or integers). A named collection is
+    part of the id: the same document in two collections of a tenant shares no chunk."""
     digest = hashlib.sha1(text.encode()).hexdigest()
-    return str(uuid.uuid5(_CHUNK_NAMESPACE, f"{tenant_id}\x1f{doc_id}\x1f{order}\x1f{digest}"))
+    owner = tenant_id if collection == DEFAULT_COLLECTION else f"{tenant_id}/{collection}"
+    return str(uuid.uuid5(_CHUNK_NAMESPACE, f"{owner}\x1f{doc_id}\x1f{order}\x1f{digest}"))
 
 
 def versioned_chunk_id(chunk_id_: str, content_hash: str) -> str:
@@ -110,9 +114,10 @@ def make_chunks(
         text = canonical[start:end]
         chunks.append(
             Chunk(
-                id=chunk_id(document.tenant_id, document.id, order, text),
+                id=chunk_id(document.tenant_id, document.id, order, text, document.collection),
                 doc_id=document.id,
                 tenant_id=document.tenant_id,
+                collection=document.collection,
                 text=text,
                 title=document.title,
                 section=chain[0] if chain else "",

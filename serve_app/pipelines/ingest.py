@@ -16,7 +16,7 @@ from serve_app.errors import InvalidInputError, PayloadTooLargeError
 from serve_app.pipelines.components import Components
 from serve_app.pipelines.timing import StageTimer
 from serve_app.schemas import Chunk, Document, IngestResult
-from serve_app.stores.base import DocumentWrite, EncodedChunk
+from serve_app.stores.base import DocumentWrite, EncodedChunk, scope
 
 
 def encoding_text(chunk: Chunk, with_header: bool) -> str:
@@ -44,7 +44,7 @@ class IngestPipeline:
             )
         seen: set[tuple[str, str]] = set()
         for document in documents:
-            key = (document.tenant_id, document.id)
+            key = (scope(document.tenant_id, document.collection), document.id)
             if key in seen:
                 raise InvalidInputError(f"document id {document.id!r} appears twice in one request")
             seen.add(key)
@@ -61,8 +61,8 @@ class IngestPipeline:
         started = time.perf_counter()
         result = IngestResult(documents=len(documents))
         by_tenant: dict[str, list[Document]] = defaultdict(list)
-        for document in documents:
-            by_tenant[document.tenant_id].append(document)
+        for document in documents:  # each (tenant, collection) is its own store scope
+            by_tenant[scope(document.tenant_id, document.collection)].append(document)
 
         plans: list[tuple[str, list[tuple[Document, str]]]] = []
         for tenant, docs in by_tenant.items():
@@ -104,7 +104,7 @@ class IngestPipeline:
         self, documents: list[tuple[Document, str]], timer: StageTimer | None = None
     ) -> list[tuple[DocumentWrite, str]]:
         """Chunk and encode documents (with their content hashes) into store writes, each
-        paired with its tenant. Nothing touches the store."""
+        paired with its store scope (tenant and collection). Nothing touches the store."""
         timer = timer or StageTimer()
         docs = [d for d, _ in documents]
         per_doc = await timer.run("chunk", self.components.chunker.chunk_many(docs))
@@ -117,7 +117,12 @@ class IngestPipeline:
                 item.chunk = item.chunk.model_copy(
                     update={"id": versioned_chunk_id(item.chunk.id, content_hash)}
                 )
-            writes.append((DocumentWrite(document.id, content_hash, part), document.tenant_id))
+            writes.append(
+                (
+                    DocumentWrite(document.id, content_hash, part),
+                    scope(document.tenant_id, document.collection),
+                )
+            )
         return writes
 
     async def _encode(self, chunks: list[Chunk], timer: StageTimer) -> list[EncodedChunk]:

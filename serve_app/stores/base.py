@@ -13,22 +13,72 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from serve_app.registry import Registry
-from serve_app.schemas import Chunk, DocumentInfo, SearchFilters, SparseVector, Strategy
+from serve_app.schemas import (
+    DEFAULT_COLLECTION,
+    Chunk,
+    DocumentInfo,
+    SearchFilters,
+    SparseVector,
+    Strategy,
+)
+
+PAYLOAD_SCHEMA = 2
+"""Version of the chunk payload layout (2: every chunk carries its ``collection``); recorded
+with the models, so an index written with another layout is refused like other models."""
+
+SCOPE_FIELDS = ["tenant_id", "collection"]
+PAYLOAD_INDEXES = ("tenant_id", "collection", "doc_id", "section")
+"""The payload fields every chunk store indexes for its filters (checked by ``validate``)."""
+
+SCOPE_SEPARATOR = "/"
+ALL_COLLECTIONS = "*"
+
+
+def scope(tenant_id: str, collection: str = DEFAULT_COLLECTION) -> str:
+    """The key every store call is scoped by: the tenant for its ``default`` collection, else
+    ``tenant/collection`` (neither a tenant id nor a collection name can hold a ``/``);
+    ``tenant/*`` means every collection of the tenant (inspection only)."""
+    if collection == DEFAULT_COLLECTION:
+        return tenant_id
+    return f"{tenant_id}{SCOPE_SEPARATOR}{collection}"
+
+
+def scope_parts(key: str) -> tuple[str, str | None]:
+    """(tenant, collection) of a scope key; collection None for ``tenant/*``."""
+    tenant, _, collection = key.partition(SCOPE_SEPARATOR)
+    if not collection:
+        return tenant, DEFAULT_COLLECTION
+    return tenant, None if collection == ALL_COLLECTIONS else collection
+
+
+def payload_scope(payload: dict[str, Any]) -> str:
+    """The scope key of a stored chunk's payload."""
+    return scope(payload["tenant_id"], payload.get("collection") or DEFAULT_COLLECTION)
+
+
+def in_scope(payload: dict[str, Any], key: str) -> bool:
+    tenant, collection = scope_parts(key)
+    if payload.get("tenant_id") != tenant:
+        return False
+    return collection is None or (payload.get("collection") or DEFAULT_COLLECTION) == collection
 
 
 @dataclass(frozen=True)
 class IndexModels:
-    """What built the vectors; stored with the index and checked on every open."""
+    """What built the vectors (and the payload layout); stored with the index and checked on
+    every open."""
 
     dense_model: str
     dense_dim: int
     splade_model: str | None
     bm25_model: str | None
+    payload_schema: int = PAYLOAD_SCHEMA
 
     def as_dict(self) -> dict:
         return {
@@ -36,6 +86,7 @@ class IndexModels:
             "dense_dim": self.dense_dim,
             "splade_model": self.splade_model,
             "bm25_model": self.bm25_model,
+            "payload_schema": self.payload_schema,
         }
 
 
@@ -107,7 +158,9 @@ whose stored chunks all carry one hash."""
 
 @runtime_checkable
 class ChunkIndex(Protocol):
-    """Chunk storage and per-strategy retrieval. Every call is scoped to one tenant.
+    """Chunk storage and per-strategy retrieval. Every call is scoped to one tenant's
+    collection: the ``tenant_id`` arguments are scope keys (``scope``), a bare tenant id being
+    its ``default`` collection.
 
     A chunk is served (searched, fetched, counted) only when every store of the topology
     holds it; a document counts as stored only when all its chunks are there under one
@@ -165,6 +218,23 @@ class ChunkIndex(Protocol):
 
     async def count(self, tenant_id: str | None = None) -> int: ...
 
+    async def inspect(self, tenant_id: str | None = None, collection: str | None = None) -> dict:
+        """Each store's own report and, per (tenant, collection), the chunks and documents
+        each store holds (every tenant when ``tenant_id`` is None)."""
+        ...
+
+    async def list_collections(self, tenant_id: str) -> list[dict[str, Any]]: ...
+
+    async def has_collection(self, tenant_id: str, name: str) -> bool:
+        """Whether the tenant (a bare tenant id) has the collection, ready for use."""
+        ...
+
+    async def create_collection(self, tenant_id: str, name: str) -> dict[str, Any]: ...
+
+    async def delete_collection(self, tenant_id: str, name: str) -> int:
+        """Remove the collection and its chunks from every store; the chunks removed."""
+        ...
+
     async def healthy(self) -> bool: ...
 
     async def close(self) -> None: ...
@@ -189,6 +259,11 @@ class Backend(Protocol):
 
     async def open(self, models: IndexModels) -> None: ...
 
+    async def attach(self) -> None:
+        """Use the index as it is, whatever built it (inspection); NotFoundError when the
+        store holds none, ServiceUnavailableError when it cannot be reached."""
+        ...
+
     async def close(self) -> None: ...
 
     async def healthy(self) -> bool: ...
@@ -202,6 +277,10 @@ class Backend(Protocol):
 
     async def delete_documents(self, tenant_id: str, doc_ids: list[str]) -> int:
         """Every chunk of the documents; returns how many there were."""
+        ...
+
+    async def delete_scope(self, tenant_id: str) -> int:
+        """Every chunk of the scope (a whole collection); returns how many there were."""
         ...
 
     async def chunk_ids(self, tenant_id: str, doc_ids: list[str]) -> dict[str, set[str]]:
@@ -220,11 +299,18 @@ class Backend(Protocol):
 
     async def count(self, tenant_id: str | None) -> int: ...
 
-    async def scroll_ids(
-        self, tenant_id: str | None, offset: Any, limit: int
-    ) -> tuple[list[tuple[str, str]], Any]:
-        """A page of (chunk id, tenant id) and the offset of the next page (None after the
-        last); ``tenant_id`` None pages through every tenant."""
+    async def scroll_payloads(
+        self, tenant_id: str | None, fields: list[str] | None, offset: Any, limit: int
+    ) -> tuple[list[tuple[str, dict]], Any]:
+        """A page of (chunk id, payload with ``fields``, or all of it for None) and the offset
+        of the next page (None after the last); ``tenant_id`` None pages through everything."""
+        ...
+
+    async def describe(self) -> dict[str, Any]:
+        """What the store itself reports: ``store``, ``location``, ``alias``, ``physical``
+        (the version behind the alias), ``versions``, ``binding`` (what it records about the
+        models), ``points``, ``payload_indexes`` (field -> type), ``disk_bytes`` (None where
+        the store does not report it)."""
         ...
 
 
@@ -238,6 +324,12 @@ class ChunkBackend(Backend, Protocol):
     async def document_payloads(self, tenant_id: str, doc_id: str) -> list[dict]:
         """The payloads of a document's chunks (id, order, title, metadata, source, hash)."""
         ...
+
+    async def read_registry(self) -> dict[str, Any]:
+        """The collection registry kept with this store's index ({} when none)."""
+        ...
+
+    async def write_registry(self, registry: dict[str, Any]) -> None: ...
 
 
 TOPOLOGIES: Registry[ChunkIndex] = Registry("store topology", "stores.topology")
@@ -253,9 +345,11 @@ def document_info_from(tenant_id: str, doc_id: str, payloads: list[dict]) -> Doc
         return None
     ordered = sorted(payloads, key=lambda p: p["order"])
     first = ordered[0]
+    tenant, collection = scope_parts(tenant_id)
     return DocumentInfo(
         id=doc_id,
-        tenant_id=tenant_id,
+        tenant_id=tenant,
+        collection=collection or DEFAULT_COLLECTION,
         title=first.get("title", ""),
         # imrad labels are per chunk (set by the chunker), not document metadata.
         metadata={k: v for k, v in first.get("metadata", {}).items() if k != "imrad"},
@@ -277,6 +371,25 @@ def states_from_payloads(payloads: list[dict]) -> DocumentStates:
         if len(hashes) == 1
         for h, counts in hashes.items()
     }
+
+
+def sample_payload(payload: dict[str, Any], max_chars: int = 80) -> dict[str, Any]:
+    """A stored payload for display: long strings cut, large maps and lists summarised."""
+    out: dict[str, Any] = {}
+    for key, value in sorted(payload.items()):
+        if isinstance(value, str) and len(value) > max_chars:
+            value = value[:max_chars] + "..."
+        elif isinstance(value, dict) and len(value) > 8:
+            value = f"<{len(value)} entries>"
+        elif isinstance(value, list) and len(value) > 8:
+            value = f"<{len(value)} items>"
+        out[key] = value
+    return out
+
+
+def directory_bytes(path: Path) -> int:
+    """Bytes of the files under ``path`` (0 when it does not exist)."""
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
 
 
 def versioned_names(alias: str, names: list[str]) -> list[str]:

@@ -18,20 +18,25 @@ from typing import Any
 import qdrant_edge as edge
 
 from serve_app.config import AppConfig, EmbeddedStoreConfig
-from serve_app.errors import ModelMismatchError, ServiceUnavailableError
+from serve_app.errors import ModelMismatchError, NotFoundError, ServiceUnavailableError
 from serve_app.schemas import Chunk, Strategy
 from serve_app.stores import qdrant_requests as qr
 from serve_app.stores.base import (
+    PAYLOAD_INDEXES,
+    SCOPE_FIELDS,
     DocumentStates,
     DocumentWrite,
     Hit,
     IndexModels,
     StrategyQuery,
+    directory_bytes,
+    in_scope,
     states_from_payloads,
 )
 from serve_app.stores.index import StoreIndex
 
 META_FILE = "index_meta.json"
+REGISTRY_FILE = "collections.json"
 SHARD_DIR = "shard"
 _SCROLL_PAGE = 1000
 
@@ -107,7 +112,7 @@ class EdgeBackend:
                 self._shard = edge.EdgeShard.load(str(shard_path))
             else:
                 self._shard = edge.EdgeShard.create(str(shard_path), self._edge_config(models))
-                for field in ("tenant_id", "doc_id", "section"):
+                for field in PAYLOAD_INDEXES:
                     self._shard.update(
                         edge.UpdateOperation.create_field_index(
                             field, edge.PayloadSchemaType.Keyword
@@ -121,6 +126,20 @@ class EdgeBackend:
 
     async def open(self, models: IndexModels) -> None:
         await asyncio.to_thread(self._open_sync, models)
+
+    def _attach_sync(self) -> None:
+        shard_path = self.path / SHARD_DIR
+        if not (self.path / META_FILE).exists() or not shard_path.is_dir():
+            raise NotFoundError(f"no embedded index at {self.path} (stores.embedded.path)")
+        try:
+            self._shard = edge.EdgeShard.load(str(shard_path))
+        except (OSError, RuntimeError, ValueError) as error:
+            raise ServiceUnavailableError(
+                f"cannot open the embedded index at {shard_path}: {error}"
+            ) from None
+
+    async def attach(self) -> None:
+        await asyncio.to_thread(self._attach_sync)
 
     @property
     def shard(self) -> edge.EdgeShard:
@@ -174,7 +193,10 @@ class EdgeBackend:
         await asyncio.to_thread(self._update, edge.UpdateOperation.delete_points_by_filter(spec))
 
     def _delete_documents_sync(self, tenant_id: str, doc_ids: list[str]) -> int:
-        selector = to_edge_filter(qr.chunk_filter(tenant_id, doc_ids=doc_ids))
+        return self._delete_where_sync(qr.chunk_filter(tenant_id, doc_ids=doc_ids))
+
+    def _delete_where_sync(self, spec: qr.Filter) -> int:
+        selector = to_edge_filter(spec)
         with self._write_lock:
             count = self.shard.count(edge.CountRequest(exact=True, filter=selector))
             if count:
@@ -187,7 +209,12 @@ class EdgeBackend:
 
     # -- reads ---------------------------------------------------------------------------
     def _scroll(
-        self, selector: qr.Filter, fields: list[str] | None, offset: Any = None, pages: int = 0
+        self,
+        selector: qr.Filter,
+        fields: list[str] | None,
+        offset: Any = None,
+        pages: int = 0,
+        page_size: int = _SCROLL_PAGE,
     ) -> tuple[list[tuple[str, dict]], Any]:
         """(id, payload) of every match, or of ``pages`` pages from ``offset``."""
         found: list[tuple[str, dict]] = []
@@ -197,7 +224,7 @@ class EdgeBackend:
             records, offset = self.shard.scroll(
                 edge.ScrollRequest(
                     offset=offset,
-                    limit=_SCROLL_PAGE,
+                    limit=page_size,
                     filter=to_edge_filter(selector),
                     with_payload=with_payload,
                 )
@@ -287,12 +314,12 @@ class EdgeBackend:
         records = self.shard.retrieve(wanted, with_payload=payload, with_vector=False)
         by_id = {str(r.id): dict(r.payload or {}) for r in records}
         return [
-            {i: by_id[i] for i in ids if i in by_id and by_id[i].get("tenant_id") == tenant}
+            {i: by_id[i] for i in ids if i in by_id and in_scope(by_id[i], tenant)}
             for tenant, ids in requests
         ]
 
     async def present(self, requests: list[tuple[str, list[str]]]) -> list[set[str]]:
-        found = await asyncio.to_thread(self._retrieve_sync, requests, ["tenant_id"])
+        found = await asyncio.to_thread(self._retrieve_sync, requests, SCOPE_FIELDS)
         return [set(f) for f in found]
 
     async def chunks(self, requests: list[tuple[str, list[str]]]) -> list[dict[str, Chunk]]:
@@ -305,14 +332,48 @@ class EdgeBackend:
             self.shard.count, edge.CountRequest(exact=True, filter=selector)
         )
 
-    async def scroll_ids(
-        self, tenant_id: str | None, offset: Any, limit: int
-    ) -> tuple[list[tuple[str, str]], Any]:
-        del limit  # one engine page
-        records, offset = await asyncio.to_thread(
-            self._scroll, qr.chunk_filter(tenant_id), ["tenant_id"], offset, 1
+    async def scroll_payloads(
+        self, tenant_id: str | None, fields: list[str] | None, offset: Any, limit: int
+    ) -> tuple[list[tuple[str, dict]], Any]:
+        return await asyncio.to_thread(
+            self._scroll, qr.chunk_filter(tenant_id), fields, offset, 1, limit
         )
-        return [(cid, p["tenant_id"]) for cid, p in records], offset
+
+    async def delete_scope(self, tenant_id: str) -> int:
+        return await asyncio.to_thread(self._delete_where_sync, qr.chunk_filter(tenant_id))
+
+    # -- inspection and the collection registry --------------------------------------------
+    def _describe_sync(self) -> dict[str, Any]:
+        info = self.shard.info()
+        meta_path = self.path / META_FILE
+        return {
+            "store": self.name,
+            "location": str(self.path),
+            "alias": None,
+            "physical": SHARD_DIR,
+            "versions": [SHARD_DIR],
+            "binding": json.loads(meta_path.read_text()) if meta_path.exists() else None,
+            "points": info.points_count,
+            "segments": info.segments_count,
+            "payload_indexes": {
+                name: str(index.data_type).rsplit(".", 1)[-1].lower()
+                for name, index in sorted(info.payload_schema.items())
+            },
+            "disk_bytes": directory_bytes(self.path),
+        }
+
+    async def describe(self) -> dict[str, Any]:
+        return await asyncio.to_thread(self._describe_sync)
+
+    async def read_registry(self) -> dict[str, Any]:
+        path = self.path / REGISTRY_FILE
+        return json.loads(path.read_text()) if path.exists() else {}
+
+    async def write_registry(self, registry: dict[str, Any]) -> None:
+        path = self.path / REGISTRY_FILE
+        staged = path.with_suffix(".tmp")
+        staged.write_text(json.dumps(registry, indent=2, sort_keys=True))
+        staged.replace(path)  # atomic: a crash leaves the old registry or the new one
 
 
 def embedded_index(path: str | Path, config: EmbeddedStoreConfig) -> StoreIndex:

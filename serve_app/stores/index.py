@@ -23,11 +23,20 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable
+from datetime import UTC, datetime
 from typing import Any
 
-from serve_app.errors import ConfigError, ServeAppError
-from serve_app.schemas import Chunk, DocumentInfo, SearchFilters, Strategy
+from serve_app.errors import (
+    ConfigError,
+    ConflictError,
+    InvalidInputError,
+    NotFoundError,
+    ServeAppError,
+)
+from serve_app.schemas import DEFAULT_COLLECTION, Chunk, DocumentInfo, SearchFilters, Strategy
 from serve_app.stores.base import (
+    ALL_COLLECTIONS,
+    SCOPE_FIELDS,
     Backend,
     ChunkBackend,
     DocumentWrite,
@@ -38,6 +47,10 @@ from serve_app.stores.base import (
     Snapshots,
     StrategyQuery,
     document_info_from,
+    payload_scope,
+    sample_payload,
+    scope,
+    scope_parts,
 )
 
 log = logging.getLogger(__name__)
@@ -63,10 +76,15 @@ class StoreIndex:
         self._route = {s: next(b for b in backends if s in b.strategies) for s in self.strategies}
         self.recovery_timeout_s = recovery_timeout_s
         self._recoveries: set[asyncio.Task[Any]] = set()
+        self._registry_lock = asyncio.Lock()
 
     # -- lifecycle ---------------------------------------------------------------------
     async def open(self, models: IndexModels) -> None:
         await asyncio.gather(*(b.open(models) for b in self.backends))
+
+    async def attach(self) -> None:
+        """Open every store as it is, with no model guard (``inspect``, ``validate``)."""
+        await asyncio.gather(*(b.attach() for b in self.backends))
 
     async def close(self) -> None:
         if self._recoveries:  # let interrupted writes finish their cleanup first
@@ -293,10 +311,12 @@ class StoreIndex:
         # Chunks every store holds: page through one store's ids, confirm in the others.
         total, offset = 0, None
         while True:
-            page, offset = await self.chunk_store.scroll_ids(tenant_id, offset, _COUNT_PAGE)
+            page, offset = await self.chunk_store.scroll_payloads(
+                tenant_id, SCOPE_FIELDS, offset, _COUNT_PAGE
+            )
             by_tenant: dict[str, list[str]] = {}
-            for chunk_id, tenant in page:
-                by_tenant.setdefault(tenant, []).append(chunk_id)
+            for chunk_id, payload in page:
+                by_tenant.setdefault(payload_scope(payload), []).append(chunk_id)
             if by_tenant:
                 present = await self._present_everywhere(
                     list(by_tenant.items()), skip=self.chunk_store
@@ -304,6 +324,139 @@ class StoreIndex:
                 total += sum(len(ids) for ids in present)
             if offset is None or not page:
                 return total
+
+    # -- inspection ----------------------------------------------------------------------
+    async def inspect(self, tenant_id: str | None = None, collection: str | None = None) -> dict:
+        """What every store holds: its own report (``Backend.describe``), and per (tenant,
+        collection) the chunks and documents it holds, for every tenant, one tenant's
+        collections, or one collection. Pages through the payloads of the selection."""
+        selector = None
+        if tenant_id is not None:
+            selector = scope(tenant_id, collection or ALL_COLLECTIONS)
+        reports = await asyncio.gather(*(self._inspect_one(b, selector) for b in self.backends))
+        registry = await self.chunk_store.read_registry()
+        binding = reports[0][0].get("binding")
+        per_scope: dict[str, dict[str, Any]] = {}
+        for backend, (_, tallies) in zip(self.backends, reports, strict=True):
+            for key, (chunks, docs) in tallies.items():
+                entry = per_scope.setdefault(key, {"chunks": {}, "documents": {}})
+                entry["chunks"][backend.name] = chunks
+                entry["documents"][backend.name] = len(docs)
+        for tenant, names in registry.get("tenants", {}).items():
+            for name in names:  # registered collections with nothing in them yet
+                key = scope(tenant, name)
+                if (tenant_id is None or tenant == tenant_id) and collection in (None, name):
+                    per_scope.setdefault(key, {"chunks": {}, "documents": {}})
+        collections = []
+        for key in sorted(per_scope):
+            tenant, name = scope_parts(key)
+            record = registry.get("tenants", {}).get(tenant, {}).get(name or "")
+            collections.append(
+                {
+                    "tenant_id": tenant,
+                    "collection": name,
+                    "state": (record or {}).get("state", "ready"),
+                    "models": binding,
+                    "chunks": {
+                        b.name: per_scope[key]["chunks"].get(b.name, 0) for b in self.backends
+                    },
+                    "documents": {
+                        b.name: per_scope[key]["documents"].get(b.name, 0) for b in self.backends
+                    },
+                }
+            )
+        return {
+            "strategies": list(self.strategies),
+            "stores": [report for report, _ in reports],
+            "collections": collections,
+        }
+
+    async def _inspect_one(
+        self, backend: Backend, selector: str | None
+    ) -> tuple[dict[str, Any], dict[str, tuple[int, set[str]]]]:
+        report = await backend.describe()
+        report["strategies"] = list(backend.strategies)
+        tallies: dict[str, tuple[int, set[str]]] = {}
+        offset = None
+        while True:
+            page, offset = await backend.scroll_payloads(
+                selector, [*SCOPE_FIELDS, "doc_id"], offset, _COUNT_PAGE
+            )
+            for _, payload in page:
+                chunks, docs = tallies.get(payload_scope(payload), (0, set()))
+                docs.add(payload.get("doc_id", ""))
+                tallies[payload_scope(payload)] = (chunks + 1, docs)
+            if offset is None or not page:
+                break
+        sample, _ = await backend.scroll_payloads(selector, None, None, 1)
+        report["payload_fields"] = sample_payload(sample[0][1]) if sample else {}
+        return report, tallies
+
+    # -- named collections -------------------------------------------------------------
+    async def list_collections(self, tenant_id: str) -> list[dict[str, Any]]:
+        """The tenant's collections (``default`` always), oldest first."""
+        registry = await self.chunk_store.read_registry()
+        named = registry.get("tenants", {}).get(tenant_id, {})
+        found = [{"name": DEFAULT_COLLECTION, "created_at": None, "state": "ready"}]
+        found += [
+            {
+                "name": name,
+                "created_at": record.get("created_at"),
+                "state": record.get("state", "ready"),
+            }
+            for name, record in sorted(
+                named.items(), key=lambda item: item[1].get("created_at", "")
+            )
+        ]
+        return found
+
+    async def has_collection(self, tenant_id: str, name: str) -> bool:
+        if name == DEFAULT_COLLECTION:
+            return True
+        registry = await self.chunk_store.read_registry()
+        record = registry.get("tenants", {}).get(tenant_id, {}).get(name)
+        return record is not None and record.get("state", "ready") == "ready"
+
+    async def create_collection(self, tenant_id: str, name: str) -> dict[str, Any]:
+        """Register a collection; ConflictError when the tenant has it already."""
+        async with self._registry_lock:
+            registry = await self.chunk_store.read_registry()
+            named = registry.setdefault("tenants", {}).setdefault(tenant_id, {})
+            if name == DEFAULT_COLLECTION or name in named:
+                state = (
+                    "being deleted" if named.get(name, {}).get("state") == "deleting" else "exists"
+                )
+                raise ConflictError(f"collection {name!r} {state} already")
+            record = {"created_at": datetime.now(UTC).isoformat(timespec="seconds")}
+            named[name] = record
+            await self.chunk_store.write_registry(registry)
+        return {"name": name, "state": "ready", **record}
+
+    async def delete_collection(self, tenant_id: str, name: str) -> int:
+        """Remove a collection's chunks from every store, then the collection; returns the
+        chunks removed (from the store holding the most). It is marked ``deleting`` first, so
+        it takes no writes or searches meanwhile, and a failed delete is finished by a retry."""
+        if name == DEFAULT_COLLECTION:
+            raise InvalidInputError(
+                "the default collection cannot be deleted; delete its documents instead"
+            )
+        async with self._registry_lock:
+            registry = await self.chunk_store.read_registry()
+            named = registry.get("tenants", {}).get(tenant_id, {})
+            if name not in named:
+                raise NotFoundError(f"collection {name!r} not found")
+            if named[name].get("state") != "deleting":
+                named[name]["state"] = "deleting"
+                await self.chunk_store.write_registry(registry)
+        key = scope(tenant_id, name)
+        removed = await asyncio.gather(*(b.delete_scope(key) for b in self.backends))
+        async with self._registry_lock:
+            registry = await self.chunk_store.read_registry()
+            registry.get("tenants", {}).get(tenant_id, {}).pop(name, None)
+            if not registry.get("tenants", {}).get(tenant_id, True):
+                registry["tenants"].pop(tenant_id)
+            await self.chunk_store.write_registry(registry)
+        return max(removed, default=0)
 
     # -- snapshots -----------------------------------------------------------------------
     def snapshot_stores(self) -> list[Snapshots]:

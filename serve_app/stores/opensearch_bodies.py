@@ -12,9 +12,9 @@ from typing import Any
 from serve_app.chunking.base import contextual_header
 from serve_app.config import OpenSearchConfig
 from serve_app.schemas import SearchFilters, SparseVector
-from serve_app.stores.base import DocumentWrite, IndexModels
+from serve_app.stores.base import DocumentWrite, IndexModels, scope_parts
 
-MAPPING_VERSION = 2
+MAPPING_VERSION = 3
 """Bumped whenever the mapping below changes; stored in the index's ``_meta``."""
 
 _TEXT = {"type": "text", "analyzer": "english"}
@@ -46,6 +46,7 @@ def index_body(config: OpenSearchConfig, models: IndexModels) -> dict[str, Any]:
                 "id": {"type": "keyword"},
                 "doc_id": {"type": "keyword"},
                 "tenant_id": {"type": "keyword"},
+                "collection": {"type": "keyword"},
                 # What the encoders see (title, heading chain, text) as one field: the default
                 # BM25 field. The parts are indexed on their own for field boosts.
                 "body": _TEXT,
@@ -64,6 +65,21 @@ def index_body(config: OpenSearchConfig, models: IndexModels) -> dict[str, Any]:
             },
         },
     }
+
+
+def indexed_fields(properties: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    """Field path -> type of every indexed field of a mapping (sub-fields included)."""
+    found: dict[str, str] = {}
+    for name, spec in sorted(properties.items()):
+        path = f"{prefix}{name}"
+        if "properties" in spec:
+            found.update(indexed_fields(spec["properties"], f"{path}."))
+            continue
+        if spec.get("index", True) is not False and "type" in spec:
+            found[path] = spec["type"]
+        for sub, sub_spec in sorted(spec.get("fields", {}).items()):
+            found[f"{path}.{sub}"] = sub_spec.get("type", "")
+    return found
 
 
 def alias_switch_body(alias: str, new_index: str, old_index: str | None) -> dict[str, Any]:
@@ -104,10 +120,19 @@ def bulk_index_actions(index: str, items: list[tuple[str, dict[str, Any]]]) -> l
     return body
 
 
+def scope_clauses(tenant_id: str) -> list[dict[str, Any]]:
+    """The chunks of a scope key (``stores.base.scope``): its tenant, and its collection."""
+    tenant, collection = scope_parts(tenant_id)
+    clauses: list[dict[str, Any]] = [{"term": {"tenant_id": tenant}}]
+    if collection is not None:
+        clauses.append({"term": {"collection": collection}})
+    return clauses
+
+
 def filter_clauses(
     tenant_id: str, filters: SearchFilters | None, doc_ids: list[str] | None = None
 ) -> list[dict[str, Any]]:
-    clauses: list[dict[str, Any]] = [{"term": {"tenant_id": tenant_id}}]
+    clauses = scope_clauses(tenant_id)
     if doc_ids is not None:
         clauses.append({"terms": {"doc_id": list(doc_ids)}})
     if filters is not None:
@@ -223,7 +248,7 @@ def document_query(tenant_id: str, doc_id: str, size: int) -> dict[str, Any]:
 def count_query(tenant_id: str | None) -> dict[str, Any]:
     if tenant_id is None:
         return {"query": {"match_all": {}}}
-    return {"query": {"bool": {"filter": [{"term": {"tenant_id": tenant_id}}]}}}
+    return {"query": {"bool": {"filter": scope_clauses(tenant_id)}}}
 
 
 def snapshot_body(index: str) -> dict[str, Any]:

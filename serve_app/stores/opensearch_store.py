@@ -25,10 +25,19 @@ from opensearchpy.exceptions import (
 )
 
 from serve_app.config import OpenSearchConfig
-from serve_app.errors import ConfigError, ServiceUnavailableError
+from serve_app.errors import ConfigError, NotFoundError, ServiceUnavailableError
 from serve_app.schemas import Chunk, Strategy
 from serve_app.stores import opensearch_bodies as bodies
-from serve_app.stores.base import DocumentStates, DocumentWrite, Hit, IndexModels, StrategyQuery
+from serve_app.stores.base import (
+    SCOPE_FIELDS,
+    DocumentStates,
+    DocumentWrite,
+    Hit,
+    IndexModels,
+    StrategyQuery,
+    in_scope,
+    versioned_names,
+)
 from serve_app.stores.versioning import open_versioned
 
 log = logging.getLogger(__name__)
@@ -136,6 +145,13 @@ class OpenSearchBackend:
     # -- lifecycle -----------------------------------------------------------------------
     async def open(self, models: IndexModels) -> None:
         self.physical = await self._call("open", open_versioned(self, models, self.migrate))
+
+    async def attach(self) -> None:
+        self.physical = await self._call("alias lookup", self.alias_target())
+        if self.physical is None:
+            raise NotFoundError(
+                f"no {self.kind} behind the alias {self.alias!r} (stores.opensearch.index)"
+            )
 
     async def close(self) -> None:
         if self._client is not None:
@@ -307,12 +323,12 @@ class OpenSearchBackend:
         )
         by_id = {d["_id"]: d["_source"] for d in response["docs"] if d.get("found")}
         return [
-            {i: by_id[i] for i in ids if i in by_id and by_id[i].get("tenant_id") == tenant}
+            {i: by_id[i] for i in ids if i in by_id and in_scope(by_id[i], tenant)}
             for tenant, ids in requests
         ]
 
     async def present(self, requests: list[tuple[str, list[str]]]) -> list[set[str]]:
-        found = await self._mget(requests, {"_source_includes": ["tenant_id"]})
+        found = await self._mget(requests, {"_source_includes": SCOPE_FIELDS})
         return [set(f) for f in found]
 
     async def chunks(self, requests: list[tuple[str, list[str]]]) -> list[dict[str, Chunk]]:
@@ -325,21 +341,69 @@ class OpenSearchBackend:
         )
         return int(response["count"])
 
-    async def scroll_ids(
-        self, tenant_id: str | None, offset: Any, limit: int
-    ) -> tuple[list[tuple[str, str]], Any]:
+    async def scroll_payloads(
+        self, tenant_id: str | None, fields: list[str] | None, offset: Any, limit: int
+    ) -> tuple[list[tuple[str, dict]], Any]:
         body: dict[str, Any] = {
             **bodies.count_query(tenant_id),
-            "_source": ["tenant_id"],
+            "_source": fields if fields is not None else {"excludes": ["splade"]},
             "size": limit,
             "sort": ["id"],
         }
         if offset is not None:
             body["search_after"] = offset
-        response = await self._call("id listing", self.client.search(index=self.alias, body=body))
+        response = await self._call("listing", self.client.search(index=self.alias, body=body))
         hits = response["hits"]["hits"]
-        page = [(h["_id"], h["_source"]["tenant_id"]) for h in hits]
+        page = [(h["_id"], h["_source"]) for h in hits]
         return page, (hits[-1]["sort"] if len(hits) == limit else None)
+
+    async def delete_scope(self, tenant_id: str) -> int:
+        return await self._delete_where(bodies.count_query(tenant_id))
+
+    # -- inspection and the collection registry (in the mapping's ``_meta``) -------------
+    async def _meta(self, index: str) -> dict[str, Any]:
+        mapping = await self._call("mapping read", self.client.indices.get_mapping(index=index))
+        return dict(next(iter(mapping.values()))["mappings"].get("_meta", {}))
+
+    async def describe(self) -> dict[str, Any]:
+        physical = await self._call("alias lookup", self.alias_target())
+        versions = versioned_names(self.alias, await self._call("listing", self.version_names()))
+        mapping = await self._call(
+            "mapping read", self.client.indices.get_mapping(index=self.alias)
+        )
+        mappings = next(iter(mapping.values()))["mappings"]
+        count = await self.count(None)
+        disk = None
+        try:
+            stats = await self.client.indices.stats(index=self.alias, metric="store")
+            disk = int(stats["_all"]["primaries"]["store"]["size_in_bytes"])
+        except (TransportError, KeyError, TypeError, ValueError):
+            pass  # some deployments do not expose index stats to this user
+        meta = mappings.get("_meta", {})
+        return {
+            "store": self.name,
+            "location": ", ".join(self.config.hosts),
+            "alias": self.alias,
+            "physical": physical,
+            "versions": versions,
+            "binding": meta.get("models"),
+            "mapping_version": meta.get("mapping_version"),
+            "points": count,
+            "payload_indexes": bodies.indexed_fields(mappings.get("properties", {})),
+            "disk_bytes": disk,
+        }
+
+    async def read_registry(self) -> dict[str, Any]:
+        return dict((await self._meta(self.alias)).get("registry") or {})
+
+    async def write_registry(self, registry: dict[str, Any]) -> None:
+        # ``_meta`` is replaced as a whole on a mapping update: keep what else it records.
+        target = self.physical or await self._call("alias lookup", self.alias_target())
+        meta = {**await self._meta(target), "registry": registry}
+        await self._call(
+            "registry write",
+            self.client.indices.put_mapping(index=target, body={"_meta": meta}),
+        )
 
     # -- snapshots (Snapshots protocol) ----------------------------------------------------
     def _repository(self) -> str:

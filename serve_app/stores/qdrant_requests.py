@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from serve_app.schemas import Chunk, SearchFilters, Strategy
-from serve_app.stores.base import DocumentWrite, EncodedChunk, StrategyQuery
+from serve_app.stores.base import DocumentWrite, EncodedChunk, StrategyQuery, scope_parts
 
 STORE_ONLY = ("content_hash", "chunk_count")
 """Payload keys the store adds to a chunk's fields."""
@@ -34,9 +34,13 @@ def chunk_filter(
     doc_ids: list[str] | None = None,
     exclude_ids: list[str] | None = None,
 ) -> Filter:
+    """Chunks of the scope ``tenant_id`` (a scope key, see ``stores.base.scope``; None: all)."""
     must: list[Condition] = []
     if tenant_id is not None:
-        must.append(Condition("tenant_id", tenant_id))
+        tenant, collection = scope_parts(tenant_id)
+        must.append(Condition("tenant_id", tenant))
+        if collection is not None:
+            must.append(Condition("collection", collection))
     if doc_ids is not None:
         must.append(Condition("doc_id", list(doc_ids)))
     if filters is not None:
@@ -83,8 +87,8 @@ def query_plan(query: StrategyQuery) -> QueryPlan | None:
             raise ValueError(f"{query.strategy} search needs a {query.strategy} query vector")
         if not len(sparse):
             return None
-        # BM25 document frequencies come from the tenant's own chunks: scores never depend
-        # on (or reveal) what other tenants indexed.
+        # BM25 document frequencies come from the scope's own chunks: scores never depend
+        # on (or reveal) what other tenants or collections indexed.
         idf = query.tenant_id if query.strategy == "bm25" else None
         search = SparseSearch(list(sparse.indices), list(sparse.values), idf)
     return QueryPlan(

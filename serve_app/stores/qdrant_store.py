@@ -20,16 +20,21 @@ from qdrant_client import models as qm
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
 from serve_app.config import AppConfig, QdrantConfig
-from serve_app.errors import ConfigError, ServiceUnavailableError
+from serve_app.errors import ConfigError, NotFoundError, ServiceUnavailableError
 from serve_app.schemas import Chunk, Strategy
 from serve_app.stores import qdrant_requests as qr
 from serve_app.stores.base import (
+    PAYLOAD_INDEXES,
+    SCOPE_FIELDS,
     DocumentStates,
     DocumentWrite,
     Hit,
     IndexModels,
     StrategyQuery,
+    directory_bytes,
+    in_scope,
     states_from_payloads,
+    versioned_names,
 )
 from serve_app.stores.index import StoreIndex
 from serve_app.stores.versioning import open_versioned
@@ -176,7 +181,7 @@ class QdrantBackend:
                 "tenant_id",
                 qm.KeywordIndexParams(type=qm.KeywordIndexType.KEYWORD, is_tenant=True),
             )
-            for field in ("doc_id", "section"):
+            for field in (f for f in PAYLOAD_INDEXES if f != "tenant_id"):
                 await self.client.create_payload_index(name, field, qm.PayloadSchemaType.KEYWORD)
 
     async def point_alias(self, name: str, previous: str | None) -> None:
@@ -195,6 +200,13 @@ class QdrantBackend:
     # -- lifecycle -----------------------------------------------------------------------
     async def open(self, models: IndexModels) -> None:
         self.physical = await self._call("open", open_versioned(self, models, self.migrate))
+
+    async def attach(self) -> None:
+        self.physical = await self._call("alias lookup", self.alias_target())
+        if self.physical is None:
+            raise NotFoundError(
+                f"no {self.kind} behind the alias {self.alias!r} (stores.qdrant.collection)"
+            )
 
     async def close(self) -> None:
         if self._client is not None:
@@ -255,7 +267,12 @@ class QdrantBackend:
 
     # -- reads ---------------------------------------------------------------------------
     async def _scroll(
-        self, selector: qr.Filter, fields: list[str] | bool, offset: Any = None, pages: int = 0
+        self,
+        selector: qr.Filter,
+        fields: list[str] | bool,
+        offset: Any = None,
+        pages: int = 0,
+        page_size: int = _SCROLL_PAGE,
     ) -> tuple[list[qm.Record], Any]:
         records: list[qm.Record] = []
         done = 0
@@ -265,7 +282,7 @@ class QdrantBackend:
                 self.client.scroll(
                     self.alias,
                     scroll_filter=to_client_filter(selector),
-                    limit=_SCROLL_PAGE,
+                    limit=page_size,
                     offset=offset,
                     with_payload=fields,
                     with_vectors=False,
@@ -362,12 +379,12 @@ class QdrantBackend:
         )
         by_id = {str(r.id): r.payload or {} for r in records}
         return [
-            {i: by_id[i] for i in ids if i in by_id and by_id[i].get("tenant_id") == tenant}
+            {i: by_id[i] for i in ids if i in by_id and in_scope(by_id[i], tenant)}
             for tenant, ids in requests
         ]
 
     async def present(self, requests: list[tuple[str, list[str]]]) -> list[set[str]]:
-        return [set(found) for found in await self._retrieve(requests, ["tenant_id"])]
+        return [set(found) for found in await self._retrieve(requests, SCOPE_FIELDS)]
 
     async def chunks(self, requests: list[tuple[str, list[str]]]) -> list[dict[str, Chunk]]:
         found = await self._retrieve(requests, True)
@@ -380,12 +397,53 @@ class QdrantBackend:
         )
         return int(response.count)
 
-    async def scroll_ids(
-        self, tenant_id: str | None, offset: Any, limit: int
-    ) -> tuple[list[tuple[str, str]], Any]:
-        del limit  # one client page
-        records, offset = await self._scroll(qr.chunk_filter(tenant_id), ["tenant_id"], offset, 1)
-        return [(str(r.id), (r.payload or {})["tenant_id"]) for r in records], offset
+    async def scroll_payloads(
+        self, tenant_id: str | None, fields: list[str] | None, offset: Any, limit: int
+    ) -> tuple[list[tuple[str, dict]], Any]:
+        records, offset = await self._scroll(
+            qr.chunk_filter(tenant_id), fields if fields is not None else True, offset, 1, limit
+        )
+        return [(str(r.id), r.payload or {}) for r in records], offset
+
+    async def delete_scope(self, tenant_id: str) -> int:
+        return await self._delete_where("delete", to_client_filter(qr.chunk_filter(tenant_id)))
+
+    # -- inspection and the collection registry (in the collection's metadata) -----------
+    async def describe(self) -> dict[str, Any]:
+        physical = await self._call("alias lookup", self.alias_target())
+        versions = versioned_names(self.alias, await self._call("listing", self.version_names()))
+        info = await self._call("collection info", self.client.get_collection(self.alias))
+        disk = None
+        if self.config.local_path and self.config.local_path != ":memory:":
+            disk = directory_bytes(self.data_path / self.config.local_path)
+        return {
+            "store": self.name,
+            "location": self.config.url or f"local mode: {self.config.local_path}",
+            "alias": self.alias,
+            "physical": physical,
+            "versions": versions,
+            "binding": (info.config.metadata or {}).get("models"),
+            "points": info.points_count,
+            "status": str(info.status.value if hasattr(info.status, "value") else info.status),
+            "vectors": sorted((info.config.params.vectors or {}).keys())
+            + sorted((info.config.params.sparse_vectors or {}).keys()),
+            "payload_indexes": {
+                name: str(getattr(schema.data_type, "value", schema.data_type))
+                for name, schema in sorted((info.payload_schema or {}).items())
+            },
+            "disk_bytes": disk,  # a server does not report it through the collection API
+        }
+
+    async def read_registry(self) -> dict[str, Any]:
+        info = await self._call("registry read", self.client.get_collection(self.alias))
+        return dict((info.config.metadata or {}).get("registry") or {})
+
+    async def write_registry(self, registry: dict[str, Any]) -> None:
+        # Metadata keys are merged by Qdrant: the model binding stays as it is.
+        target = self.physical or await self._call("alias lookup", self.alias_target())
+        await self._call(
+            "registry write", self.client.update_collection(target, metadata={"registry": registry})
+        )
 
     # -- snapshots (Snapshots protocol) ----------------------------------------------------
     async def _snapshot_target(self) -> str:

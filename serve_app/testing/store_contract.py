@@ -51,13 +51,15 @@ def encoded(
     section: str = "Intro",
     metadata: dict | None = None,
     version: str = "",
+    collection: str = "default",
 ) -> EncodedChunk:
     """A chunk with its vectors (``terms`` serve as SPLADE and BM25 weights). ``version`` goes
     into the chunk id, as the ingest pipeline puts the content hash there."""
     chunk = Chunk(
-        id=chunk_uuid(tenant, doc_id, order, text, version),
+        id=chunk_uuid(tenant, collection, doc_id, order, text, version),
         doc_id=doc_id,
         tenant_id=tenant,
+        collection=collection,
         text=text,
         title=f"title {doc_id}",
         section=section,

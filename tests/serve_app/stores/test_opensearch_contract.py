@@ -57,7 +57,11 @@ async def _workflow(opensearch_url) -> None:
     await index.count("t1")
     await index.count()
     (backend,) = index.backends
-    await backend.scroll_ids("t1", None, 2)  # the pages StoreIndex.count reads across stores
+    await backend.scroll_payloads("t1", ["tenant_id"], None, 2)  # StoreIndex.count's pages
+    await index.create_collection("t1", "papers")
+    await index.write_documents("t1/papers", [write("d1", chunks[:1])])
+    await index.inspect("t1")
+    await index.delete_collection("t1", "papers")
     await index.delete_document("t1", "d1")
     with pytest.raises(ServeAppError):  # osmem has no _snapshot API; the body is still checked
         await index.snapshot_stores()[0].create_snapshot("nightly")
@@ -95,6 +99,7 @@ async def test_every_request_body_validates_against_the_spec(opensearch_url):
         ("post", "/{index}/_mget"),
         ("post", "/{index}/_count"),
         ("put", "/_snapshot/{repository}/{snapshot}"),
+        ("put", "/{index}/_mapping"),  # the collection registry in the mapping's _meta
     }
     assert expected <= seen, f"not exercised: {expected - seen}"
     switch = [b for m, p, b in RecordingConnection.sent if p == "/_aliases"][-1]

@@ -1,0 +1,29 @@
+"""``/v1/admin``: operator views across tenants; every route needs the ``admin`` scope."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Query
+
+from serve_app.api import deps
+from serve_app.api.auth import Principal
+from serve_app.api.service import RetrievalService
+from serve_app.schemas import COLLECTION_PATTERN, TENANT_PATTERN
+
+router = APIRouter(prefix="/v1/admin")
+
+
+@router.get("/inspect")
+async def inspect(
+    tenant: str | None = Query(default=None, max_length=128, pattern=TENANT_PATTERN),
+    collection: str | None = Query(default=None, max_length=64, pattern=COLLECTION_PATTERN),
+    who: Principal = Depends(deps.principal),
+    seconds: float = Depends(deps.deadline_s),
+    service: RetrievalService = Depends(deps.service),
+) -> dict:
+    """Per store: its own report (alias and versions, model binding, payload indexes, a
+    payload sample, size on disk where reported); per (tenant, collection): the chunks and
+    documents each store holds. ``collection`` needs ``tenant``."""
+    who.require("admin")
+    if collection is not None and tenant is None:
+        tenant = who.tenant_id
+    return await deps.within(seconds, service.inspect(tenant, collection))

@@ -1,0 +1,215 @@
+"""``serve-app mcp``: a Model Context Protocol server (the official ``mcp`` SDK) for editors and
+agents, over a running service's HTTP API.
+
+It holds no index and loads no model: every tool is one or two HTTP calls to the service
+(``--url``, in a cluster or on this machine) with the API key from ``--api-key-env``, so the
+tenant is the key's, as for any client. Tools: ``ingest``, ``search``, ``inspect``,
+``list_collections``. An API error becomes a tool error carrying the API's code, message and
+request id (each call sends its own ``X-Request-ID``); every call is bounded in time
+(``--timeout-s``, also sent as ``X-Request-Timeout-Ms`` so the service gives up too).
+Transports: stdio (editors start it as a subprocess) and streamable HTTP (remote agents).
+"""
+
+from __future__ import annotations
+
+import argparse
+import mimetypes
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import BaseModel, ConfigDict, Field
+
+from serve_app.schemas import DEFAULT_COLLECTION, FUSION_METHODS, STRATEGIES
+
+
+class DocumentInput(BaseModel):
+    """A document to index: plain text with an id (unique within the collection)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(description="document id, unique within the collection")
+    text: str = Field(description="the document's text")
+    title: str = ""
+    metadata: dict[str, str | int | float | bool] = Field(default_factory=dict)
+
+
+class ServiceClient:
+    """The service's HTTP API, one bounded request at a time per tool call."""
+
+    def __init__(self, url: str, api_key: str | None, timeout_s: float) -> None:
+        self.url = url.rstrip("/")
+        self.api_key = api_key
+        self.timeout_s = timeout_s
+        self._http: httpx.AsyncClient | None = None
+
+    @property
+    def http(self) -> httpx.AsyncClient:
+        if self._http is None:  # created on the server's own event loop
+            headers = {"X-API-Key": self.api_key} if self.api_key else {}
+            self._http = httpx.AsyncClient(
+                base_url=self.url, headers=headers, timeout=self.timeout_s + 1
+            )
+        return self._http
+
+    async def call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        request_id = f"mcp-{uuid.uuid4().hex[:16]}"
+        headers = {
+            "X-Request-ID": request_id,
+            "X-Request-Timeout-Ms": str(int(self.timeout_s * 1000)),
+        }
+        try:
+            with anyio.fail_after(self.timeout_s):
+                response = await self.http.request(method, path, headers=headers, **kwargs)
+        except TimeoutError:
+            raise ToolError(
+                f"TIMEOUT: the service did not answer {method} {path} within "
+                f"{self.timeout_s:g}s (request id {request_id})"
+            ) from None
+        except httpx.HTTPError as error:
+            raise ToolError(
+                f"SERVICE_UNAVAILABLE: cannot reach the service at {self.url}: {error} "
+                f"(request id {request_id})"
+            ) from None
+        if response.status_code >= 400:
+            raise ToolError(_api_error(response, request_id))
+        return response.json()
+
+
+def _api_error(response: httpx.Response, request_id: str) -> str:
+    """``CODE: message (request id ...)`` from the API's error envelope."""
+    try:
+        error = response.json()["error"]
+        code, message = error["code"], error["message"]
+        request_id = error.get("request_id") or request_id
+    except (ValueError, KeyError, TypeError):
+        code, message = f"HTTP_{response.status_code}", response.text[:300]
+    return f"{code}: {message} (request id {request_id})"
+
+
+def _collection_path(collection: str) -> str:
+    return f"/v1/collections/{collection}"
+
+
+def _hit(rank: int, hit: dict[str, Any]) -> dict[str, Any]:
+    """A result with its provenance: document, chunk, where in the document, scores."""
+    return {
+        "rank": rank,
+        "doc_id": hit["doc_id"],
+        "chunk_id": hit["chunk_id"],
+        "title": hit["title"],
+        "section": hit["section"],
+        "heading_chain": hit["heading_chain"],
+        "source": hit["source"],
+        "char_start": hit["char_start"],
+        "char_end": hit["char_end"],
+        "score": hit["score"],
+        "scores": hit["scores"],
+        "metadata": hit["metadata"],
+        "text": hit["text"],
+    }
+
+
+def build_server(service: ServiceClient) -> MCPServer:
+    server = MCPServer(
+        "serve-app",
+        instructions=(
+            "Hybrid document retrieval (BM25 + SPLADE + dense, fused). Search a collection "
+            "with `search`; add documents with `ingest`; `list_collections` names them."
+        ),
+    )
+
+    @server.tool()
+    async def list_collections() -> dict[str, Any]:
+        """The collections of your tenant (``default`` always exists)."""
+        return await service.call("GET", "/v1/collections")
+
+    @server.tool()
+    async def inspect(collection: str = DEFAULT_COLLECTION) -> dict[str, Any]:
+        """A collection's state, chunk and document counts per store, and its model binding."""
+        return await service.call("GET", _collection_path(collection))
+
+    @server.tool()
+    async def search(
+        query: str,
+        collection: str = DEFAULT_COLLECTION,
+        top_k: int = 10,
+        strategies: list[str] | None = None,
+        fusion: str | None = None,
+        filters: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Hybrid search in a collection. ``strategies``: a subset of bm25, splade, dense
+        (all configured ones by default; ``["dense"]`` for dense only); ``fusion``: rrf,
+        weighted or dbsf; ``filters``: {"doc_ids": [...], "sections": [...], "metadata":
+        {key: value}}. Each result names its document, chunk, section and character span."""
+        for strategy in strategies or []:
+            if strategy not in STRATEGIES:
+                raise ToolError(f"INVALID_INPUT: unknown strategy {strategy!r}; use {STRATEGIES}")
+        if fusion is not None and fusion not in FUSION_METHODS:
+            raise ToolError(f"INVALID_INPUT: unknown fusion {fusion!r}; use {FUSION_METHODS}")
+        body: dict[str, Any] = {"query": query, "top_k": top_k}
+        if strategies:
+            body["strategies"] = strategies
+        if fusion:
+            body["fusion"] = {"method": fusion}
+        if filters:
+            body["filters"] = filters
+        answer = await service.call("POST", f"{_collection_path(collection)}/search", json=body)
+        return {
+            "query": query,
+            "collection": collection,
+            "strategies": answer["strategies"],
+            "fusion": answer["fusion"],
+            "results": [_hit(i, hit) for i, hit in enumerate(answer["results"], 1)],
+        }
+
+    @server.tool()
+    async def ingest(
+        collection: str = DEFAULT_COLLECTION,
+        documents: list[DocumentInput] | None = None,
+        paths: list[str] | None = None,
+    ) -> dict[str, Any]:
+        """Index documents into a collection: ``documents`` given inline, or ``paths`` of
+        files (txt, md, html, JATS xml, pdf) read by this MCP server. Re-ingesting unchanged
+        documents is a no-op; a changed document replaces its old version."""
+        if not documents and not paths:
+            raise ToolError("INVALID_INPUT: give documents or paths")
+        target = f"{_collection_path(collection)}/documents"
+        results = []
+        if documents:
+            payload = {"documents": [d.model_dump() for d in documents]}
+            results.append(await service.call("POST", target, json=payload))
+        if paths:
+            files = []
+            for name in paths:
+                path = Path(name).expanduser()
+                if not path.is_file():
+                    raise ToolError(f"INVALID_INPUT: {name} is not a file")
+                kind = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+                files.append(("files", (path.name, path.read_bytes(), kind)))
+            results.append(await service.call("POST", target, files=files))
+        return {
+            "collection": collection,
+            "written": [d for r in results for d in r["written"]],
+            "unchanged": [d for r in results for d in r["unchanged"]],
+            "chunks_written": sum(r["chunks_written"] for r in results),
+        }
+
+    return server
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until the client goes (stdio) or the process is stopped; arguments from
+    ``serve-app mcp`` (serve_app/cli.py)."""
+    service = ServiceClient(args.url, os.environ.get(args.api_key_env), args.timeout_s)
+    server = build_server(service)
+    if args.transport == "stdio":
+        server.run("stdio")
+    else:
+        server.run("streamable-http", host=args.host, port=args.port)
+    return 0

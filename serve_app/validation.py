@@ -1,0 +1,339 @@
+"""``serve-app validate``: the configuration checked against reality before serving.
+
+Each check names the configuration field it concerns and, when it fails, what to change:
+credentials variables are set; every configured ``cuda`` device exists (the GPU rule: no
+silent CPU fallback); the chunker counts tokens like the dense model; every model loads; every
+store is reachable and holds the index under its alias, built with these models (same
+binding, same dimension), with its payload indexes. Nothing is written anywhere.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from serve_app.config import AppConfig, resolve_model_path
+from serve_app.errors import ServeAppError
+from serve_app.stores.base import PAYLOAD_INDEXES, TOPOLOGIES, Backend, IndexModels
+from serve_app.stores.index import StoreIndex
+
+log = logging.getLogger(__name__)
+
+# Texts whose token counts the chunker's and the dense model's tokenizers must agree on:
+# prose, numbers and units, punctuation, casing, a long compound, non-ASCII.
+PROBES = (
+    "Plasmids carry antibiotic resistance genes between bacteria by conjugation.",
+    "The HbA1c level fell from 7.9% to 6.4% (p < 0.001) after 12 weeks; n = 1,204.",
+    "Pseudomonas aeruginosa PAO1 forms biofilms in cystic-fibrosis airways.",
+    "Qdrant, OpenSearch and BM25: hybrid retrieval with SPLADE v3 and RRF (k=60).",
+    "Größenordnung, naïve café, 東京 and emoji 🚀 in one line.",
+)
+
+
+@dataclass
+class Check:
+    name: str
+    field: str
+    ok: bool
+    message: str
+
+
+class _Checks:
+    def __init__(self) -> None:
+        self.items: list[Check] = []
+
+    def add(self, name: str, field: str, ok: bool, message: str) -> bool:
+        self.items.append(Check(name, field, ok, message))
+        return ok
+
+
+# -- credentials ---------------------------------------------------------------------------
+def _credential_fields(config: AppConfig) -> list[tuple[str, str | None]]:
+    stores, topology = config.stores, config.stores.topology
+    fields: list[tuple[str, str | None]] = []
+    if config.api.auth.jwt.enabled:
+        fields.append(("api.auth.jwt.secret_env", config.api.auth.jwt.secret_env))
+    if topology == "opensearch+qdrant":
+        fields += [
+            ("stores.opensearch.username_env", stores.opensearch.username_env),
+            ("stores.opensearch.password_env", stores.opensearch.password_env),
+        ]
+    if topology != "embedded":
+        fields.append(("stores.qdrant.api_key_env", stores.qdrant.api_key_env))
+    if config.dense.backend == "vllm-http":
+        fields.append(("dense.http.api_key_env", config.dense.http.api_key_env))
+    return [(f, name) for f, name in fields if name]
+
+
+def check_credentials(config: AppConfig, checks: _Checks) -> None:
+    for field, variable in _credential_fields(config):
+        present = bool(os.environ.get(variable))
+        checks.add(
+            "credentials",
+            field,
+            present,
+            f"{variable} is set"
+            if present
+            else f"{field} names the environment variable {variable}, which is not set; "
+            "set it (from its Secret) or clear the field",
+        )
+
+
+# -- devices ---------------------------------------------------------------------------------
+def _device_sections(config: AppConfig) -> list[tuple[str, str]]:
+    sections = [("dense", config.dense.device)]
+    if config.splade.enabled:
+        sections.append(("splade", config.splade.device))
+    if config.reranker.enabled:
+        sections.append(("reranker", config.reranker.device))
+    return sections
+
+
+def check_devices(config: AppConfig, checks: _Checks) -> set[str]:
+    """The sections whose device exists (their models are loaded next)."""
+    import torch
+
+    usable = set()
+    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    for section, device in _device_sections(config):
+        field = f"{section}.device"
+        if not device.startswith("cuda"):
+            checks.add("device", field, True, f"{device!r}")
+            usable.add(section)
+            continue
+        _, _, number = device.partition(":")
+        wanted = int(number) if number.isdigit() else 0
+        if visible == 0:
+            message = (
+                f"{field} is {device!r} but no CUDA GPU is visible to this process; give the "
+                f"pod a GPU (nvidia.com/gpu) or set {field}: cpu to run on the CPU explicitly"
+            )
+        elif wanted >= visible:
+            message = (
+                f"{field} is {device!r} but only {visible} CUDA GPU(s) are visible; "
+                f"use cuda:0..cuda:{visible - 1}"
+            )
+        else:
+            message = f"{device!r}: {torch.cuda.get_device_name(wanted)}"
+        if checks.add("device", field, visible > wanted, message):
+            usable.add(section)
+    return usable
+
+
+# -- tokenizers --------------------------------------------------------------------------------
+def check_tokenizer(config: AppConfig, checks: _Checks) -> None:
+    from serve_app.chunking.tokens import load_tokenizer
+
+    field = "chunker.tokenizer"
+    chunker_spec = config.chunker.tokenizer or config.dense.model
+    try:
+        chunker = load_tokenizer(resolve_model_path(chunker_spec))
+        dense = load_tokenizer(resolve_model_path(config.dense.model))
+    except (OSError, ValueError, ServeAppError) as error:
+        checks.add("tokenizer", field, False, f"cannot load a tokenizer: {error}")
+        return
+    for probe in PROBES:
+        ours = len(chunker(probe, add_special_tokens=False)["input_ids"])
+        theirs = len(dense(probe, add_special_tokens=False)["input_ids"])
+        if ours != theirs:
+            checks.add(
+                "tokenizer",
+                field,
+                False,
+                f"the chunker's tokenizer ({chunker_spec}) counts {ours} tokens where "
+                f"dense.model's counts {theirs} in {probe!r}: chunks would not fit the model's "
+                "window as sized; leave chunker.tokenizer empty (the dense model's) or name "
+                "the dense model's tokenizer",
+            )
+            return
+    checks.add(
+        "tokenizer", field, True, f"token counts agree with dense.model on {len(PROBES)} probes"
+    )
+
+
+# -- models ------------------------------------------------------------------------------------
+def _close(model: Any) -> None:
+    close = getattr(model, "close", None)
+    if close is not None:
+        close()
+
+
+def load_models(config: AppConfig, usable: set[str], checks: _Checks) -> tuple[str, int] | None:
+    """Load every configured model on a usable device; (dense model id, dimension) when the
+    dense model loaded."""
+    from serve_app.encoders.base import DENSE_BACKENDS, RERANKER_BACKENDS
+    from serve_app.pipelines.components import register_builtins
+
+    register_builtins()
+    dense_info = None
+    for section, _ in _device_sections(config):
+        field = f"{section}.model"
+        spec = getattr(config, section).model
+        if section not in usable:
+            checks.add("model", field, False, f"not loaded: {section}.device is not available")
+            continue
+        try:
+            if section == "dense":
+                model: Any = DENSE_BACKENDS.create(config.dense.backend, config.dense)
+                dense_info = (model.model_id, int(model.dim))
+                detail = f"{spec} loads ({model.dim} dimensions)"
+            elif section == "splade":
+                from serve_app.encoders.splade import SpladeEncoder
+
+                model = SpladeEncoder(config.splade)
+                detail = f"{spec} loads"
+            else:
+                model = RERANKER_BACKENDS.create(config.reranker.backend, config.reranker)
+                detail = f"{spec} loads"
+        except Exception as error:  # any failure to load is this check's finding
+            message = error.message if isinstance(error, ServeAppError) else str(error)
+            checks.add("model", field, False, f"cannot load {spec!r}: {message}")
+            continue
+        _close(model)
+        checks.add("model", field, True, detail)
+    return dense_info
+
+
+# -- stores ------------------------------------------------------------------------------------
+def _store_fields(config: AppConfig, backend: Backend) -> tuple[str, str]:
+    """(where the store is configured, what names its index) for messages."""
+    if backend.name == "qdrant-edge":
+        return "stores.embedded.path", "stores.embedded.path"
+    if backend.name == "qdrant":
+        where = "stores.qdrant.url" if config.stores.qdrant.url else "stores.qdrant.local_path"
+        return where, "stores.qdrant.collection"
+    return "stores.opensearch.hosts", "stores.opensearch.index"
+
+
+def expected_binding(backend: Backend, models: IndexModels) -> dict[str, Any]:
+    """What ``backend`` records about ``models`` when it builds an index."""
+    binding = getattr(backend, "binding", None)
+    recorded = binding(models) if binding is not None else models.as_dict()
+    return recorded.get("models", recorded)  # OpenSearch keeps its mapping version beside it
+
+
+_BINDING_FIELDS = {
+    "dense_model": "dense.model",
+    "splade_model": "splade.model",
+    "bm25_model": "bm25",
+    "payload_schema": "stores.migrate",
+}
+
+
+async def check_stores(config: AppConfig, dense: tuple[str, int] | None, checks: _Checks) -> None:
+    from serve_app.pipelines.components import index_models
+
+    index = TOPOLOGIES.create(config.stores.topology, config)
+    assert isinstance(index, StoreIndex)
+    try:
+        for backend in index.backends:
+            await _check_store(config, backend, dense, checks, index_models)
+    finally:
+        await index.close()
+
+
+async def _check_store(config, backend, dense, checks, index_models) -> None:  # type: ignore[no-untyped-def]
+    where, alias_field = _store_fields(config, backend)
+    try:
+        await backend.attach()
+        described = await backend.describe()
+    except ServeAppError as error:
+        missing = error.code == "NOT_FOUND"  # reached, but no index under the alias
+        checks.add(
+            "store",
+            alias_field if missing else where,
+            False,
+            f"{backend.name}: {error.message}"
+            + (
+                "; the service creates it at its first start (or point at the existing one)"
+                if missing
+                else f"; check {where} and that the store is up"
+            ),
+        )
+        return
+    place = described.get("physical") or described.get("location")
+    checks.add("store", where, True, f"{backend.name} reachable; index {place}")
+    stored = described.get("binding") or {}
+    if dense is not None:
+        model_id, dim = dense
+        checks.add(
+            "dimension",
+            "dense.model",
+            stored.get("dense_dim") == dim,
+            f"{backend.name} index {place} holds {stored.get('dense_dim')}-d vectors and "
+            f"dense.model produces {dim}-d"
+            + (
+                ""
+                if stored.get("dense_dim") == dim
+                else "; use the model the index was built with (or dense.output_dim), or "
+                "set stores.migrate: true and re-ingest"
+            ),
+        )
+        expected = expected_binding(backend, index_models(config, model_id, dim))
+        differ = {
+            key: (stored.get(key), value)
+            for key, value in expected.items()
+            if key != "dense_dim" and stored.get(key) != value
+        }
+        fields = sorted({_BINDING_FIELDS.get(key, key) for key in differ})
+        checks.add(
+            "binding",
+            ", ".join(fields) or "dense.model",
+            not differ,
+            f"{backend.name} index {place} was built with the configured models"
+            if not differ
+            else f"{backend.name} index {place} was built with other models: "
+            + "; ".join(f"{k} is {a!r} there, {b!r} here" for k, (a, b) in differ.items())
+            + "; configure the models it was built with, or set stores.migrate: true (a new "
+            "version behind the alias) and re-ingest",
+        )
+    _check_payload_indexes(backend, described, alias_field, checks)
+
+
+def _check_payload_indexes(backend, described, alias_field, checks) -> None:  # type: ignore[no-untyped-def]
+    if str(described.get("location", "")).startswith("local mode"):
+        checks.add(
+            "payload_indexes",
+            alias_field,
+            True,
+            "qdrant-client local mode keeps no payload indexes (exact search); not checked",
+        )
+        return
+    held = {name.removesuffix(".keyword") for name in described.get("payload_indexes") or {}}
+    missing = [f for f in PAYLOAD_INDEXES if f not in held]
+    checks.add(
+        "payload_indexes",
+        alias_field,
+        not missing,
+        f"{backend.name} indexes {', '.join(PAYLOAD_INDEXES)}"
+        if not missing
+        else f"{backend.name} index {described.get('physical') or described.get('location')} "
+        f"lacks payload indexes on {', '.join(missing)} (filters on them scan every chunk, "
+        "or fail); set stores.migrate: true to build a new version with them and re-ingest",
+    )
+
+
+# -- all of it -----------------------------------------------------------------------------
+async def validate(config: AppConfig) -> list[Check]:
+    checks = _Checks()
+    check_credentials(config, checks)
+    usable = check_devices(config, checks)
+    check_tokenizer(config, checks)
+    dense = load_models(config, usable, checks)
+    await check_stores(config, dense, checks)
+    return checks.items
+
+
+def report(checks: list[Check]) -> dict[str, Any]:
+    return {"ok": all(c.ok for c in checks), "checks": [asdict(c) for c in checks]}
+
+
+def format_checks(checks: list[Check]) -> str:
+    lines = [
+        f"{'ok  ' if c.ok else 'FAIL'}  {c.name:<16} {c.field:<28} {c.message}" for c in checks
+    ]
+    failed = sum(not c.ok for c in checks)
+    lines.append(f"{len(checks) - failed} passed, {failed} failed")
+    return "\n".join(lines)

@@ -1,0 +1,163 @@
+"""The MCP server end to end: the SDK's client spawns ``serve-app mcp`` as a real subprocess
+(stdio), which talks over HTTP, with an API key, to the service listening on 127.0.0.1 (the
+HTTP API in process with the real small models)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+mcp = pytest.importorskip("mcp", reason="the mcp extra is not installed")
+
+from mcp import ClientSession  # noqa: E402
+from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
+
+from serve_app.api.app import create_app  # noqa: E402
+from serve_app.api.auth import hash_api_key  # noqa: E402
+from serve_app.api.service import RetrievalService  # noqa: E402
+from serve_app.pipelines.components import build_components  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = [
+    {
+        "id": "plasmids",
+        "title": "Plasmids",
+        "text": "Plasmids carry antibiotic resistance genes between bacteria by conjugation.",
+        "metadata": {"year": 2021},
+    },
+    {
+        "id": "vectors",
+        "title": "Vector search",
+        "text": "Qdrant stores dense embedding vectors and searches them by cosine similarity.",
+    },
+]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def service_url(app_config_factory):
+    """The HTTP API on a real port, in a thread with its own event loop."""
+    import uvicorn
+
+    keys = [{"name": "a", "sha256": hash_api_key("key-a"), "tenant_id": "tenant-a"}]
+    config = app_config_factory(api={"auth": {"api_keys": keys}})
+    port = free_port()
+    box: dict = {}
+    started = threading.Event()
+
+    async def serve() -> None:
+        components = await build_components(config)
+        app = create_app(RetrievalService(components))
+        server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
+        )
+        box["server"] = server
+        task = asyncio.create_task(server.serve())
+        while not server.started and not task.done():
+            await asyncio.sleep(0.05)
+        started.set()
+        await task
+        await components.close()
+
+    thread = threading.Thread(target=lambda: asyncio.run(serve()), daemon=True)
+    thread.start()
+    assert started.wait(120), "the service did not start"
+    yield f"http://127.0.0.1:{port}"
+    box["server"].should_exit = True
+    thread.join(30)
+
+
+def server_params(url: str, key: str = "key-a") -> StdioServerParameters:
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "serve_app.cli", "mcp", "--url", url, "--timeout-s", "60"],
+        env={
+            "SERVE_APP_API_KEY": key,
+            "HF_HUB_OFFLINE": "1",
+            "PYTHONPATH": str(ROOT),
+        },
+        cwd=str(ROOT),
+    )
+
+
+def payload(result) -> dict:
+    assert not result.is_error, result.content
+    if result.structured_content is not None:
+        return result.structured_content
+    return json.loads(result.content[0].text)
+
+
+def error_text(result) -> str:
+    assert result.is_error
+    return " ".join(getattr(part, "text", "") for part in result.content)
+
+
+async def test_an_mcp_session_ingests_and_searches_with_provenance(service_url):
+    async with asyncio.timeout(240):
+        async with (
+            stdio_client(server_params(service_url)) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            tools = {tool.name: tool for tool in (await session.list_tools()).tools}
+            assert set(tools) == {"ingest", "search", "inspect", "list_collections"}
+            assert "query" in tools["search"].input_schema["properties"]
+
+            ingested = payload(await session.call_tool("ingest", {"documents": DOCS}))
+            assert sorted(ingested["written"]) == ["plasmids", "vectors"]
+
+            found = payload(
+                await session.call_tool(
+                    "search", {"query": "antibiotic resistance plasmids", "top_k": 5}
+                )
+            )
+            first = found["results"][0]
+            assert first["doc_id"] == "plasmids" and first["title"] == "Plasmids"
+            text = DOCS[0]["text"]
+            assert first["text"] == text[first["char_start"] : first["char_end"]]
+            assert first["chunk_id"] and first["metadata"] == {"year": 2021}
+            assert set(first["scores"]) == {"bm25", "splade", "dense"}
+            assert {r["doc_id"] for r in found["results"]} == {"plasmids", "vectors"}
+
+            dense = payload(
+                await session.call_tool(
+                    "search",
+                    {"query": "cosine similarity of embeddings", "strategies": ["dense"]},
+                )
+            )
+            assert dense["strategies"] == ["dense"]
+            assert dense["results"][0]["doc_id"] == "vectors"
+
+            listed = payload(await session.call_tool("list_collections", {}))
+            assert [c["name"] for c in listed["collections"]] == ["default"]
+            inspected = payload(await session.call_tool("inspect", {}))
+            assert set(inspected["documents"].values()) == {2}
+
+            missing = await session.call_tool("search", {"query": "plasmids", "collection": "nope"})
+            message = error_text(missing)
+            assert "NOT_FOUND" in message and "collection 'nope' not found" in message
+            assert "request id mcp-" in message
+            bad = await session.call_tool("ingest", {"collection": "Bad Name", "documents": DOCS})
+            assert "INVALID_INPUT" in error_text(bad)
+
+
+async def test_a_wrong_api_key_is_a_clear_tool_error(service_url):
+    async with asyncio.timeout(120):
+        async with (
+            stdio_client(server_params(service_url, key="wrong")) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            refused = await session.call_tool("list_collections", {})
+            assert "UNAUTHENTICATED" in error_text(refused)
