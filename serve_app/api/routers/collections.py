@@ -117,9 +117,9 @@ async def ingest_documents(
     metrics: Metrics = Depends(deps.metrics),
 ) -> IngestResponse:
     who.require("write")
-    await service.scope(who.tenant_id, name)  # before reading a byte of the body
 
     async def upload() -> IngestResponse:
+        await service.scope(who.tenant_id, name)  # before reading a byte of the body
         documents = await read_documents(request, who.tenant_id, service.config, loaders)
         documents = [d.model_copy(update={"collection": name}) for d in documents]
         result = await service.ingest(documents)
