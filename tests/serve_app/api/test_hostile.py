@@ -167,14 +167,18 @@ def markdown_heading(blanks: int) -> bytes:
     return b"# a" + b" " * blanks + b"x#\n\nbody text under it.\n"
 
 
-# Each upload must be answered (2xx or 4xx naming the file) within this, on 2 shared cores.
+# Each upload must be answered (2xx or 4xx naming the file) in bounded time: the bound covers
+# encoding the resulting chunks on 2 busy cores; a super-linear parser or segmenter on these
+# sizes would take minutes (the old heading regex: hours at 100 KB; spaCy on 20,000 '[':
+# about 150 s).
+ANSWER_WITHIN_S = 30
 PATHOLOGICAL = [
     ("deep.xml", deep_jats(10_000), {400}),
     ("deep.html", deep_html(10_000), {200, 400}),
     ("heading.md", markdown_heading(100_000), {200}),
     ("many-hashes.md", b"#" * 5_000 + b" x\n" + b"# " * 5_000 + b"\n", {200, 400}),
     ("garbage.pdf", b"%PDF-1.7\n" + b"1 0 obj << /Kids [" + b"1 0 R " * 20_000 + b"] >>", {400}),
-    ("emphasis.md", b"*a" * 5_000 + b"\n" + b"[" * 5_000 + b"\n", {200, 400}),
+    ("emphasis.md", b"*a" * 2_000 + b"\n" + b"[" * 20_000 + b"\n", {200, 400}),
 ]
 
 
@@ -190,7 +194,7 @@ async def test_pathological_files_are_answered_quickly(client, name, content, st
     assert response.status_code in statuses, response.text
     if response.status_code >= 400:
         assert name in response.json()["error"]["message"]
-    assert seconds < 10, f"{name}: {seconds:.1f} s"
+    assert seconds < ANSWER_WITHIN_S, f"{name}: {seconds:.1f} s"
 
 
 async def test_jats_nested_10000_deep_is_a_400_naming_the_file(client):
