@@ -155,7 +155,7 @@ def run(args: argparse.Namespace) -> dict:
             with contextlib.suppress(psutil.NoSuchProcess):
                 leftover.kill()
     return {
-        "command": " ".join(command[2:]),
+        "command": " ".join(command[3:]),
         "heading_kb": args.heading_kb,
         "rate_qps": args.rate,
         **measured,

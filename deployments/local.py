@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -12,6 +13,7 @@ import time
 from pathlib import Path
 
 import httpx
+import psutil
 
 from serve_app.config import AppConfig
 from serve_app.loaders.base import iter_files
@@ -20,6 +22,8 @@ log = logging.getLogger(__name__)
 
 GRACEFUL_SHUTDOWN_S = 4.0
 """How long Serve may take to drain before Ray and all its processes are stopped anyway."""
+LEFTOVER_WAIT_S = 2.0
+"""How long the processes Ray started may take to exit after ``ray.shutdown`` before a kill."""
 
 
 def start(config: AppConfig, num_cpus: int | None = None) -> str:
@@ -77,11 +81,20 @@ def stop(graceful_s: float = GRACEFUL_SHUTDOWN_S) -> None:
         except BaseException as error:  # Ray is stopped next, whatever happened here
             log.info("Serve shutdown cut short: %r", error)
 
+    # Collected before Ray stops: once the raylet is gone its agents are re-parented to init
+    # and would poll for their parent for several seconds more (seen: the dashboard and
+    # runtime-env agents alive 15 s after the stop).
+    started_here = psutil.Process().children(recursive=True)
     if ray.is_initialized():
         drainer = threading.Thread(target=drain, name="serve-shutdown", daemon=True)
         drainer.start()
         drainer.join(graceful_s)
     ray.shutdown()
+    _, alive = psutil.wait_procs(started_here, timeout=LEFTOVER_WAIT_S)
+    for process in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            log.info("killing leftover process %s %s", process.pid, process.name())
+            process.kill()
 
 
 def ingest_folder(
