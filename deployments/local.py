@@ -36,11 +36,14 @@ def start(config: AppConfig, num_cpus: int | None = None) -> str:
     # Ray Serve reads its switches when its processes start: they inherit this environment.
     for key, value in config.serve.env.items():
         os.environ.setdefault(key, value)
+    chosen_ports: list[str] = []
     if os.environ.get("RAY_SERVE_ENABLE_HA_PROXY") == "1":
         # HAProxy's stats and Prometheus listeners have fixed default ports (8404, 9101) on
         # every interface; on one machine take free ones, so two runs (or tests) never collide.
         for key in ("RAY_SERVE_HAPROXY_STATS_PORT", "RAY_SERVE_HAPROXY_METRICS_PORT"):
-            os.environ.setdefault(key, str(_free_port()))
+            if key not in os.environ:
+                os.environ[key] = str(_free_port())
+                chosen_ports.append(key)
     import ray
     from ray import serve
 
@@ -54,6 +57,8 @@ def start(config: AppConfig, num_cpus: int | None = None) -> str:
             configure_logging=False,
         )
     serve.start(http_options={"host": config.serve.host, "port": config.serve.port})
+    for key in chosen_ports:  # Ray's processes have them; a run started from here picks anew
+        os.environ.pop(key, None)
     serve.run(
         build_app_from_config(config),
         name=config.serve.app_name,

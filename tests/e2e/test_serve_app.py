@@ -242,3 +242,52 @@ async def test_concurrent_searches_share_batches_but_keep_their_own_results(
         for r in response.json()["results"]
     )
     assert {r["doc_id"] for r in together[-1].json()["results"]} == {corpus[1]["id"]}
+
+
+def send_chunked_until_answered(url: str, path: str, headers: dict, total: int) -> tuple[int, int]:
+    """POST ``total`` bytes with Transfer-Encoding: chunked over a raw socket, 64 KiB a chunk,
+    stopping as soon as the server answers: (status, bytes sent before the answer)."""
+    import select
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    sock = socket.create_connection((parts.hostname, parts.port), timeout=60)
+    head = [f"POST {path} HTTP/1.1", f"Host: {parts.hostname}", "Transfer-Encoding: chunked"]
+    head += [f"{k}: {v}" for k, v in headers.items()]
+    sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode())
+    chunk = b"x" * 65_536
+    framed = f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n"
+    sent = 0
+    try:
+        while sent < total:
+            readable, writable, _ = select.select([sock], [sock], [], 30)
+            if readable:
+                break
+            if writable:
+                sock.sendall(framed)
+                sent += len(chunk)
+        answer = sock.recv(4096).decode("latin-1")
+    except (BrokenPipeError, ConnectionResetError):
+        answer = sock.recv(4096).decode("latin-1")
+    finally:
+        sock.close()
+    return int(answer.split(" ", 2)[1]), sent
+
+
+@pytest.mark.parametrize("path", ["/v1/search", "/v1/documents"])
+def test_chunked_oversize_body_is_cut_at_the_limit_through_serve(serve_url, path):
+    """Through the real Serve proxy: a 100 MB chunked body (no Content-Length) over the 3 MB
+    limit is answered 413 long before the client finishes sending it."""
+    headers = {**A, "Content-Type": "application/json"}
+    status, sent = send_chunked_until_answered(serve_url, path, headers, 100_000_000)
+    assert status == 413
+    assert sent < 30_000_000, f"{sent} bytes went in before the answer"
+
+
+def test_unauthenticated_body_is_refused_before_it_is_read_through_serve(serve_url):
+    status, sent = send_chunked_until_answered(
+        serve_url, "/v1/search", {"Content-Type": "application/json"}, 100_000_000
+    )
+    assert status == 401
+    assert sent < 30_000_000
