@@ -121,3 +121,34 @@ def test_ray_start_params_survive_the_shell(values):
         params = group.get("rayStartParams") or {}
         line = "ray start " + " ".join(f"--{key}={value}" for key, value in params.items())
         assert shlex.split(line)[2:] == [f"--{k}={v}" for k, v in params.items()]
+
+
+def _token_mounted(pod_spec: dict, accounts: dict[str, dict]) -> bool:
+    """Kubernetes: the pod's automountServiceAccountToken wins, else the account's, else true."""
+    if "automountServiceAccountToken" in pod_spec:
+        return bool(pod_spec["automountServiceAccountToken"])
+    account = accounts.get(pod_spec.get("serviceAccountName", "default"), {})
+    return bool(account.get("automountServiceAccountToken", True))
+
+
+@pytest.mark.parametrize("values", VALUES)
+def test_autoscaler_sidecar_can_reach_the_api_server(values):
+    """KubeRay (>= 0.6) binds the autoscaler's Role to the head pod's service account and does
+    not create that account when the pod names one: the chart must create it, and the head
+    must mount its token. Workers never get a token."""
+    args = [str(HELM), "template", "rel", str(CHART), "--namespace", "search"]
+    if values:
+        args += ["-f", str(CHART / values)]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    docs = [d for d in yaml.safe_load_all(done.stdout) if d]
+    accounts = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ServiceAccount"}
+    (service,) = [d for d in docs if d["kind"] == "RayService"]
+    cluster = service["spec"]["rayClusterConfig"]
+    head = cluster["headGroupSpec"]["template"]["spec"]
+    if cluster.get("enableInTreeAutoscaling"):
+        name = head.get("serviceAccountName")
+        assert name in accounts, f"head names service account {name!r}; the chart has none"
+        assert _token_mounted(head, accounts)
+    for group in cluster.get("workerGroupSpecs", []):
+        assert not _token_mounted(group["template"]["spec"], accounts), group["groupName"]
