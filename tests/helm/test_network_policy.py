@@ -1,0 +1,218 @@
+"""The rendered NetworkPolicies evaluated with Kubernetes' semantics: who can reach which pod
+on which port.
+
+The evaluator follows the NetworkPolicy API (networking.k8s.io/v1): a pod selected by a
+policy of a direction is isolated in that direction; a connection is allowed when the
+destination's ingress AND the source's egress allow it; a direction allows it when any rule of
+any policy selecting the pod matches the peer (absent ``from``/``to``: every peer; a peer's
+``podSelector`` without ``namespaceSelector``: the policy's namespace; ``namespaceSelector``
+{}: every namespace; ``ipBlock``: addresses outside the cluster's pods) and the port (absent
+``ports``: every port). Label selectors with matchLabels and matchExpressions.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "helm" / "serve-app"
+HELM = ROOT / ".cache" / "bin" / "helm"
+NAMESPACE = "search"
+NAMESPACE_LABELS = {
+    "search": {"kubernetes.io/metadata.name": "search"},
+    "kuberay-system": {"kubernetes.io/metadata.name": "kuberay-system"},
+    "monitoring": {"kubernetes.io/metadata.name": "monitoring"},
+    "other": {"kubernetes.io/metadata.name": "other"},
+    "frontend": {"kubernetes.io/metadata.name": "frontend"},
+}
+
+
+@dataclass(frozen=True)
+class Pod:
+    namespace: str
+    labels: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class External:
+    address: str
+
+
+def selects(selector: dict | None, labels: dict) -> bool:
+    if selector is None:
+        return False
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for expression in selector.get("matchExpressions") or []:
+        key, operator, values = expression["key"], expression["operator"], expression.get("values")
+        present = key in labels
+        if operator == "In" and not (present and labels[key] in values):
+            return False
+        if operator == "NotIn" and present and labels[key] in values:
+            return False
+        if operator == "Exists" and not present:
+            return False
+        if operator == "DoesNotExist" and present:
+            return False
+    return True
+
+
+def peer_matches(peer: dict, policy_namespace: str, other: Pod | External) -> bool:
+    if "ipBlock" in peer:
+        if not isinstance(other, External):
+            return False  # pod traffic is matched by pod selectors, not by pod IPs here
+        block = peer["ipBlock"]
+        address = ipaddress.ip_address(other.address)
+        if address not in ipaddress.ip_network(block["cidr"]):
+            return False
+        return not any(address in ipaddress.ip_network(c) for c in block.get("except", []))
+    if isinstance(other, External):
+        return False
+    if "namespaceSelector" in peer:
+        if not selects(peer["namespaceSelector"], NAMESPACE_LABELS[other.namespace]):
+            return False
+    elif other.namespace != policy_namespace:
+        return False
+    return "podSelector" not in peer or selects(peer["podSelector"], other.labels)
+
+
+def port_matches(ports: list | None, port: int, protocol: str) -> bool:
+    if not ports:
+        return True
+    for entry in ports:
+        if entry.get("protocol", "TCP") != protocol:
+            continue
+        if "port" not in entry:
+            return True
+        start, end = entry["port"], entry.get("endPort", entry["port"])
+        if start <= port <= end:
+            return True
+    return False
+
+
+def direction_allows(
+    policies: list[dict], pod: Pod, direction: str, other: Pod | External, port: int, protocol: str
+) -> bool:
+    key, peers_key = ("ingress", "from") if direction == "Ingress" else ("egress", "to")
+    isolating = [
+        p
+        for p in policies
+        if p["metadata"].get("namespace", NAMESPACE) == pod.namespace
+        and selects(p["spec"]["podSelector"], pod.labels)
+        and direction in p["spec"].get("policyTypes", ["Ingress"])
+    ]
+    if not isolating:
+        return True
+    for policy in isolating:
+        namespace = policy["metadata"].get("namespace", NAMESPACE)
+        for rule in policy["spec"].get(key) or []:
+            peers = rule.get(peers_key)
+            if peers and not any(peer_matches(p, namespace, other) for p in peers):
+                continue
+            if port_matches(rule.get("ports"), port, protocol):
+                return True
+    return False
+
+
+def allowed(
+    policies: list[dict], source: Pod, destination: Pod | External, port: int, protocol="TCP"
+) -> bool:
+    out = direction_allows(policies, source, "Egress", destination, port, protocol)
+    if isinstance(destination, External):
+        return out
+    return out and direction_allows(policies, destination, "Ingress", source, port, protocol)
+
+
+def render(values: str | None) -> list[dict]:
+    args = [str(HELM), "template", "rel", str(CHART), "--namespace", NAMESPACE]
+    if values:
+        args += ["-f", str(CHART / values)]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def ray_pods(docs: list[dict]) -> tuple[Pod, list[Pod]]:
+    (service,) = [d for d in docs if d["kind"] == "RayService"]
+    cluster = service["spec"]["rayClusterConfig"]
+    head = Pod(NAMESPACE, cluster["headGroupSpec"]["template"]["metadata"]["labels"])
+    workers = [
+        Pod(NAMESPACE, g["template"]["metadata"]["labels"]) for g in cluster["workerGroupSpecs"]
+    ]
+    return head, workers
+
+
+OPERATOR = Pod("kuberay-system", {"app.kubernetes.io/name": "kuberay-operator"})
+PROMETHEUS = Pod("monitoring", {"app.kubernetes.io/name": "prometheus"})
+STRANGER = Pod("other", {"app": "curious"})
+NEIGHBOUR = Pod(NAMESPACE, {"app": "something-else"})
+FRONTEND = Pod("frontend", {"app": "web"})
+API_SERVER = External("10.96.0.1")
+
+
+@pytest.mark.parametrize("values", [None, "ci/gpu-production.yaml", "ci/external-stores.yaml"])
+def test_what_must_talk_can_and_nothing_else(values):
+    docs = render(values)
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    assert policies, "networkPolicy.enabled is the default"
+    head, workers = ray_pods(docs)
+
+    # KubeRay submits serveConfigV2 to the dashboard and reads Serve's status there.
+    assert allowed(policies, OPERATOR, head, 8265)
+    # The autoscaler sidecar reaches the API server.
+    assert allowed(policies, head, API_SERVER, 443)
+    # Prometheus scrapes every Ray pod's metrics port.
+    for pod in [head, *workers]:
+        assert allowed(policies, PROMETHEUS, pod, 8080)
+    # Ray among its pods: GCS on the head, raylets and object managers on every pod.
+    for worker in workers:
+        assert allowed(policies, worker, head, 6379)
+        assert allowed(policies, head, worker, 10_002)
+        for other in workers:
+            assert allowed(policies, worker, other, 20_000)
+    # Clients reach the Serve proxies: anyone, or only networkPolicy.ingressFrom when set.
+    client = FRONTEND if values == "ci/external-stores.yaml" else STRANGER
+    for pod in [head, *workers]:
+        assert allowed(policies, client, pod, 8000)
+        assert allowed(policies, STRANGER, pod, 8000) == (client is STRANGER)
+    # DNS.
+    assert allowed(policies, workers[0], External("10.96.0.10"), 53, "UDP")
+
+    # Nothing else gets in: not the dashboard (it runs jobs), not GCS, not metrics.
+    for intruder in (STRANGER, NEIGHBOUR):
+        assert not allowed(policies, intruder, head, 8265)
+        assert not allowed(policies, intruder, head, 6379)
+        assert not allowed(policies, intruder, workers[0], 8080)
+        assert not allowed(policies, intruder, workers[0], 10_002)
+    # And workers do not call out anywhere but the stores, DNS and each other.
+    assert not allowed(policies, workers[0], External("203.0.113.9"), 22)
+    assert not allowed(policies, workers[0], API_SERVER, 443)
+
+
+def test_the_evaluator_isolates_only_selected_pods():
+    """The semantics the test relies on, on a hand-written policy."""
+    policy = {
+        "metadata": {"name": "p", "namespace": NAMESPACE},
+        "spec": {
+            "podSelector": {"matchLabels": {"app": "db"}},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {
+                    "from": [{"podSelector": {"matchLabels": {"app": "api"}}}],
+                    "ports": [{"port": 5432}],
+                }
+            ],
+        },
+    }
+    db, api = Pod(NAMESPACE, {"app": "db"}), Pod(NAMESPACE, {"app": "api"})
+    assert allowed([policy], api, db, 5432)
+    assert not allowed([policy], api, db, 22)
+    assert not allowed([policy], Pod("other", {"app": "api"}), db, 5432)  # other namespace
+    assert allowed([policy], db, api, 80)  # api is not selected: not isolated
