@@ -216,15 +216,9 @@ applications:
     - {containerPort: 8265, name: dashboard}
     - {containerPort: 10001, name: client}
   {{- end }}
-  {{- if ne $name "ray-head" }}
-  # Workers serve traffic only while the app is ready (stores reachable, models healthy).
-  # The head keeps KubeRay's own probes: it must be ready before the app can be deployed.
-  readinessProbe:
-    httpGet: {path: /readyz, port: 8000}
-    periodSeconds: 10
-    timeoutSeconds: 5
-    failureThreshold: 3
-  {{- end }}
+  # No probes here: KubeRay injects its own into Ray containers that have none (the raylet's
+  # health and, on RayService workers, the local Serve proxy's /-/healthz). The app-wide
+  # /readyz would take every worker out of the Service when one model deployment is slow.
   resources:
     requests:
       {{- toYaml $resources.requests | nindent 6 }}
