@@ -152,3 +152,19 @@ def test_autoscaler_sidecar_can_reach_the_api_server(values):
         assert _token_mounted(head, accounts)
     for group in cluster.get("workerGroupSpecs", []):
         assert not _token_mounted(group["template"]["spec"], accounts), group["groupName"]
+
+
+@pytest.mark.parametrize("values", VALUES)
+def test_serve_switches_reach_every_ray_process(values):
+    """`serve.env` (HAProxy, throughput mode) is read by Ray Serve when its processes start;
+    on a cluster they start from the containers' environment, head and workers alike."""
+    service = rendered_rayservice(values)
+    serve_env = (yaml.safe_load(service["spec"]["serveConfigV2"])["applications"][0]["args"]
+                 ["config"].get("serve", {}).get("env", {}))  # fmt: skip
+    assert serve_env, "the cluster configuration turns Serve's throughput switches on"
+    cluster = service["spec"]["rayClusterConfig"]
+    for group in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]:
+        for container in group["template"]["spec"]["containers"]:
+            env = {e["name"]: e.get("value") for e in container.get("env", [])}
+            for key, value in serve_env.items():
+                assert env.get(key) == str(value), (container["name"], key)

@@ -139,6 +139,13 @@ applications:
 
 {{/* Environment shared by every Ray container: offline models, secrets, store credentials. */}}
 {{- define "serve-app.env" -}}
+{{- $config := include "serve-app.config" . | fromYaml -}}
+{{- /* Ray Serve reads its switches (serve.env: HAProxy, throughput mode) when its processes
+start: controller and proxies on the head, proxies and replicas on workers. */}}
+{{- range $key, $value := (($config.serve | default dict).env | default dict) }}
+- name: {{ $key }}
+  value: {{ $value | toString | quote }}
+{{- end }}
 - name: HF_HUB_OFFLINE
   value: "1"
 - name: HF_HOME
