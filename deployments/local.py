@@ -78,28 +78,40 @@ def stop(graceful_s: float = GRACEFUL_SHUTDOWN_S) -> None:
     """Serve's graceful shutdown, bounded by ``graceful_s``, then Ray and every process it
     started (replicas, proxies, GCS, raylet) whether or not Serve finished draining."""
     import ray
-    from ray import serve
-
-    def drain() -> None:
-        try:
-            serve.shutdown()
-        except BaseException as error:  # Ray is stopped next, whatever happened here
-            log.info("Serve shutdown cut short: %r", error)
 
     # Collected before Ray stops: once the raylet is gone its agents are re-parented to init
     # and would poll for their parent for several seconds more (seen: the dashboard and
     # runtime-env agents alive 15 s after the stop).
     started_here = psutil.Process().children(recursive=True)
     if ray.is_initialized():
-        drainer = threading.Thread(target=drain, name="serve-shutdown", daemon=True)
-        drainer.start()
-        drainer.join(graceful_s)
+        _drain_serve(graceful_s)
     ray.shutdown()
     _, alive = psutil.wait_procs(started_here, timeout=LEFTOVER_WAIT_S)
     for process in alive:
         with contextlib.suppress(psutil.NoSuchProcess):
             log.info("killing leftover process %s %s", process.pid, process.name())
             process.kill()
+
+
+def _drain_serve(timeout_s: float) -> None:
+    """Serve's graceful shutdown, bounded, in the calling thread.
+
+    ``serve.shutdown()`` takes no timeout, and running it in a thread that is still inside
+    Ray when ``ray.shutdown()`` runs makes Ray's core worker end the whole process with
+    status 1 ("The core worker has already been shutdown"; seen in CI when the drain took
+    longer than the bound). Serve's client takes a timeout for the controller's drain, so
+    the same steps run here with the bound and nothing is left running inside Ray.
+    """
+    from ray.serve.context import _check_cached_client_alive, _disconnect
+
+    try:
+        client, _ = _check_cached_client_alive()  # bounded: 5 s for a dead controller
+        if client is not None:
+            client.shutdown(timeout_s=timeout_s)
+    except Exception as error:  # Ray is stopped next, whatever happened here
+        log.info("Serve shutdown cut short: %r", error)
+    finally:
+        _disconnect()
 
 
 def ingest_folder(

@@ -291,3 +291,26 @@ def test_unauthenticated_body_is_refused_before_it_is_read_through_serve(serve_u
     )
     assert status == 401
     assert sent < 30_000_000
+
+
+def test_named_collections_through_serve(http):
+    """Collections over the real Serve graph (the store deployment forwards the collection
+    calls): scoped ingest and search, invisible to tenant B, gone with the delete."""
+    name = f"e2e-{int(time.time() * 1000) % 10**9}"
+    created = http.post("/v1/collections", json={"name": name}, headers=A)
+    assert created.status_code == 201, created.text
+    doc = {"id": "phage", "text": "Bacteriophages infect bacteria and inject their genome."}
+    put = http.post(f"/v1/collections/{name}/documents", json={"documents": [doc]}, headers=A)
+    assert put.status_code == 200 and put.json()["written"] == ["phage"], put.text
+    found = http.post(f"/v1/collections/{name}/search", json={"query": "phage genome"}, headers=A)
+    assert found.status_code == 200
+    assert [r["doc_id"] for r in found.json()["results"]][:1] == ["phage"]
+    # Not in the default collection, and not there at all for tenant B.
+    default = http.post("/v1/search", json={"query": "bacteriophages inject"}, headers=A)
+    assert "phage" not in [r["doc_id"] for r in default.json()["results"]]
+    assert http.get(f"/v1/collections/{name}", headers=B).status_code == 404
+    theirs = http.post(f"/v1/collections/{name}/search", json={"query": "phage"}, headers=B)
+    assert theirs.status_code == 404
+    deleted = http.delete(f"/v1/collections/{name}", headers=A)
+    assert deleted.status_code == 200 and deleted.json()["chunks_removed"] >= 1, deleted.text
+    assert http.get(f"/v1/collections/{name}", headers=A).status_code == 404
