@@ -6,22 +6,33 @@ import threading
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 from serve_app.config import SpladeConfig, resolve_model_path
 from serve_app.encoders.batching import padding_ratio, token_budget_batches
 from serve_app.encoders.queue import Lane, ModelQueue
 from serve_app.encoders.torch_runtime import resolve_device, resolve_dtype, to_device
+from serve_app.errors import ConfigError
 from serve_app.schemas import SparseVector
+
+# Logits computed per vocabulary slice, at most this many elements at a time: on a CPU a
+# slice that stays in cache makes the projection + max 2-4x faster than one batch-wide
+# tensor (measured with the 2-layer SPLADE: 16 queries 73 -> 35 ms, 32 abstracts at 256
+# tokens 999 -> 531 ms; 2^19-2^21 all close). On a GPU a few large slices keep the kernels
+# big while bounding the memory a batch holds (1 GB of fp16 logits for 32 x 512 tokens).
+SLICE_ELEMENTS = {"cpu": 1 << 20, "cuda": 1 << 27}
 
 
 class SpladeEncoder:
     """SPLADE for documents and queries (same model; queries pruned harder).
 
     Max-pooling the logits before ``log1p(relu(.))`` equals pooling after it (the activation
-    is monotonic), and padding is neutralised by zeroing its logits (see ``encode_with_stats``),
-    so the vocabulary-sized tensor is read once by the reduction (twice with padding). Pruning keeps the
-    ``top_k`` largest weights above ``min_weight``, on the device, before anything is copied.
+    is monotonic), and padding is neutralised by zeroing its logits. The model runs up to its
+    LM head's last hidden states; the vocabulary projection (the head's output layer) is
+    applied here slice by slice, each slice reduced by the max as soon as it exists, so the
+    batch x tokens x vocabulary tensor is never whole (see ``SLICE_ELEMENTS``). Pruning keeps
+    the ``top_k`` largest weights above ``min_weight``, on the device, before anything is copied.
     Term strings come with every vector (OpenSearch stores SPLADE as ``rank_features``).
     """
 
@@ -33,6 +44,8 @@ class SpladeEncoder:
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.model = AutoModelForMaskedLM.from_pretrained(path, dtype=resolve_dtype(config.dtype))
         self.model.to(self.device).eval()
+        self._projection_weight, self._projection_bias = _detach_projection(self.model)
+        self._slice_elements = SLICE_ELEMENTS.get(self.device.type, SLICE_ELEMENTS["cpu"])
         self._vocab = np.asarray(
             self.tokenizer.convert_ids_to_tokens(list(range(len(self.tokenizer)))), dtype=object
         )
@@ -71,14 +84,9 @@ class SpladeEncoder:
                 input_ids[row, : lengths[index]] = torch.tensor(ids[index])
                 mask[row, : lengths[index]] = True
             input_ids, mask = to_device(self.device, input_ids, mask)
-            logits = self.model(input_ids=input_ids, attention_mask=mask.long()).logits
-            if width * len(batch) != sum(lengths[i] for i in batch):
-                # Zero the padding positions: relu(max over all of x * mask) equals relu(max
-                # over the real tokens of x), in one in-place pass over the vocabulary-wide
-                # tensor instead of a masked copy of it.
-                logits.mul_(mask.unsqueeze(-1).to(logits.dtype))
-            # amax, not max(dim): no argmax to compute (25x faster on CPU for one query).
-            weights = torch.log1p(torch.relu(torch.amax(logits, dim=1))).float()
+            hidden = self.model(input_ids=input_ids, attention_mask=mask.long()).logits
+            padded = width * len(batch) != sum(lengths[i] for i in batch)
+            weights = self._pooled_weights(hidden, mask if padded else None)
             k = min(top_k, weights.shape[1])
             values, indices = torch.topk(weights, k, dim=1)
             # One copy to the host per batch; rows become vectors by slicing, not loops.
@@ -101,6 +109,29 @@ class SpladeEncoder:
         }
         return [v for v in out if v is not None], stats
 
+    def _pooled_weights(self, hidden: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """log1p(relu(max over real tokens of the vocabulary logits)), (batch, vocab) float32."""
+        batch, width, _ = hidden.shape
+        vocab = self._projection_weight.shape[0]
+        pooled = hidden.new_empty((batch, vocab))
+        step = max(1024, self._slice_elements // (batch * width))
+        # Zeroing padding positions: relu(max over all of x * mask) equals relu(max over the
+        # real tokens of x), in one in-place pass per slice instead of a masked copy.
+        keep = None if mask is None else mask.unsqueeze(-1).to(hidden.dtype)
+        bias = self._projection_bias
+        for start in range(0, vocab, step):
+            end = min(vocab, start + step)
+            logits = F.linear(
+                hidden,
+                self._projection_weight[start:end],
+                None if bias is None else bias[start:end],
+            )
+            if keep is not None:
+                logits.mul_(keep)
+            # amax, not max(dim): no argmax to compute (25x faster on CPU for one query).
+            torch.amax(logits, dim=1, out=pooled[:, start:end])
+        return torch.log1p(torch.relu_(pooled)).float()
+
     def _run_lane(self, lane: Lane, texts: list[str]) -> tuple[list[SparseVector], dict]:
         top_k = self.config.query_top_k if lane == "query" else self.config.doc_top_k
         return self.encode_with_stats(texts, top_k)
@@ -118,3 +149,22 @@ class SpladeEncoder:
 
     def close(self) -> None:
         self.queue.close()
+
+
+def _detach_projection(model: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Takes the vocabulary projection (the masked-LM head's output layer) out of ``model``,
+    leaving the head's transform: the model then returns last hidden states, and the
+    projection's weight and bias are returned for ``SpladeEncoder._pooled_weights``."""
+    head = model.get_output_embeddings()
+    if not isinstance(head, torch.nn.Linear):
+        raise ConfigError(
+            f"splade.model: the masked-LM head's output layer is {type(head).__name__}, "
+            "not a linear vocabulary projection; this encoder supports BERT-style MLM heads"
+        )
+    for module in model.modules():
+        for name, child in module.named_children():
+            if child is head:
+                setattr(module, name, torch.nn.Identity())
+                bias = None if head.bias is None else head.bias.detach()
+                return head.weight.detach(), bias
+    raise ConfigError("splade.model: the masked-LM head's output layer is not a submodule")
