@@ -22,6 +22,7 @@ def deployment_options(settings: DeploymentSettings) -> dict[str, Any]:
         "max_ongoing_requests": settings.max_ongoing_requests,
         "health_check_period_s": 10,
         "health_check_timeout_s": 30,
+        "logging_config": {"enable_access_log": settings.access_log},
     }
     if settings.autoscaling is not None:
         scaling = settings.autoscaling

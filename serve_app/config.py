@@ -408,6 +408,11 @@ class DeploymentSettings(_Section):
     # Custom Ray resources, e.g. {"dense_gpu": 1} to pin a deployment to its worker group.
     resources: dict[str, float] = Field(default_factory=dict)
     max_ongoing_requests: int = Field(default=16, ge=1)
+    # Serve's per-call access log line. Off for the internal deployments: each search makes
+    # several internal calls, and their lines cost CPU in every replica on the hot path (the
+    # ingress logs the client's request, with its request id, status and latency). Unset:
+    # on for the ingress, off for the others.
+    access_log: bool | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -439,6 +444,14 @@ class ServeConfig(_Section):
     ingress: DeploymentSettings = Field(
         default_factory=lambda: DeploymentSettings(max_ongoing_requests=64)
     )
+
+    @model_validator(mode="after")
+    def _default_access_logs(self) -> ServeConfig:
+        for name in ("chunker", "dense", "splade", "reranker", "store", "ingress"):
+            settings: DeploymentSettings = getattr(self, name)
+            if settings.access_log is None:
+                settings.access_log = name == "ingress"
+        return self
 
 
 class AppConfig(_Section):

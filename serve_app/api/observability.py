@@ -8,8 +8,11 @@ import logging
 import re
 import time
 import uuid
+from typing import Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+T_co = TypeVar("T_co", covariant=True)
 
 REQUEST_ID: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 _VALID_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -43,70 +46,109 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry)
 
 
-def configure_json_logging(level: str = "INFO") -> None:
+def configure_json_logging(level: str = "INFO", access_log: bool = True) -> None:
+    """JSON lines on stderr for ``serve_app``'s loggers. ``access_log=False`` drops the
+    per-request line where the server already writes one (Ray Serve's ingress access log
+    carries the same request id, method, path, status and latency)."""
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger("serve_app")
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     root.propagate = False
+    logging.getLogger("serve_app.access").disabled = not access_log
 
 
-class Metrics:
-    """The API's Prometheus metrics, in a registry of their own (one per app instance)."""
+class CounterChild(Protocol):
+    def inc(self, amount: float = 1.0) -> None: ...
+
+
+class HistogramChild(Protocol):
+    def observe(self, value: float) -> None: ...
+
+
+class Labelled(Protocol[T_co]):
+    def labels(self, *values: str) -> T_co: ...
+
+
+class Instruments(Protocol):
+    """Where the API's metrics are recorded: Prometheus' client in this process (served at
+    ``/metrics``), or Ray's metrics in a Serve replica (aggregated by Ray and exported on
+    each node's metrics port, ``deployments.metrics``)."""
+
+    def counter(self, name: str, doc: str, labels: tuple[str, ...]) -> Labelled[CounterChild]: ...
+
+    def histogram(
+        self, name: str, doc: str, labels: tuple[str, ...], buckets: tuple[float, ...]
+    ) -> Labelled[HistogramChild]: ...
+
+    def render(self) -> bytes | None:
+        """The exposition text, or None where another process exports the metrics."""
+
+
+class PrometheusInstruments:
+    """prometheus_client metrics in a registry of their own (one per app instance)."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.requests = Counter(
-            "serve_app_requests",
-            "HTTP requests",
-            ["endpoint", "method", "status"],
-            registry=self.registry,
+
+    def counter(self, name: str, doc: str, labels: tuple[str, ...]) -> Counter:
+        return Counter(name, doc, list(labels), registry=self.registry)
+
+    def histogram(
+        self, name: str, doc: str, labels: tuple[str, ...], buckets: tuple[float, ...]
+    ) -> Histogram:
+        return Histogram(name, doc, list(labels), buckets=buckets, registry=self.registry)
+
+    def render(self) -> bytes | None:
+        return generate_latest(self.registry)
+
+
+class Metrics:
+    """The API's metrics, recorded through ``instruments`` (default: Prometheus' client)."""
+
+    def __init__(self, instruments: Instruments | None = None) -> None:
+        self.instruments = instruments or PrometheusInstruments()
+        counter, histogram = self.instruments.counter, self.instruments.histogram
+        self.requests = counter(
+            "serve_app_requests", "HTTP requests", ("endpoint", "method", "status")
         )
-        self.latency = Histogram(
+        self.latency = histogram(
             "serve_app_request_latency_seconds",
             "HTTP request latency",
-            ["endpoint"],
-            buckets=LATENCY_BUCKETS,
-            registry=self.registry,
+            ("endpoint",),
+            LATENCY_BUCKETS,
         )
-        self.stage_latency = Histogram(
+        self.stage_latency = histogram(
             "serve_app_stage_latency_seconds",
             "Latency of each pipeline stage (encode.*, retrieve.*, fusion, rerank, chunk, write)",
-            ["operation", "stage"],
-            buckets=LATENCY_BUCKETS,
-            registry=self.registry,
+            ("operation", "stage"),
+            LATENCY_BUCKETS,
         )
-        self.errors = Counter(
-            "serve_app_errors", "Error responses by code", ["code"], registry=self.registry
-        )
-        self.batch_size = Histogram(
+        self.errors = counter("serve_app_errors", "Error responses by code", ("code",))
+        self.batch_size = histogram(
             "serve_app_model_batch_size",
             "Items per model batch (reported by the model deployments)",
-            ["model"],
-            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
-            registry=self.registry,
+            ("model",),
+            (1, 2, 4, 8, 16, 32, 64, 128, 256),
         )
-        self.padding_ratio = Histogram(
+        self.padding_ratio = histogram(
             "serve_app_model_padding_ratio",
             "Share of padded positions in a model batch",
-            ["model"],
-            buckets=(0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0),
-            registry=self.registry,
+            ("model",),
+            (0.01, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0),
         )
-        self.batch_tokens = Histogram(
+        self.batch_tokens = histogram(
             "serve_app_model_batch_tokens",
             "Real (unpadded) tokens per model batch; the budget caps padded tokens",
-            ["model"],
-            buckets=(16, 64, 256, 1024, 4096, 16384, 65536),
-            registry=self.registry,
+            ("model",),
+            (16, 64, 256, 1024, 4096, 16384, 65536),
         )
-        self.queue_seconds = Histogram(
+        self.queue_seconds = histogram(
             "serve_app_model_queue_seconds",
             "Time a request waited in a model deployment's batch queue",
-            ["model"],
-            buckets=LATENCY_BUCKETS,
-            registry=self.registry,
+            ("model",),
+            LATENCY_BUCKETS,
         )
 
     def observe_request(self, endpoint: str, method: str, status: int, seconds: float) -> None:
@@ -124,8 +166,8 @@ class Metrics:
             self.batch_tokens.labels(model).observe(stats["tokens"])
         self.queue_seconds.labels(model).observe(stats.get("queue_s", 0.0))
 
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
+    def render(self) -> bytes | None:
+        return self.instruments.render()
 
 
 class Stopwatch:

@@ -9,7 +9,7 @@ from ray.serve.schema import ServeDeploySchema
 from deployments.app import build_app, resolve_config
 from deployments.options import deployment_options
 from deployments.serve_config import render_yaml
-from serve_app.config import DeploymentSettings, load_config
+from serve_app.config import DeploymentSettings, ServeConfig, load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,3 +57,22 @@ def test_options_from_settings():
     options = deployment_options(DeploymentSettings(num_replicas=3, num_cpus=0.25, num_gpus=0.5))
     assert options["num_replicas"] == 3
     assert options["ray_actor_options"] == {"num_cpus": 0.25, "num_gpus": 0.5}
+
+
+def test_access_log_on_the_ingress_only_unless_configured():
+    """Serve logs one line per call; internal calls (several per search) stay quiet by
+    default, the client-facing ingress keeps its line, and a file can turn either way."""
+    config = load_config(ROOT / "config" / "local.yaml", environ={})
+    document = yaml.safe_load(render_yaml(config))
+    ServeDeploySchema.model_validate(document)
+    (application,) = document["applications"]
+    logged = {
+        d["name"]: d["logging_config"]["enable_access_log"] for d in application["deployments"]
+    }
+    assert logged.pop("ingress") is True and not any(logged.values())
+    serve = config.serve.model_dump()
+    serve["store"]["access_log"] = True
+    serve["ingress"]["access_log"] = False
+    turned = ServeConfig.model_validate(serve)
+    assert deployment_options(turned.store)["logging_config"] == {"enable_access_log": True}
+    assert deployment_options(turned.ingress)["logging_config"] == {"enable_access_log": False}

@@ -11,6 +11,7 @@ import pytest
 
 from tests.conftest import require_vllm
 from tests.e2e.conftest import free_port
+from tests.e2e.ray_metrics import metric_lines, ray_metrics
 
 pytestmark = pytest.mark.vllm
 require_vllm()
@@ -94,8 +95,14 @@ async def test_search_graph_end_to_end_on_vllm(
             ]
             for q in queries
         ]
-        metrics = http.get("/metrics").text
-    assert 'serve_app_model_batch_size_count{model="dense"}' in metrics
+    metrics = ray_metrics(
+        [
+            "serve_app_model_batch_size",
+            "serve_app_model_queue_seconds",
+            "serve_app_model_batch_tokens",
+        ]
+    )
+    assert metric_lines(metrics, "serve_app_model_batch_size_count", 'model="dense"')
     from ray import serve
 
     info = await serve.get_deployment_handle("dense", "retrieval").info.remote()
@@ -105,8 +112,8 @@ async def test_search_graph_end_to_end_on_vllm(
         "backend": "vllm",
         "encoder": "VllmDenseEncoder",
     }
-    assert 'serve_app_model_queue_seconds_count{model="dense"}' in metrics
-    assert 'serve_app_model_batch_tokens_count{model="dense"}' in metrics
+    assert metric_lines(metrics, "serve_app_model_queue_seconds_count", 'model="dense"')
+    assert metric_lines(metrics, "serve_app_model_batch_tokens_count", 'model="dense"')
 
     # The same corpus through the transformers backend in process: the same dense ranking.
     local_config = app_config_factory(

@@ -81,6 +81,17 @@ deployments/options.py:deployment_options (a test compares the two).
   max_ongoing_requests: {{ $s.max_ongoing_requests | default $ongoingDefault }}
   health_check_period_s: 10.0
   health_check_timeout_s: 30.0
+  {{- /* Serve's access log: the ingress' by default, not the internal calls' (config.py) */}}
+  {{- $accessLog := eq $name "ingress" }}
+  {{- if and (hasKey $s "access_log") (not (kindIs "invalid" $s.access_log)) }}
+  {{- $accessLog = $s.access_log }}
+  {{- end }}
+  logging_config:
+    encoding: TEXT
+    log_level: INFO
+    logs_dir: null
+    enable_access_log: {{ $accessLog }}
+    additional_log_standard_attrs: []
   {{- if $s.autoscaling }}
   {{- $a := $s.autoscaling }}
   autoscaling_config:

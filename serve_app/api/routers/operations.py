@@ -9,6 +9,7 @@ from serve_app.api import deps
 from serve_app.api.models import ReadyResponse
 from serve_app.api.observability import Metrics
 from serve_app.api.service import RetrievalService
+from serve_app.errors import NotFoundError
 
 router = APIRouter()
 
@@ -29,4 +30,10 @@ async def readyz(service: RetrievalService = Depends(deps.service)) -> JSONRespo
 
 @router.get("/metrics", response_class=Response)
 async def metrics_endpoint(metrics: Metrics = Depends(deps.metrics)) -> Response:
-    return Response(metrics.render(), media_type="text/plain; version=0.0.4")
+    text = metrics.render()
+    if text is None:
+        raise NotFoundError(
+            "this service exports its metrics through Ray: scrape the metrics port (8080) of "
+            "every Ray node (the chart's PodMonitor does), not this endpoint"
+        )
+    return Response(text, media_type="text/plain; version=0.0.4")

@@ -9,7 +9,6 @@ import gc
 import httpx
 import pytest
 from fastapi import FastAPI
-from prometheus_client import generate_latest
 
 from serve_app.api import errors
 from serve_app.api.middleware import RequestEnvelope
@@ -50,7 +49,7 @@ async def test_a_new_error_class_is_answered_documented_and_counted(teapot):
     assert response.json()["error"]["code"] == "TEAPOT"
     assert response.json()["error"]["message"] == "short and stout"
     assert "TEAPOT" in spec["paths"]["/brew"]["get"]["responses"]["418"]["description"]
-    assert 'serve_app_errors_total{code="TEAPOT"} 1.0' in generate_latest(metrics.registry).decode()
+    assert 'serve_app_errors_total{code="TEAPOT"} 1.0' in metrics.render().decode()
 
 
 def test_every_class_has_its_own_code_per_status():
