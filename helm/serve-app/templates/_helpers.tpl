@@ -261,3 +261,23 @@ start: controller and proxies on the head, proxies and replicas on workers. */}}
 {{- end -}}
 {{- $strategy -}}
 {{- end -}}
+
+{{/* Ingress annotations: for ingress-nginx, limits sized to the API's own (its defaults, a
+1 MiB body and 60 s timeouts, would cut off uploads the API accepts), then the values'
+annotations, which win. The proxy waits 30 s past the API's longest deadline, so a client
+gets the API's own 504 rather than the proxy's; request buffering is off so an upload
+streams to the API, which authenticates and counts bytes before reading the body. */}}
+{{- define "serve-app.ingressAnnotations" -}}
+{{- $config := include "serve-app.config" . | fromYaml -}}
+{{- $api := $config.api | default dict -}}
+{{- $out := dict -}}
+{{- if contains "nginx" (.Values.ingress.className | default "") -}}
+{{- $deadline := max (int ($api.ingest_timeout_s | default 900)) (int ($api.request_timeout_s | default 30)) -}}
+{{- $_ := set $out "nginx.ingress.kubernetes.io/proxy-body-size" (printf "%d" (int64 ($api.max_request_bytes | default 50000000))) -}}
+{{- $_ := set $out "nginx.ingress.kubernetes.io/proxy-read-timeout" (printf "%d" (add $deadline 30)) -}}
+{{- $_ := set $out "nginx.ingress.kubernetes.io/proxy-send-timeout" (printf "%d" (add $deadline 30)) -}}
+{{- $_ := set $out "nginx.ingress.kubernetes.io/proxy-request-buffering" "off" -}}
+{{- end -}}
+{{- $out = mergeOverwrite $out (.Values.ingress.annotations | default dict) -}}
+{{- if $out }}{{ toYaml $out }}{{ end -}}
+{{- end -}}
