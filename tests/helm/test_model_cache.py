@@ -305,8 +305,13 @@ def job_ids(docs: list[dict]) -> list[str]:
              "--set", "config.chunker.tokenizer=/models/Qwen/Qwen3-Embedding-0.6B"),
             ["Qwen/Qwen3-Embedding-0.6B", "Qwen/Qwen3-Embedding-8B", "BAAI/bge-reranker-v2-m3"],
         ),
+        (  # the chunker then embeds sentences with the dense model as well as its tokenizer
+            ("--set", "config.chunker.semantic_split=true",
+             "--set", "config.chunker.tokenizer=/models/Qwen/Qwen3-Embedding-0.6B"),
+            ["Qwen/Qwen3-Embedding-0.6B", *GPU_CONFIG_IDS],
+        ),
     ],
-    ids=["gpu.yaml", "no reranker", "no splade, own tokenizer"],
+    ids=["gpu.yaml", "no reranker", "no splade, own tokenizer", "semantic split"],
 )  # fmt: skip
 def test_the_job_fetches_the_configured_models(extra, expected):
     """(was broken: no Job) The ids are the configuration's model paths under the cache, the
