@@ -196,25 +196,20 @@ def test_schema_rejects_bad_values(helm, chart, overrides, message):
 
 
 def test_plain_manifests_are_in_sync(helm, chart):
-    """k8s/ holds the chart rendered with its defaults (release serve-app, namespace serve-app)."""
-    result = subprocess.run(
-        [
-            helm,
-            "template",
-            "serve-app",
-            str(chart),
-            "--namespace",
-            "serve-app",
-            "--set",
-            "secrets.create=false",
-            "--set",
-            "secrets.existingSecret=serve-app-secrets",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    expected = [d for d in yaml.safe_load_all(result.stdout) if d]
-    actual = [d for d in yaml.safe_load_all((ROOT / "k8s" / "serve-app.yaml").read_text()) if d]
-    assert actual == expected, "k8s/serve-app.yaml is stale: run `make k8s-manifests`"
+    """k8s/ holds the chart rendered with its defaults (release serve-app, namespace serve-app):
+    model-fetch.yaml the hooks (model cache claim, model-fetch Job), serve-app.yaml the rest."""
+    args = [
+        helm, "template", "serve-app", str(chart), "--namespace", "serve-app",
+        "--set", "secrets.create=false", "--set", "secrets.existingSecret=serve-app-secrets",
+    ]  # fmt: skip
+    for name, extra in [
+        ("serve-app.yaml", ["--no-hooks"]),
+        ("model-fetch.yaml", ["--show-only", "templates/model-cache.yaml"]),
+    ]:
+        result = subprocess.run([*args, *extra], capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        expected = [d for d in yaml.safe_load_all(result.stdout) if d]
+        actual = [d for d in yaml.safe_load_all((ROOT / "k8s" / name).read_text()) if d]
+        assert actual == expected, f"k8s/{name} is stale: run `make k8s-manifests`"
+    hooks = [d for d in yaml.safe_load_all((ROOT / "k8s" / "model-fetch.yaml").read_text()) if d]
+    assert [d["kind"] for d in hooks] == ["PersistentVolumeClaim", "Job"]

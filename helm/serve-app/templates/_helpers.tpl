@@ -66,8 +66,159 @@ drop a custom resource such as dense_gpu, so a CPU install would still ask for a
 {{- if $os }}{{ $_ := set $stores "opensearch" $os }}{{ end -}}
 {{- if $qd }}{{ $_ := set $stores "qdrant" $qd }}{{ end -}}
 {{- $_ := set $merged "stores" $stores -}}
+{{- /* The embedded store's replica must run where its data volume is: only the CPU group
+mounts it and advertises the Ray resource data_volume, which the store asks for. */ -}}
+{{- if include "serve-app.storePinned" . -}}
+{{- $serve := $merged.serve | default dict -}}
+{{- $store := index $serve "store" | default dict -}}
+{{- $resources := deepCopy ($store.resources | default dict) -}}
+{{- $_ := set $resources "data_volume" 1 -}}
+{{- $_ := set $store "resources" $resources -}}
+{{- $_ := set $serve "store" $store -}}
+{{- $_ := set $merged "serve" $serve -}}
+{{- end -}}
 {{- toYaml $merged -}}
 {{- end -}}
+
+{{/* "true" when the store is the embedded one with a data volume (pinned to the CPU group). */}}
+{{- define "serve-app.storePinned" -}}
+{{- $base := .Files.Get "files/config.yaml" | fromYaml -}}
+{{- $values := .Values.config | default dict -}}
+{{- $topology := (($values.stores | default dict).topology) | default (($base.stores | default dict).topology) | default "embedded" -}}
+{{- if and (eq $topology "embedded") .Values.dataVolume.enabled }}true{{ end -}}
+{{- end -}}
+
+{{/*
+The Ray resources each group advertises (the group-level `resources` field: KubeRay passes them
+to `ray start`, Ray's autoscaler reads them). The head runs no replicas (num-cpus 0 in its
+rayStartParams). The CPU count is the container's CPU request, so Ray never schedules more
+than the pod got; only dense-gpu offers dense_gpu and only sparse-gpu offers sparse_gpu, so
+the matching deployments land there; only cpu offers data_volume (the embedded store).
+*/}}
+{{- define "serve-app.rayResources" -}}
+{{- $w := .Values.workerGroups -}}
+head: {CPU: "0"}
+cpu:
+  CPU: {{ $w.cpu.resources.requests.cpu | quote }}
+  {{- if include "serve-app.storePinned" . }}
+  data_volume: "1"
+  {{- end }}
+dense-gpu:
+  CPU: {{ $w.denseGpu.resources.requests.cpu | quote }}
+  GPU: {{ $w.denseGpu.gpus | quote }}
+  dense_gpu: {{ $w.denseGpu.gpus | quote }}
+sparse-gpu:
+  CPU: {{ $w.sparseGpu.resources.requests.cpu | quote }}
+  GPU: {{ $w.sparseGpu.gpus | quote }}
+  sparse_gpu: {{ $w.sparseGpu.gpus | quote }}
+{{- end -}}
+
+{{/* A Kubernetes CPU quantity ("4", "500m") as a number. */}}
+{{- define "serve-app.cpus" -}}
+{{- $q := toString . -}}
+{{- if hasSuffix "m" $q }}{{ divf (trimSuffix "m" $q | float64) 1000.0 }}{{ else }}{{ $q | float64 }}{{ end -}}
+{{- end -}}
+
+{{/*
+The model references each Serve deployment loads (mirrors serve_app/model_fetch.py:
+model_references; a test compares them): the chunker counts tokens with chunker.tokenizer or
+else dense.model's tokenizer, and with semantic_split embeds with the dense model too.
+*/}}
+{{- define "serve-app.modelReferences" -}}
+{{- $chunker := .chunker | default dict -}}
+{{- $dense := .dense | default dict -}}
+{{- $splade := .splade | default dict -}}
+{{- $reranker := .reranker | default dict -}}
+chunker:
+  - {{ $chunker.tokenizer | default $dense.model | quote }}
+  {{- if and $chunker.semantic_split (ne ($chunker.tokenizer | default $dense.model) $dense.model) }}
+  - {{ $dense.model | quote }}
+  {{- end }}
+dense: [{{ $dense.model | quote }}]
+{{- if or (not (hasKey $splade "enabled")) $splade.enabled }}
+splade: [{{ $splade.model | quote }}]
+{{- end }}
+{{- if $reranker.enabled }}
+reranker: [{{ $reranker.model | quote }}]
+{{- end }}
+{{- end -}}
+
+{{/*
+Which groups mount the model cache and the data volume: a group mounts the cache when a
+deployment that loads a model from it can be placed on the group's pods (Ray places a replica
+on any pod whose advertised resources cover its CPUs, GPUs and custom resources), and the data
+volume when the embedded store's replica can. Read-only for the cache; read-write for data.
+*/}}
+{{- define "serve-app.groupVolumes" -}}
+{{- $config := include "serve-app.config" . | fromYaml -}}
+{{- $serve := $config.serve | default dict -}}
+{{- $root := printf "%s/" (trimSuffix "/" .Values.modelCache.mountPath) -}}
+{{- $refs := include "serve-app.modelReferences" $config | fromYaml -}}
+{{- $offers := include "serve-app.rayResources" . | fromYaml -}}
+{{- $deployments := concat (keys $refs) (list "store" "ingress") | uniq | sortAlpha -}}
+{{- range $group := list "head" "cpu" "dense-gpu" "sparse-gpu" }}
+{{- $offer := index $offers $group -}}
+{{- $models := false -}}
+{{- $data := false -}}
+{{- range $name := $deployments -}}
+{{- if include "serve-app.fits" (list (index $serve $name | default dict) $offer) -}}
+{{- range $ref := (index $refs $name | default list) -}}
+{{- if and (ne $.Values.modelCache.type "none") (hasPrefix $root $ref) }}{{ $models = true }}{{ end -}}
+{{- end -}}
+{{- if and (eq $name "store") (include "serve-app.storePinned" $) }}{{ $data = true }}{{ end -}}
+{{- end -}}
+{{- end }}
+{{ $group }}: {models: {{ $models }}, data: {{ $data }}}
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when one replica with these ray_actor_options fits an empty pod offering these
+resources (no group advertises accelerator types: Ray detects them on GPU pods only). */}}
+{{- define "serve-app.fits" -}}
+{{- $s := index . 0 -}}
+{{- $offer := index . 1 -}}
+{{- $cpus := 0.5 -}}
+{{- if hasKey $s "num_cpus" }}{{ $cpus = $s.num_cpus | float64 }}{{ end -}}
+{{- $gpus := $s.num_gpus | default 0 | float64 -}}
+{{- $offeredGpus := $offer.GPU | default "0" | float64 -}}
+{{- $fits := and (le $cpus (include "serve-app.cpus" $offer.CPU | float64)) (le $gpus $offeredGpus) -}}
+{{- if and $s.accelerator_type (eq $offeredGpus 0.0) }}{{ $fits = false }}{{ end -}}
+{{- range $key, $amount := ($s.resources | default dict) -}}
+{{- if gt ($amount | float64) 0.0 -}}
+{{- if lt ((index $offer $key) | default "0" | float64) ($amount | float64) }}{{ $fits = false }}{{ end -}}
+{{- end -}}
+{{- end -}}
+{{- if $fits }}true{{ end -}}
+{{- end -}}
+
+{{/*
+Hub ids the model-fetch Job downloads: modelFetch.models, or the configuration's model paths
+under modelCache.mountPath (/models/Qwen/Qwen3-Embedding-8B -> Qwen/Qwen3-Embedding-8B), as
+serve_app/model_fetch.py:cache_ids derives them (a test compares them).
+*/}}
+{{- define "serve-app.fetchModels" -}}
+{{- $ids := list -}}
+{{- if .Values.modelFetch.models -}}
+{{- $ids = .Values.modelFetch.models -}}
+{{- else -}}
+{{- $config := include "serve-app.config" . | fromYaml -}}
+{{- $root := printf "%s/" (trimSuffix "/" .Values.modelCache.mountPath) -}}
+{{- $refs := include "serve-app.modelReferences" $config | fromYaml -}}
+{{- range $name := list "chunker" "dense" "splade" "reranker" -}}
+{{- range $ref := (index $refs $name | default list) -}}
+{{- if hasPrefix $root $ref -}}
+{{- $id := trimPrefix $root $ref -}}
+{{- if not (regexMatch "^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+$" $id) -}}
+{{- fail (printf "modelFetch: %s (%s's model) is under modelCache.mountPath but %q is not a Hub id (owner/name); set modelFetch.models, or modelFetch.enabled=false" $ref $name $id) -}}
+{{- end -}}
+{{- $ids = append $ids $id -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml ($ids | uniq) -}}
+{{- end -}}
+
 
 {{/*
 One Serve deployment's options from config.serve.<name>, mirroring
@@ -148,8 +299,13 @@ applications:
       {{- include "serve-app.deploymentOptions" (list "ingress" $serve.ingress) | nindent 6 }}
 {{- end -}}
 
-{{/* Environment shared by every Ray container: offline models, secrets, store credentials. */}}
+{{/* Environment of a Ray container: Serve switches, offline models, secrets, store
+credentials. Arguments: (list $ <group>); HF_HOME points into the model cache where the group
+mounts it (elsewhere the image's default). */}}
 {{- define "serve-app.env" -}}
+{{- $root := index . 0 -}}
+{{- $volumes := index (include "serve-app.groupVolumes" $root | fromYaml) (index . 1) -}}
+{{- with $root -}}
 {{- $config := include "serve-app.config" . | fromYaml -}}
 {{- /* Ray Serve reads its switches (serve.env: HAProxy, throughput mode) when its processes
 start: controller and proxies on the head, proxies and replicas on workers. */}}
@@ -159,8 +315,10 @@ start: controller and proxies on the head, proxies and replicas on workers. */}}
 {{- end }}
 - name: HF_HUB_OFFLINE
   value: "1"
+{{- if $volumes.models }}
 - name: HF_HOME
-  value: {{ printf "%s/hf" .Values.modelCache.mountPath | quote }}
+  value: {{ printf "%s/hf" (trimSuffix "/" .Values.modelCache.mountPath) | quote }}
+{{- end }}
 - name: SERVE_APP_JWT_SECRET
   valueFrom:
     secretKeyRef:
@@ -177,55 +335,71 @@ start: controller and proxies on the head, proxies and replicas on workers. */}}
 - name: SERVE_APP_QDRANT_API_KEY
   valueFrom: {secretKeyRef: {name: {{ . }}, key: api-key}}
 {{- end }}
+{{- end }}
 {{- end -}}
 
+{{- define "serve-app.modelsClaim" -}}
+{{- .Values.modelCache.existingClaim | default (printf "%s-models" (include "serve-app.fullname" .)) -}}
+{{- end -}}
+
+{{/* Mounts of a Ray container. Arguments: (list $ <group>). The model cache is read-only
+here (the model-fetch Job is its only writer); the data volume is the embedded store's. */}}
 {{- define "serve-app.volumeMounts" -}}
+{{- $root := index . 0 -}}
+{{- $volumes := index (include "serve-app.groupVolumes" $root | fromYaml) (index . 1) -}}
 - name: dshm
   mountPath: /dev/shm
 - name: tmp
   mountPath: /tmp
-{{- if ne .Values.modelCache.type "none" }}
+{{- if $volumes.models }}
 - name: models
-  mountPath: {{ .Values.modelCache.mountPath }}
+  mountPath: {{ $root.Values.modelCache.mountPath }}
+  readOnly: true
 {{- end }}
-{{- if .Values.dataVolume.enabled }}
+{{- if $volumes.data }}
 - name: data
-  mountPath: {{ .Values.dataVolume.mountPath }}
+  mountPath: {{ $root.Values.dataVolume.mountPath }}
 {{- end }}
 {{- end -}}
 
+{{/* Volumes of a Ray pod. Arguments: (list $ <group>). */}}
 {{- define "serve-app.volumes" -}}
+{{- $root := index . 0 -}}
+{{- $volumes := index (include "serve-app.groupVolumes" $root | fromYaml) (index . 1) -}}
+{{- with $root -}}
 - name: dshm
   emptyDir: {medium: Memory, sizeLimit: {{ .Values.shm.sizeLimit }}}
 - name: tmp
   emptyDir: {}
-{{- if eq .Values.modelCache.type "pvc" }}
+{{- if and $volumes.models (eq .Values.modelCache.type "pvc") }}
 - name: models
   persistentVolumeClaim:
-    claimName: {{ .Values.modelCache.existingClaim | default (printf "%s-models" (include "serve-app.fullname" .)) }}
+    claimName: {{ include "serve-app.modelsClaim" . }}
     readOnly: true
-{{- else if eq .Values.modelCache.type "hostPath" }}
+{{- else if $volumes.models }}
 - name: models
-  hostPath: {path: {{ .Values.modelCache.hostPath }}, type: DirectoryOrCreate}
+  hostPath: {path: {{ .Values.modelCache.hostPath }}, type: Directory}
 {{- end }}
-{{- if .Values.dataVolume.enabled }}
+{{- if $volumes.data }}
 - name: data
   persistentVolumeClaim:
     claimName: {{ printf "%s-data" (include "serve-app.fullname" .) }}
 {{- end }}
+{{- end }}
 {{- end -}}
 
-{{/* One Ray container (head or worker). Arguments: (list $ "ray-head"|"ray-worker" resources extraLimits) */}}
+{{/* One Ray container. Arguments: (list $ "ray-head"|"ray-worker" resources gpus group) */}}
 {{- define "serve-app.container" -}}
 {{- $root := index . 0 -}}
 {{- $name := index . 1 -}}
 {{- $resources := index . 2 -}}
 {{- $gpus := index . 3 -}}
+{{- $group := index . 4 -}}
 - name: {{ $name }}
   image: {{ include "serve-app.image" $root }}
   imagePullPolicy: {{ $root.Values.image.pullPolicy }}
   env:
-    {{- include "serve-app.env" $root | nindent 4 }}
+    {{- include "serve-app.env" (list $root $group) | nindent 4 }}
   ports:
     - {containerPort: 8000, name: serve}
     - {containerPort: 8080, name: metrics}
@@ -248,7 +422,7 @@ start: controller and proxies on the head, proxies and replicas on workers. */}}
   securityContext:
     {{- toYaml $root.Values.containerSecurityContext | nindent 4 }}
   volumeMounts:
-    {{- include "serve-app.volumeMounts" $root | nindent 4 }}
+    {{- include "serve-app.volumeMounts" (list $root $group) | nindent 4 }}
 {{- end -}}
 
 {{/* The RayService upgrade strategy; NewCluster would run two store owners on one shard. */}}
@@ -280,4 +454,15 @@ streams to the API, which authenticates and counts bytes before reading the body
 {{- end -}}
 {{- $out = mergeOverwrite $out (.Values.ingress.annotations | default dict) -}}
 {{- if $out }}{{ toYaml $out }}{{ end -}}
+{{- end -}}
+
+{{/* "true" when the model-fetch Job renders: enabled, with ids to fetch, into a claim. */}}
+{{- define "serve-app.fetchJob" -}}
+{{- if .Values.modelFetch.enabled -}}
+{{- if ne .Values.modelCache.type "pvc" -}}
+{{- $why := ternary "no cache to fetch into" "a node directory you fill yourself" (eq .Values.modelCache.type "none") -}}
+{{- fail (printf "modelFetch.enabled needs modelCache.type pvc (the Job writes into a claim every pod can mount); with modelCache.type %s (%s) set modelFetch.enabled=false" .Values.modelCache.type $why) -}}
+{{- end -}}
+{{- if include "serve-app.fetchModels" . | fromYamlArray }}true{{ end -}}
+{{- end -}}
 {{- end -}}

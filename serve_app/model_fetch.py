@@ -1,0 +1,338 @@
+"""Fetch the configured models from the Hugging Face Hub into the model cache.
+
+The chart's model-fetch Job (a Helm pre-install/pre-upgrade hook) runs
+``python -m serve_app.model_fetch --cache /models Qwen/Qwen3-Embedding-8B naver/splade-v3 ...``:
+each repository lands in ``<cache>/<owner>/<name>``, exactly the path the configuration names
+(``dense.model: /models/Qwen/Qwen3-Embedding-8B``) and the replicas load offline. Without ids,
+``--config FILE`` derives them from the configuration's model paths under ``--cache``, as the
+chart does. An id may carry a revision: ``owner/name@<commit, tag or branch>``.
+
+Only what loading needs is fetched: the repository's top-level configuration and tokenizer files
+and one copy of the weights (the safetensors files where there are any, else PyTorch's
+``pytorch_model*.bin``); never ONNX, OpenVINO, TensorFlow or Flax copies, sub-folders
+(sentence-transformers modules, ``onnx/``) or READMEs. A model already complete at the
+repository's current commit is skipped without downloading anything: huggingface_hub's
+``local_dir`` metadata (``<dest>/.cache/huggingface/``) records each file's commit, and the
+repository's file list is cached there per commit.
+
+The token comes from ``HF_TOKEN`` (the chart sets it from a Secret). Exit status 0 when every
+model is complete, 1 when any failed (one line per failure saying why: gated repository without
+a token or without access, unknown repository or revision, rejected token, full or read-only
+disk, unreachable Hub), 2 for bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+import re
+import shutil
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+# owner/name as the Hub spells them, optionally @revision (a commit, tag or branch).
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_REVISION = re.compile(r"^[\w./-]+$")
+
+# Files a transformers / vLLM / tokenizers load reads from a model folder, besides the weights:
+# configs (config.json, generation_config.json, tokenizer_config.json, ...), vocabularies
+# (vocab.txt, merges.txt, vocab.json), SentencePiece and tiktoken models, chat templates.
+_SUPPORT_SUFFIXES = (".json", ".txt", ".model", ".tiktoken", ".jinja")
+
+
+class FetchError(Exception):
+    """A model could not be fetched; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    repo_id: str
+    revision: str | None = None
+
+    @classmethod
+    def parse(cls, spec: str) -> ModelSpec:
+        repo_id, _, revision = spec.strip().partition("@")
+        if not _REPO_ID.fullmatch(repo_id) or ".." in repo_id:
+            raise ValueError(f"{spec!r} is not a model id (owner/name, optionally @revision)")
+        if "@" in spec and not _REVISION.fullmatch(revision):
+            raise ValueError(f"{spec!r}: bad revision {revision!r}")
+        return cls(repo_id, revision or None)
+
+    def __str__(self) -> str:
+        return self.repo_id + (f"@{self.revision}" if self.revision else "")
+
+
+def select_files(names: Iterable[str]) -> list[str]:
+    """The files of a repository that loading needs (see the module docstring)."""
+    top = sorted({name for name in names if "/" not in name})
+    safetensors = [name for name in top if name.endswith(".safetensors")]
+    if safetensors:
+        weights = [*safetensors, *(n for n in top if n.endswith(".safetensors.index.json"))]
+    else:
+        weights = [
+            n
+            for n in top
+            if (n.startswith("pytorch_model") and n.endswith(".bin"))
+            or n == "pytorch_model.bin.index.json"
+        ]
+    support = [n for n in top if n.endswith(_SUPPORT_SUFFIXES) and not n.endswith(".index.json")]
+    return sorted({*weights, *support})
+
+
+def model_references(config) -> dict[str, list[str]]:
+    """The model references (paths, ids or ``package:`` folders) each Serve deployment loads,
+    as the deployments load them (the chart mirrors this to mount the cache where it is read).
+    """
+    dense = [config.dense.model]
+    chunker = [config.chunker.tokenizer or config.dense.model]  # build_chunker's tokenizer
+    if config.chunker.semantic_split:  # the chunker then embeds sentences with the dense model
+        chunker.append(config.dense.model)
+    refs = {"chunker": list(dict.fromkeys(chunker)), "dense": dense}
+    if config.splade.enabled:
+        refs["splade"] = [config.splade.model]
+    if config.reranker.enabled:
+        refs["reranker"] = [config.reranker.model]
+    return refs
+
+
+def cache_ids(config, cache: str | Path) -> list[str]:
+    """Hub ids of the configuration's model paths under ``cache``, in first-use order:
+    ``/models/Qwen/Qwen3-Embedding-8B`` under ``/models`` is ``Qwen/Qwen3-Embedding-8B``."""
+    root = PurePosixPath(cache)
+    ids: list[str] = []
+    for refs in model_references(config).values():
+        for ref in refs:
+            path = PurePosixPath(ref)
+            if not path.is_absolute() or root not in path.parents:
+                continue
+            repo_id = str(path.relative_to(root))
+            if not _REPO_ID.fullmatch(repo_id):
+                raise FetchError(
+                    f"{ref} is under {root} but {repo_id!r} is not a Hub id (owner/name): "
+                    "name the models to fetch explicitly"
+                )
+            if repo_id not in ids:
+                ids.append(repo_id)
+    return ids
+
+
+@dataclass(frozen=True)
+class Fetched:
+    spec: ModelSpec
+    commit: str
+    dest: Path
+    files: int
+    fetched: int
+    fetched_bytes: int
+
+
+def _free_bytes(path: Path) -> int:
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    return shutil.disk_usage(existing).free
+
+
+def _gib(size: int) -> str:
+    return f"{size / 2**30:.2f} GiB" if size >= 2**28 else f"{size / 2**20:.1f} MiB"
+
+
+def fetch(
+    spec: ModelSpec,
+    cache: Path,
+    *,
+    token: str | None,
+    token_source: str,
+    max_workers: int = 8,
+) -> Fetched:
+    """Download ``spec`` into ``cache/<id>``; raises FetchError saying why it could not."""
+    from huggingface_hub import HfApi, get_token, snapshot_download
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    dest = cache / spec.repo_id
+    has_token = bool(token or get_token())
+    no_token = f"no Hugging Face token was given ({token_source})"
+    try:
+        info = HfApi(token=token).model_info(
+            spec.repo_id, revision=spec.revision, files_metadata=True
+        )
+        if info.gated and not has_token:
+            raise FetchError(
+                f"{spec} is a gated repository and {no_token}: accept its terms at "
+                f"{_endpoint()}/{spec.repo_id} and give that account's token"
+            )
+        sizes = {s.rfilename: s.size or 0 for s in info.siblings or []}
+        files = select_files(sizes)
+        if not files:
+            raise FetchError(f"{spec} has no model or tokenizer files at its top level")
+        before = {f: _stamp(dest / f) for f in files}
+        needed = sum(sizes[f] for f in files if not _complete(dest / f, sizes[f]))
+        free = _free_bytes(dest)
+        if needed > free:
+            raise FetchError(
+                f"{spec} needs {_gib(needed)} more in {cache} but only {_gib(free)} is free: "
+                "grow the cache volume (modelCache.size)"
+            )
+        snapshot_download(
+            spec.repo_id,
+            revision=info.sha,  # a commit: every file comes from the same one
+            local_dir=dest,
+            token=token,
+            allow_patterns=[_literal(f) for f in files],
+            max_workers=max_workers,
+        )
+    except FetchError:
+        raise
+    except GatedRepoError as error:  # before RepositoryNotFoundError, its base class
+        why = no_token if not has_token else f"the token ({token_source}) has no access to it"
+        raise FetchError(
+            f"{spec} is a gated repository and {why}: accept its terms at "
+            f"{_endpoint()}/{spec.repo_id} with the token's account ({_first_line(error)})"
+        ) from error
+    except RevisionNotFoundError as error:
+        raise FetchError(f"{spec}: revision {spec.revision!r} does not exist") from error
+    except RepositoryNotFoundError as error:
+        raise FetchError(
+            f"{spec} was not found on the Hub (a typo, or a private repository the "
+            f"{'token cannot see' if has_token else 'anonymous user cannot see: ' + no_token})"
+        ) from error
+    except HfHubHTTPError as error:
+        status = error.response.status_code if error.response is not None else None
+        if status == 401:
+            raise FetchError(
+                f"{spec}: the Hub rejected the token ({token_source}): invalid or expired"
+            ) from error
+        raise FetchError(f"{spec}: the Hub answered {status}: {_first_line(error)}") from error
+    except PermissionError as error:
+        raise FetchError(
+            f"{spec}: cannot write to {dest} ({error.strerror}): the cache volume must be "
+            f"mounted read-write and writable by uid {os.getuid()} / gid {os.getgid()}"
+        ) from error
+    except OSError as error:
+        if error.errno == errno.ENOSPC:
+            raise FetchError(
+                f"{spec}: no space left in {cache}: grow the cache volume (modelCache.size)"
+            ) from error
+        if isinstance(error, LocalEntryNotFoundError) or error.errno is None:
+            raise FetchError(
+                f"{spec}: the Hub could not be reached ({_endpoint()}): {_first_line(error)}"
+            ) from error
+        raise FetchError(f"{spec}: {type(error).__name__}: {error}") from error
+    except Exception as error:  # httpx2's connection errors and timeouts are no OSError
+        raise FetchError(
+            f"{spec}: the Hub could not be reached ({_endpoint()}): "
+            f"{type(error).__name__}: {_first_line(error)}"
+        ) from error
+    incomplete = [f for f in files if not _complete(dest / f, sizes[f])]
+    if incomplete:
+        raise FetchError(f"{spec}: files still missing after the download: {incomplete}")
+    fetched = [f for f in files if _stamp(dest / f) != before[f]]  # written (or replaced) now
+    return Fetched(spec, info.sha, dest, len(files), len(fetched), sum(sizes[f] for f in fetched))
+
+
+def _complete(path: Path, size: int) -> bool:
+    return path.is_file() and path.stat().st_size == size
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return None
+    return stat.st_ino, stat.st_mtime_ns
+
+
+def _literal(name: str) -> str:
+    """An allow pattern (fnmatch) that matches exactly ``name``."""
+    return "".join(f"[{c}]" if c in "*?[]" else c for c in name)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return next((line for line in text.splitlines() if line.strip()), type(error).__name__)
+
+
+def _endpoint() -> str:
+    from huggingface_hub import constants
+
+    return constants.ENDPOINT
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m serve_app.model_fetch",
+        description="Fetch Hugging Face model repositories into <cache>/<owner>/<name>.",
+    )
+    parser.add_argument("models", nargs="*", help="owner/name[@revision] ...")
+    parser.add_argument("--cache", required=True, help="the model cache root (e.g. /models)")
+    parser.add_argument(
+        "--config", help="derive the ids from this configuration's model paths under --cache"
+    )
+    parser.add_argument(
+        "--token-source",
+        default="HF_TOKEN",
+        help="where the token comes from, for error messages",
+    )
+    parser.add_argument("--max-workers", type=int, default=8, help="files downloaded at once")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        print("error: HF_HUB_OFFLINE is set: the fetch must download; unset it", file=sys.stderr)
+        return 2
+    try:
+        ids = list(args.models)
+        if args.config:
+            from serve_app.config import load_config
+
+            ids += [i for i in cache_ids(load_config(args.config), args.cache) if i not in ids]
+        specs = [ModelSpec.parse(i) for i in ids]
+    except (ValueError, FetchError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if not specs:
+        print("error: no models to fetch (give ids or --config)", file=sys.stderr)
+        return 2
+    if not sys.stderr.isatty():
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()  # a Job's log is no terminal: one line per model instead
+    token = os.environ.get("HF_TOKEN") or None
+    failures = 0
+    for spec in specs:
+        try:
+            done = fetch(
+                spec,
+                Path(args.cache),
+                token=token,
+                token_source=args.token_source,
+                max_workers=args.max_workers,
+            )
+        except FetchError as error:
+            failures += 1
+            print(f"FAILED {error}", file=sys.stderr, flush=True)
+            continue
+        state = (
+            f"fetched {done.fetched} of {done.files} files ({_gib(done.fetched_bytes)})"
+            if done.fetched
+            else f"already complete ({done.files} files)"
+        )
+        print(f"ok {spec} @ {done.commit[:12]}: {state} -> {done.dest}", flush=True)
+    if failures:
+        print(f"{failures} of {len(specs)} models failed", file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

