@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import random
 import signal
 import socket
 import sys
@@ -69,9 +70,28 @@ def start(config: AppConfig, num_cpus: int | None = None) -> str:
 
 
 def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A free port outside the kernel's ephemeral range: HAProxy binds it on every interface
+    a few seconds after it is chosen, and a port from the ephemeral range can be taken in
+    between as the local end of any outgoing connection (seen in CI: "cannot bind socket
+    (Address already in use)"). Ray's worker ports are 10002-19999 by default."""
+    low, high = _ephemeral_range()
+    candidates = [port for port in range(20000, 65536) if not low <= port <= high]
+    for port in random.sample(candidates, 64):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port for HAProxy's stats and metrics listeners")
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
 
 
 def stop(graceful_s: float = GRACEFUL_SHUTDOWN_S) -> None:
