@@ -29,7 +29,7 @@ import os
 import re
 import shutil
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -286,10 +286,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+OFFLINE_SWITCHES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+"""huggingface_hub goes offline when either is true (the image sets HF_HUB_OFFLINE=1)."""
+
+
+def offline_switch(environ: Mapping[str, str]) -> str | None:
+    """The variable in ``environ`` that would keep huggingface_hub offline, if any."""
+    for name in OFFLINE_SWITCHES:
+        if environ.get(name, "").strip().lower() in ("1", "true", "yes", "on"):
+            return name
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
-        print("error: HF_HUB_OFFLINE is set: the fetch must download; unset it", file=sys.stderr)
+    offline = offline_switch(os.environ)
+    if offline:
+        print(
+            f"error: {offline} is set: the fetch must download; set it to 0 or unset it",
+            file=sys.stderr,
+        )
         return 2
     try:
         ids = list(args.models)

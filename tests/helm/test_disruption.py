@@ -37,5 +37,7 @@ def test_pod_monitor_scrapes_every_ray_pod_on_its_metrics_port():
     for group in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]:
         template = group["template"]
         assert selects(monitor["spec"]["selector"], template["metadata"]["labels"])
-        ports = {p.get("name"): p["containerPort"] for p in template["spec"]["containers"][0]["ports"]}
+        ports = {
+            p.get("name"): p["containerPort"] for p in template["spec"]["containers"][0]["ports"]
+        }
         assert ports[endpoint["port"]] == 8080  # Ray's metrics-export-port default

@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from dockerfile_parse import DockerfileParser
 from ray.autoscaler._private.kuberay.autoscaling_config import (
     _derive_autoscaling_config_from_ray_cr,
 )
 from ray.autoscaler._private.resource_demand_scheduler import get_bin_pack_residual
 
 from serve_app.config import config_from_dict
-from serve_app.model_fetch import cache_ids, model_references
-from tests.helm.test_chart import CHART, HELM, K8S_VERSION, VALUES, objects
+from serve_app.model_fetch import cache_ids, model_references, offline_switch
+from tests.helm.test_chart import CHART, HELM, K8S_VERSION, ROOT, VALUES, objects
 from tests.helm.test_network_policy import NAMESPACE, External, Pod, allowed, selects
 from tests.helm.test_ray_cluster import as_raycluster, deployment_demands
 
@@ -252,7 +253,11 @@ def test_the_job_downloads_as_the_ray_pods_run():
     assert container["resources"]["limits"] and container["resources"]["requests"]
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     env = {e["name"]: e for e in container["env"]}
-    assert "HF_HUB_OFFLINE" not in env  # it must download
+    # It must download in the chart's image, whose ENV keeps the replicas offline.
+    image_env = DockerfileParser(path=str(ROOT / "Dockerfile")).envs
+    assert offline_switch(image_env) == "HF_HUB_OFFLINE"
+    effective = {**image_env, **{n: e["value"] for n, e in env.items() if "value" in e}}
+    assert offline_switch(effective) is None
     hf_home = env["HF_HOME"]["value"]
     writable = [m["mountPath"] for m in container["volumeMounts"] if not m.get("readOnly")]
     assert any(hf_home.startswith(path + "/") for path in writable if path != "/models")

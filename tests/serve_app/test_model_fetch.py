@@ -90,7 +90,11 @@ def run_fetch(
     prelude: str = "",
 ):
     """The module as the Job runs it: a fresh interpreter, configured by its environment."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("HF_", "HUGGING")) and k != "TRANSFORMERS_OFFLINE"
+    }
     env.update(
         HF_ENDPOINT=hub.url,
         HF_HOME=str(tmp_path / "hf-home"),  # writable; nothing from the user's own cache
@@ -317,3 +321,13 @@ def test_model_specs():
     for bad in ("splade-small", "a/b/c", "../etc", "a/b@", "a/..", "/models/a/b"):
         with pytest.raises(ValueError):
             ModelSpec.parse(bad)
+
+
+@pytest.mark.parametrize("switch", ["HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"])
+def test_either_offline_switch_is_refused_by_name(hub, tmp_path, switch):
+    """huggingface_hub goes offline on either variable; the fetch names the one that is set."""
+    done = run_fetch(
+        hub, tmp_path, "tiny-org/tiny-bert", prelude=f"import os; os.environ[{switch!r}] = '1'"
+    )
+    assert done.returncode == 2 and f"{switch} is set" in done.stderr
+    assert hub.requests == []
