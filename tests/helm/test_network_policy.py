@@ -216,3 +216,50 @@ def test_the_evaluator_isolates_only_selected_pods():
     assert not allowed([policy], api, db, 22)
     assert not allowed([policy], Pod("other", {"app": "api"}), db, 5432)  # other namespace
     assert allowed([policy], db, api, 80)  # api is not selected: not isolated
+
+
+OPENSEARCH = Pod(NAMESPACE, {"app.kubernetes.io/name": "opensearch"})  # the stores' charts
+QDRANT = Pod(NAMESPACE, {"app.kubernetes.io/name": "qdrant"})
+MANAGED_STORE = External("10.20.30.40")  # a store outside the cluster (managed OpenSearch)
+
+
+def validate_pod(docs: list[dict]) -> Pod:
+    (job,) = [d for d in docs if d["kind"] == "Job" and d["metadata"]["name"].endswith("-validate")]
+    return Pod(NAMESPACE, job["spec"]["template"]["metadata"]["labels"])
+
+
+@pytest.mark.parametrize("values", ["ci/gpu-production.yaml", "ci/external-stores.yaml"])
+def test_the_validate_hook_reaches_the_stores_and_nothing_else(values):
+    """The pre-upgrade validate Job's pod (tests/helm/test_validate_hook.py) under every policy
+    the chart renders, its own included: it reaches the stores where the Ray pods do
+    (networkPolicy.storeEgress) and DNS, nothing else; nothing reaches it; the Ray pods'
+    policies do not select it (it must not ride on their rules)."""
+    docs = render(values)
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    validate = validate_pod(docs)
+    head, workers = ray_pods(docs)
+    for store, port in ((OPENSEARCH, 9200), (QDRANT, 6333), (QDRANT, 6334)):
+        assert allowed(policies, validate, store, port)
+        assert allowed(policies, workers[0], store, port) == allowed(
+            policies, validate, store, port
+        )
+    assert allowed(policies, validate, External("10.96.0.10"), 53, "UDP")
+    assert allowed(policies, validate, External("10.96.0.10"), 53, "TCP")
+    if values == "ci/external-stores.yaml":  # storeEgress names the stores' namespace
+        assert not allowed(policies, validate, Pod("other", {"app": "db"}), 9200)
+        assert not allowed(policies, validate, MANAGED_STORE, 9200)
+    else:  # storeEgress by port only: a store outside the cluster too
+        assert allowed(policies, validate, MANAGED_STORE, 9200)
+    # Nothing else: not the Hub, not the API server, not the Ray pods' ports.
+    assert not allowed(policies, validate, External("18.164.52.75"), 443)
+    assert not allowed(policies, validate, API_SERVER, 443)
+    for port in (6379, 8265, 8000, 8080):
+        assert not allowed(policies, validate, head, port)
+    for intruder in (STRANGER, NEIGHBOUR, PROMETHEUS, head, workers[0]):
+        assert not allowed(policies, intruder, validate, 8080)
+    selecting = [
+        p["metadata"]["name"]
+        for p in policies
+        if selects(p["spec"]["podSelector"], validate.labels)
+    ]
+    assert selecting == [f"{validate.labels['app.kubernetes.io/instance']}-serve-app-validate"]
