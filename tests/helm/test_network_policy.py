@@ -263,3 +263,62 @@ def test_the_validate_hook_reaches_the_stores_and_nothing_else(values):
         if selects(p["spec"]["podSelector"], validate.labels)
     ]
     assert selecting == [f"{validate.labels['app.kubernetes.io/instance']}-serve-app-validate"]
+
+
+REDIS = Pod("other", {"app.kubernetes.io/name": "redis"})
+FT_ON = (
+    "--set",
+    "gcsFaultTolerance.enabled=true",
+    "--set",
+    "gcsFaultTolerance.redisAddress=r:6379",
+)
+
+
+def render_with(values: str | None, *extra: str) -> list[dict]:
+    args = [str(HELM), "template", "rel", str(CHART), "--namespace", NAMESPACE]
+    if values:
+        args += ["-f", str(CHART / values)]
+    done = subprocess.run([*args, *extra], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+@pytest.mark.parametrize("values", [None, "ci/gpu-production.yaml", "ci/external-stores.yaml"])
+@pytest.mark.parametrize("autoscaler", [True, False])
+def test_with_gcs_fault_tolerance_the_head_reaches_redis(values, autoscaler):
+    """Only the head talks to Redis (KubeRay gives RAY_REDIS_ADDRESS and the password to the
+    head container only), and KubeRay's Redis cleanup Job runs a pod with the head's labels:
+    with fault tolerance on both reach networkPolicy.redisEgress (6379 by default), workers do
+    not; off, the head does not either. The rest of the matrix stays as it was."""
+    extra = ("--set", f"autoscaler.enabled={str(autoscaler).lower()}")
+    head_off, _ = ray_pods(docs_off := render_with(values, *extra))
+    off = [d for d in docs_off if d["kind"] == "NetworkPolicy"]
+    assert not allowed(off, head_off, REDIS, 6379)
+
+    docs = render_with(values, *extra, *FT_ON)
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    head, workers = ray_pods(docs)
+    cleanup = Pod(NAMESPACE, {**head.labels, "ray.io/node-type": "redis-cleanup"})
+    for pod in (head, cleanup):
+        assert allowed(policies, pod, REDIS, 6379)
+        assert allowed(policies, pod, External("10.0.0.7"), 6379)  # a managed Redis
+        assert not allowed(policies, pod, REDIS, 6380)
+    for worker in workers:
+        assert not allowed(policies, worker, REDIS, 6379)
+    assert allowed(policies, head, API_SERVER, 443) == autoscaler
+    assert allowed(policies, OPERATOR, head, 8265)
+    assert not allowed(policies, STRANGER, head, 6379)  # the GCS port stays closed
+
+
+def test_redis_egress_narrowed_to_its_namespace():
+    narrowed = (
+        '[{"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": '
+        '"other"}}, "podSelector": {"matchLabels": {"app.kubernetes.io/name": "redis"}}}], '
+        '"ports": [{"port": 6379, "protocol": "TCP"}]}]'
+    )
+    docs = render_with(None, *FT_ON, "--set-json", f"networkPolicy.redisEgress={narrowed}")
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    head, _ = ray_pods(docs)
+    assert allowed(policies, head, REDIS, 6379)
+    assert not allowed(policies, head, Pod("other", {"app": "db"}), 6379)
+    assert not allowed(policies, head, External("10.0.0.7"), 6379)

@@ -472,6 +472,40 @@ here (the model-fetch Job is its only writer); the data volume is the embedded s
 {{- $strategy -}}
 {{- end -}}
 
+{{/* gcsFaultToleranceOptions from gcsFaultTolerance values (empty when off). A fixed
+externalStorageNamespace with NewCluster upgrades would give the old and the new RayCluster the
+same Redis keys (the new head restores the old cluster's actors, and the old cluster's Redis
+cleanup Job deletes the keys the new one uses): refused. */}}
+{{- define "serve-app.gcsFaultTolerance" -}}
+{{- $ft := .Values.gcsFaultTolerance -}}
+{{- if $ft.enabled -}}
+{{- if and $ft.externalStorageNamespace (eq (include "serve-app.upgradeStrategy" .) "NewCluster") -}}
+{{- fail "gcsFaultTolerance.externalStorageNamespace with upgradeStrategy NewCluster: the old and the new RayCluster of an upgrade would share one Redis namespace (and the old one's cleanup Job deletes it); leave it empty (KubeRay uses each RayCluster's UID)" -}}
+{{- end -}}
+redisAddress: {{ $ft.redisAddress | quote }}
+{{- with $ft.redisPasswordSecret }}{{ if .name }}
+redisPassword:
+  valueFrom:
+    secretKeyRef: {name: {{ .name | quote }}, key: {{ .key | quote }}}
+{{- end }}{{ end }}
+{{- with $ft.externalStorageNamespace }}
+externalStorageNamespace: {{ . | quote }}
+{{- end }}
+{{- end -}}
+{{- end -}}
+
+{{/* The head's disruption budget: podDisruptionBudget.headMaxUnavailable when set, else 1 with
+GCS fault tolerance (the replicas keep serving while KubeRay replaces the head), 0 without
+(losing the head restarts every replica). */}}
+{{- define "serve-app.headMaxUnavailable" -}}
+{{- $set := .Values.podDisruptionBudget.headMaxUnavailable -}}
+{{- if kindIs "invalid" $set -}}
+{{- ternary 1 0 (.Values.gcsFaultTolerance.enabled | default false) -}}
+{{- else -}}
+{{- $set -}}
+{{- end -}}
+{{- end -}}
+
 {{/* Ingress annotations: for ingress-nginx, limits sized to the API's own (its defaults, a
 1 MiB body and 60 s timeouts, would cut off uploads the API accepts), then the values'
 annotations, which win. The proxy waits 30 s past the API's longest deadline, so a client
