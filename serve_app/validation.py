@@ -5,13 +5,21 @@ credentials variables are set; every configured ``cuda`` device exists (the GPU 
 silent CPU fallback); the chunker counts tokens like the dense model; every model loads; every
 store is reachable and holds the index under its alias, built with these models (same
 binding, same dimension), with its payload indexes. Nothing is written anywhere.
+
+Without loading (``validate --no-load``, the chart's pre-upgrade hook, a pod without the
+replicas' GPUs): the device checks are reported as not run (``ok`` is ``None``), and each
+configured model's files are checked instead of loading it (config.json, tokenizer, every
+weights file, every shard an index names); the dense dimension comes from the model's
+config.json, read as the encoders read it from the loaded model. Everything else is the same.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from serve_app.config import AppConfig, resolve_model_path
@@ -36,7 +44,7 @@ PROBES = (
 class Check:
     name: str
     field: str
-    ok: bool
+    ok: bool | None  # None: not run in this mode (reported, never counted as passed)
     message: str
 
 
@@ -47,6 +55,9 @@ class _Checks:
     def add(self, name: str, field: str, ok: bool, message: str) -> bool:
         self.items.append(Check(name, field, ok, message))
         return ok
+
+    def not_run(self, name: str, field: str, message: str) -> None:
+        self.items.append(Check(name, field, None, message))
 
 
 # -- credentials ---------------------------------------------------------------------------
@@ -122,6 +133,18 @@ def check_devices(config: AppConfig, checks: _Checks) -> set[str]:
     return usable
 
 
+def devices_not_run(config: AppConfig, checks: _Checks) -> None:
+    """--no-load: this pod is not where the models run; say so for each device."""
+    for section, device in _device_sections(config):
+        checks.not_run(
+            "device",
+            f"{section}.device",
+            f"not run (--no-load): {device!r} is not looked for in this pod, which loads no "
+            "model; the replicas' pods check it when they load (run validate without --no-load "
+            "there)",
+        )
+
+
 # -- tokenizers --------------------------------------------------------------------------------
 def check_tokenizer(config: AppConfig, checks: _Checks) -> None:
     from serve_app.chunking.tokens import load_tokenizer
@@ -193,6 +216,131 @@ def load_models(config: AppConfig, usable: set[str], checks: _Checks) -> tuple[s
             continue
         _close(model)
         checks.add("model", field, True, detail)
+    return dense_info
+
+
+# -- model files (--no-load) -------------------------------------------------------------------
+# A tokenizer loads from tokenizer.json, or from a vocabulary: WordPiece vocab.txt, BPE
+# vocab.json (+ merges.txt), SentencePiece *.model.
+_TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "*.model")
+_WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin")
+_WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+
+
+def _model_folder(spec: str) -> Path | None:
+    """The folder a model reference loads from: a path, a ``package:`` folder, or a Hub id
+    already in the local Hugging Face cache (loads are offline); None when there is none."""
+    try:
+        resolved = resolve_model_path(spec)
+    except ServeAppError:
+        return None
+    if Path(resolved).is_dir():
+        return Path(resolved)
+    if Path(resolved).is_absolute() or resolved.count("/") != 1:
+        return None
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(resolved, local_files_only=True))
+    except (LocalEntryNotFoundError, HFValidationError, OSError):
+        return None
+
+
+def _present(folder: Path, pattern: str) -> bool:
+    """A non-empty file matching ``pattern`` (a name or a glob) is in ``folder``."""
+    return any(p.is_file() and p.stat().st_size > 0 for p in folder.glob(pattern))
+
+
+def missing_model_files(folder: Path, weights: bool = True) -> list[str]:
+    """What a load of ``folder`` reads and does not find there (an empty file is missing):
+    config.json, a tokenizer, and the weights: every shard its index names, else any
+    safetensors or PyTorch file. Nothing is opened but the index."""
+    missing = [] if _present(folder, "config.json") else ["config.json"]
+    if not any(_present(folder, p) for p in _TOKENIZER_FILES):
+        missing.append("a tokenizer (tokenizer.json, vocab.txt, vocab.json or *.model)")
+    if not weights:
+        return missing
+    index = next((folder / n for n in _WEIGHT_INDEXES if _present(folder, n)), None)
+    if index is not None:
+        try:
+            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            return [*missing, f"a readable {index.name} ({type(error).__name__})"]
+        absent = [shard for shard in shards if not _present(folder, shard)]
+        if absent:
+            missing.append(f"{', '.join(absent)} (listed in {index.name})")
+    elif not any(_present(folder, p) for p in _WEIGHT_FILES):
+        missing.append("weights (*.safetensors or pytorch_model*.bin)")
+    return missing
+
+
+def config_dense_dim(config: AppConfig, folder: Path) -> int:
+    """The dense dimension the loaded model would report, from its config.json alone.
+
+    The encoders take the model's hidden size, then ``dense.output_dim`` when set
+    (``dense_inputs.output_dim``): transformers reads ``model.config.hidden_size`` of
+    ``AutoModel.from_pretrained`` (the same AutoConfig), vLLM ``model_config.get_hidden_size()``,
+    the hidden size of the text config (``get_text_config()``: the config itself for Qwen3 and
+    BERT). The vllm-http server serves the same model.
+    """
+    from transformers import AutoConfig
+
+    from serve_app.encoders.dense_inputs import output_dim
+
+    model_config = AutoConfig.from_pretrained(str(folder))
+    if config.dense.backend != "transformers":
+        model_config = model_config.get_text_config()
+    hidden = getattr(model_config, "hidden_size", None)
+    if not isinstance(hidden, int):
+        raise ValueError(f"{folder / 'config.json'} has no hidden_size")
+    return output_dim(config.dense, hidden)
+
+
+def check_model_files(config: AppConfig, checks: _Checks) -> tuple[str, int] | None:
+    """Instead of loading each model: its files are there; (dense model id, dimension from its
+    config.json) when the dense model's are."""
+    dense_info = None
+    for section, _ in _device_sections(config):
+        field = f"{section}.model"
+        spec = getattr(config, section).model
+        folder = _model_folder(spec)
+        if folder is None:
+            checks.add(
+                "model_files",
+                field,
+                False,
+                f"{field} is {spec!r}, which is no folder in this pod (nor a Hub id in the "
+                "local Hugging Face cache); fetch the model there (the chart's model-fetch Job "
+                f"fills modelCache) or point {field} at it",
+            )
+            continue
+        served_elsewhere = section == "dense" and config.dense.backend == "vllm-http"
+        missing = missing_model_files(folder, weights=not served_elsewhere)
+        if missing:
+            checks.add(
+                "model_files",
+                field,
+                False,
+                f"{folder} lacks {'; '.join(missing)}: an incomplete or wrong model folder; "
+                f"fetch it again or fix {field}",
+            )
+            continue
+        detail = f"{folder}: config.json, tokenizer" + (
+            " (weights on the vLLM server, dense.http.url)" if served_elsewhere else ", weights"
+        )
+        if section == "dense":
+            try:
+                dim = config_dense_dim(config, folder)
+            except (OSError, ValueError, ServeAppError) as error:
+                message = error.message if isinstance(error, ServeAppError) else str(error)
+                checks.add("model_files", field, False, f"cannot read {folder}: {message}")
+                continue
+            dense_info = (config.dense.model, dim)
+            detail += f"; {dim} dimensions (config.json" + (
+                ", dense.output_dim)" if config.dense.output_dim else ")"
+            )
+        checks.add("model_files", field, True, f"{detail}; not loaded (--no-load)")
     return dense_info
 
 
@@ -316,24 +464,39 @@ def _check_payload_indexes(backend, described, alias_field, checks) -> None:  # 
 
 
 # -- all of it -----------------------------------------------------------------------------
-async def validate(config: AppConfig) -> list[Check]:
+async def validate(config: AppConfig, load: bool = True) -> list[Check]:
+    """Every check; ``load=False`` (``--no-load``) checks model files instead of loading the
+    models and reports the device checks as not run."""
     checks = _Checks()
     check_credentials(config, checks)
-    usable = check_devices(config, checks)
-    check_tokenizer(config, checks)
-    dense = load_models(config, usable, checks)
+    if load:
+        usable = check_devices(config, checks)
+        check_tokenizer(config, checks)
+        dense = load_models(config, usable, checks)
+    else:
+        devices_not_run(config, checks)
+        check_tokenizer(config, checks)
+        dense = check_model_files(config, checks)
     await check_stores(config, dense, checks)
     return checks.items
 
 
+def passed(checks: list[Check]) -> bool:
+    """No check failed (a check not run is no failure, and shows as such)."""
+    return not any(c.ok is False for c in checks)
+
+
 def report(checks: list[Check]) -> dict[str, Any]:
-    return {"ok": all(c.ok for c in checks), "checks": [asdict(c) for c in checks]}
+    return {"ok": passed(checks), "checks": [asdict(c) for c in checks]}
+
+
+_LABELS = {True: "ok  ", False: "FAIL", None: "skip"}
 
 
 def format_checks(checks: list[Check]) -> str:
-    lines = [
-        f"{'ok  ' if c.ok else 'FAIL'}  {c.name:<16} {c.field:<28} {c.message}" for c in checks
-    ]
-    failed = sum(not c.ok for c in checks)
-    lines.append(f"{len(checks) - failed} passed, {failed} failed")
+    lines = [f"{_LABELS[c.ok]}  {c.name:<16} {c.field:<28} {c.message}" for c in checks]
+    failed = sum(c.ok is False for c in checks)
+    not_run = sum(c.ok is None for c in checks)
+    summary = f"{len(checks) - failed - not_run} passed, {failed} failed"
+    lines.append(summary + (f", {not_run} not run" if not_run else ""))
     return "\n".join(lines)

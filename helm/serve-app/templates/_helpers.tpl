@@ -16,6 +16,14 @@ app.kubernetes.io/name: {{ include "serve-app.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* The validate Job's pods: none of the Ray pods' labels (their NetworkPolicies, budgets and
+PodMonitor select by app.kubernetes.io/name), one policy of their own. */}}
+{{- define "serve-app.validateSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "serve-app.name" . }}-validate
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: validate
+{{- end -}}
+
 {{- define "serve-app.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{ include "serve-app.selectorLabels" . }}
@@ -300,11 +308,15 @@ applications:
 {{- end -}}
 
 {{/* Environment of a Ray container: Serve switches, offline models, secrets, store
-credentials. Arguments: (list $ <group>); HF_HOME points into the model cache where the group
-mounts it (elsewhere the image's default). */}}
+credentials. Arguments: (list $ <group>), group "validate" for the pre-upgrade validate Job
+(the same environment, so it checks what the replicas will have); HF_HOME points into the model
+cache where the group mounts it (elsewhere the image's default). */}}
 {{- define "serve-app.env" -}}
 {{- $root := index . 0 -}}
-{{- $volumes := index (include "serve-app.groupVolumes" $root | fromYaml) (index . 1) -}}
+{{- $volumes := dict "models" (include "serve-app.cacheReferenced" $root) -}}
+{{- if ne (index . 1) "validate" -}}
+{{- $volumes = index (include "serve-app.groupVolumes" $root | fromYaml) (index . 1) -}}
+{{- end -}}
 {{- with $root -}}
 {{- $config := include "serve-app.config" . | fromYaml -}}
 {{- /* Ray Serve reads its switches (serve.env: HAProxy, throughput mode) when its processes
@@ -336,6 +348,30 @@ start: controller and proxies on the head, proxies and replicas on workers. */}}
   valueFrom: {secretKeyRef: {name: {{ . }}, key: api-key}}
 {{- end }}
 {{- end }}
+{{- end -}}
+
+{{/* "true" when a model reference of the configuration lies in the model cache (the
+validate Job then mounts it, read-only, as the replicas that load those models do). */}}
+{{- define "serve-app.cacheReferenced" -}}
+{{- if ne .Values.modelCache.type "none" -}}
+{{- $config := include "serve-app.config" . | fromYaml -}}
+{{- $root := printf "%s/" (trimSuffix "/" .Values.modelCache.mountPath) -}}
+{{- $refs := include "serve-app.modelReferences" $config | fromYaml -}}
+{{- $found := false -}}
+{{- range $name, $list := $refs }}{{ range $ref := $list }}{{ if hasPrefix $root $ref }}{{ $found = true }}{{ end }}{{ end }}{{ end -}}
+{{- if $found }}true{{ end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when the validate Job renders: enabled, with a server store topology. With the
+embedded store the running store replica holds the shard directory's lock (qdrant-edge's WAL):
+a second process cannot open it, so the index cannot be checked from outside before traffic
+moves (and that topology upgrades in place, upgradeStrategy None). */}}
+{{- define "serve-app.validateJob" -}}
+{{- if .Values.validateOnUpgrade.enabled -}}
+{{- $config := include "serve-app.config" . | fromYaml -}}
+{{- if ne (($config.stores | default dict).topology | default "embedded") "embedded" }}true{{ end -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "serve-app.modelsClaim" -}}
@@ -434,6 +470,40 @@ here (the model-fetch Job is its only writer); the data volume is the embedded s
 {{- fail "upgradeStrategy NewCluster with stores.topology embedded: two clusters would open the same shard directory during the upgrade; use upgradeStrategy None or a server topology (opensearch+qdrant)" -}}
 {{- end -}}
 {{- $strategy -}}
+{{- end -}}
+
+{{/* gcsFaultToleranceOptions from gcsFaultTolerance values (empty when off). A fixed
+externalStorageNamespace with NewCluster upgrades would give the old and the new RayCluster the
+same Redis keys (the new head restores the old cluster's actors, and the old cluster's Redis
+cleanup Job deletes the keys the new one uses): refused. */}}
+{{- define "serve-app.gcsFaultTolerance" -}}
+{{- $ft := .Values.gcsFaultTolerance -}}
+{{- if $ft.enabled -}}
+{{- if and $ft.externalStorageNamespace (eq (include "serve-app.upgradeStrategy" .) "NewCluster") -}}
+{{- fail "gcsFaultTolerance.externalStorageNamespace with upgradeStrategy NewCluster: the old and the new RayCluster of an upgrade would share one Redis namespace (and the old one's cleanup Job deletes it); leave it empty (KubeRay uses each RayCluster's UID)" -}}
+{{- end -}}
+redisAddress: {{ $ft.redisAddress | quote }}
+{{- with $ft.redisPasswordSecret }}{{ if .name }}
+redisPassword:
+  valueFrom:
+    secretKeyRef: {name: {{ .name | quote }}, key: {{ .key | quote }}}
+{{- end }}{{ end }}
+{{- with $ft.externalStorageNamespace }}
+externalStorageNamespace: {{ . | quote }}
+{{- end }}
+{{- end -}}
+{{- end -}}
+
+{{/* The head's disruption budget: podDisruptionBudget.headMaxUnavailable when set, else 1 with
+GCS fault tolerance (the replicas keep serving while KubeRay replaces the head), 0 without
+(losing the head restarts every replica). */}}
+{{- define "serve-app.headMaxUnavailable" -}}
+{{- $set := .Values.podDisruptionBudget.headMaxUnavailable -}}
+{{- if kindIs "invalid" $set -}}
+{{- ternary 1 0 (.Values.gcsFaultTolerance.enabled | default false) -}}
+{{- else -}}
+{{- $set -}}
+{{- end -}}
 {{- end -}}
 
 {{/* Ingress annotations: for ingress-nginx, limits sized to the API's own (its defaults, a

@@ -95,6 +95,19 @@ async def test_stats_and_empty(vllm_encoder):
     assert (await vllm_encoder.embed_documents([])).shape == (0, 64)
 
 
+def test_validate_no_load_reads_the_dimension_vllm_serves(vllm_encoder, tiny_qwen3_dir):
+    """`serve-app validate --no-load` takes the dense dimension from config.json without
+    loading: for the vllm backend it equals the running engine's (and with output_dim)."""
+    from serve_app.config import AppConfig
+    from serve_app.validation import config_dense_dim
+
+    for output_dim in (None, 32):
+        dense = qwen3_config(tiny_qwen3_dir, backend="vllm", output_dim=output_dim)
+        expected = vllm_encoder.model_dim if output_dim is None else output_dim
+        assert config_dense_dim(AppConfig(dense=dense), tiny_qwen3_dir) == expected
+    assert vllm_encoder.model_dim == vllm_encoder.dim == 64
+
+
 def test_installed_build_must_match_the_configured_device(monkeypatch, tiny_qwen3_dir):
     """device: cpu with a CUDA build of vLLM is refused too (no silent choice either way)."""
     from vllm.platforms import current_platform
