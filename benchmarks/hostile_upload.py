@@ -53,7 +53,9 @@ def scifact_documents(folder: Path, count: int) -> list[dict]:
     with (folder / "corpus.jsonl").open() as corpus:
         for line in corpus:
             row = json.loads(line)
-            documents.append({"id": f"scifact-{row['_id']}", "title": row["title"], "text": row["text"]})
+            documents.append(
+                {"id": f"scifact-{row['_id']}", "title": row["title"], "text": row["text"]}
+            )
             if len(documents) == count:
                 break
     return documents

@@ -12,7 +12,15 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-EXTRAS = ("ray", "fastapi", "starlette", "qdrant_client", "opensearchpy", "jwt", "prometheus_client")
+EXTRAS = (
+    "ray",
+    "fastapi",
+    "starlette",
+    "qdrant_client",
+    "opensearchpy",
+    "jwt",
+    "prometheus_client",
+)
 
 SCRIPT = """
 import importlib.abc, sys
@@ -45,7 +53,10 @@ def test_cli_runs_the_embedded_topology_without_extras(tmp_path):
 
     done = subprocess.run(
         [sys.executable, "-c", SCRIPT.format(blocked=set(EXTRAS)), str(config_path), str(docs)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout

@@ -89,7 +89,9 @@ async def test_a_flush_returning_the_wrong_count_is_an_error():
         return items[:-1]
 
     coalescer = Coalescer(short)
-    outcomes = await asyncio.gather(*(coalescer.submit(i) for i in range(3)), return_exceptions=True)
+    outcomes = await asyncio.gather(
+        *(coalescer.submit(i) for i in range(3)), return_exceptions=True
+    )
     assert all(isinstance(o, RuntimeError) for o in outcomes)
     with pytest.raises(RuntimeError, match="2 results for 3 items"):
         raise outcomes[0]

@@ -91,9 +91,7 @@ async def test_route_answers_504_within_the_requested_deadline(app, route):
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://t", timeout=20) as http:
         started = time.perf_counter()
-        response = await http.request(
-            route[0], headers={"X-Request-Timeout-Ms": "200"}, **case
-        )
+        response = await http.request(route[0], headers={"X-Request-Timeout-Ms": "200"}, **case)
         seconds = time.perf_counter() - started
     assert response.status_code == 504, response.text
     assert response.json()["error"]["code"] == "TIMEOUT"

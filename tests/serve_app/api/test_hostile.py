@@ -132,9 +132,13 @@ async def test_chunked_oversize_body_gets_413_without_reading_past_the_limit(app
 
 def multipart(name: str, content: bytes, boundary: str = "b0undary") -> tuple[bytes, dict]:
     body = (
-        f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; "
-        f'filename="{name}"\r\nContent-Type: application/octet-stream\r\n\r\n'
-    ).encode() + content + f"\r\n--{boundary}--\r\n".encode()
+        (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="files"; '
+            f'filename="{name}"\r\nContent-Type: application/octet-stream\r\n\r\n'
+        ).encode()
+        + content
+        + f"\r\n--{boundary}--\r\n".encode()
+    )
     return body, {**WRITER, "content-type": f"multipart/form-data; boundary={boundary}"}
 
 
@@ -182,13 +186,13 @@ PATHOLOGICAL = [
 ]
 
 
-@pytest.mark.parametrize(
-    "name,content,statuses", PATHOLOGICAL, ids=[p[0] for p in PATHOLOGICAL]
-)
+@pytest.mark.parametrize("name,content,statuses", PATHOLOGICAL, ids=[p[0] for p in PATHOLOGICAL])
 async def test_pathological_files_are_answered_quickly(client, name, content, statuses):
     started = time.perf_counter()
     response = await client.post(
-        "/v1/documents", files={"files": (name, content, "application/octet-stream")}, headers=WRITER
+        "/v1/documents",
+        files={"files": (name, content, "application/octet-stream")},
+        headers=WRITER,
     )
     seconds = time.perf_counter() - started
     assert response.status_code in statuses, response.text
@@ -199,7 +203,9 @@ async def test_pathological_files_are_answered_quickly(client, name, content, st
 
 async def test_jats_nested_10000_deep_is_a_400_naming_the_file(client):
     response = await client.post(
-        "/v1/documents", files={"files": ("deep.xml", deep_jats(10_000), "text/xml")}, headers=WRITER
+        "/v1/documents",
+        files={"files": ("deep.xml", deep_jats(10_000), "text/xml")},
+        headers=WRITER,
     )
     assert response.status_code == 400 and response.json()["error"]["code"] == "INVALID_INPUT"
     assert "deep.xml" in response.json()["error"]["message"]
@@ -225,9 +231,7 @@ async def test_searches_are_answered_while_a_file_is_being_parsed(app, client):
 
 
 async def test_a_file_over_the_parse_budget_is_refused_and_its_worker_killed(app_config_factory):
-    config = app_config_factory(
-        api={"auth": {"mode": "none"}}, limits={"loader_timeout_s": 0.001}
-    )
+    config = app_config_factory(api={"auth": {"mode": "none"}}, limits={"loader_timeout_s": 0.001})
     components = await build_components(config)
     application = create_app(RetrievalService(components))
     pool = application.state.loaders
@@ -255,7 +259,8 @@ async def test_a_file_over_the_parse_budget_is_refused_and_its_worker_killed(app
         b'{"query": "\xff\xfe invalid utf-8"}',
         b'{"query": "x", "top_k": 10000000000000000000000}',
         b'{"query": "x", "filters": {"doc_ids": ' + json.dumps(["d"] * 5000).encode() + b"}}",
-        b'{"query": "x", "filters": {"metadata": {"k": ' + json.dumps(list(range(2000))).encode()
+        b'{"query": "x", "filters": {"metadata": {"k": '
+        + json.dumps(list(range(2000))).encode()
         + b"}}}",
         b'{"query": "x", "fusion": {"method": "rrf", "k": 1e400}}',
         b'{"query": "' + b"\\ud800" * 10 + b'"}',
