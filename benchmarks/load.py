@@ -317,16 +317,18 @@ async def run_http(
             rates = sweep_rates(
                 args.sweep_start, args.sweep_step, args.sweep_factor, args.sweep_max
             )
-            return await sweep(runner, rates, args.duration, args.warmup, args.cooldown)
-        if args.rate:
+            report = await sweep(runner, rates, args.duration, args.warmup, args.cooldown)
+        elif args.rate:
             samples, window = await runner.open_loop(args.rate, args.duration, args.warmup)
-            return {"mode": "open-loop", **summarise(samples, window, args.rate)}
-        samples, window = await runner.closed_loop(args.concurrency, args.duration, args.warmup)
-        return {
-            "mode": "closed-loop",
-            "concurrency": args.concurrency,
-            **summarise(samples, window, None),
-        }
+            report = {"mode": "open-loop", **summarise(samples, window, args.rate)}
+        else:
+            samples, window = await runner.closed_loop(args.concurrency, args.duration, args.warmup)
+            report = {
+                "mode": "closed-loop",
+                "concurrency": args.concurrency,
+                **summarise(samples, window, None),
+            }
+        return {**report, "stale_connection_retries": pool.stale_retries}
     finally:
         await pool.close()
 

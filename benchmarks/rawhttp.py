@@ -19,6 +19,10 @@ class HttpError(Exception):
     """The connection failed or the server's answer was not HTTP/1.1 we understand."""
 
 
+class _StaleConnection(HttpError):
+    """A reused connection the server had closed: nothing of a response was received."""
+
+
 @dataclass
 class Reply:
     status: int
@@ -35,10 +39,13 @@ class _Connection:
 
     async def exchange(self, head: bytes, body: bytes) -> tuple[Reply, bool]:
         """Send one request; returns the reply and whether the connection can be reused."""
-        self.writer.write(head + body)
-        status_line = await self.reader.readline()
+        try:
+            self.writer.write(head + body)
+            status_line = await self.reader.readline()
+        except ConnectionError as error:
+            raise _StaleConnection(f"{type(error).__name__}: {error}") from None
         if not status_line:
-            raise HttpError("connection closed by the server")
+            raise _StaleConnection("connection closed by the server")
         parts = status_line.split(b" ", 2)
         if len(parts) < 2 or not parts[0].startswith(b"HTTP/1."):
             raise HttpError(f"bad status line {status_line[:80]!r}")
@@ -90,6 +97,7 @@ class RawHttpPool:
         self._base_headers = f"Host: {self.host}:{self.port}\r\n{extra}"
         self._idle: list[_Connection] = []
         self._gate = asyncio.Semaphore(limit)
+        self.stale_retries = 0
 
     async def _connection(self) -> _Connection:
         if self._idle:
@@ -108,20 +116,35 @@ class RawHttpPool:
             f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n"
         ).encode()
         async with self._gate:
-            connection = await self._connection()
+            reused = bool(self._idle)
             try:
-                reply, reusable = await connection.exchange(head, body)
-            except (OSError, asyncio.IncompleteReadError, ValueError, HttpError) as error:
-                connection.close()
-                raise HttpError(f"{type(error).__name__}: {error}") from None
-            except BaseException:
-                connection.close()  # cancelled mid-exchange: the stream is out of step
-                raise
-            if reusable:
-                self._idle.append(connection)
-            else:
-                connection.close()
-            return reply
+                return await self._exchange(await self._connection(), head, body)
+            except _StaleConnection:
+                if not reused:
+                    raise
+            # A kept-alive connection the server closed while it sat idle, before any byte of
+            # an answer: what HTTP clients (browsers, urllib3) retry once on a new connection.
+            # Counted, so a report can say how often it happened.
+            self.stale_retries += 1
+            return await self._exchange(await self._connection(), head, body)
+
+    async def _exchange(self, connection: _Connection, head: bytes, body: bytes) -> Reply:
+        try:
+            reply, reusable = await connection.exchange(head, body)
+        except _StaleConnection:
+            connection.close()
+            raise
+        except (OSError, asyncio.IncompleteReadError, ValueError, HttpError) as error:
+            connection.close()
+            raise HttpError(f"{type(error).__name__}: {error}") from None
+        except BaseException:
+            connection.close()  # cancelled mid-exchange: the stream is out of step
+            raise
+        if reusable:
+            self._idle.append(connection)
+        else:
+            connection.close()
+        return reply
 
     async def post_json(self, path: str, payload: dict) -> Reply:
         return await self.request("POST", path, json.dumps(payload).encode())
