@@ -159,40 +159,47 @@ async def test_same_results_as_the_in_process_pipeline(http, corpus, app_config_
         await components.close()
 
 
+def _store_replicas() -> dict[str, str]:
+    """Name -> namespace of every store replica actor alive."""
+    import ray
+
+    return {
+        a["name"]: a["namespace"]
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if "#store#" in a["name"] and a["name"].startswith("SERVE_REPLICA")
+    }
+
+
 def test_store_outage_gives_503_then_recovers(http, ingested):
     import ray
 
     assert http.get("/readyz").status_code == 200
-    store = next(
-        a
-        for a in ray.util.list_named_actors(all_namespaces=True)
-        if "#store#" in a["name"] and a["name"].startswith("SERVE_REPLICA")
-    )
-    ray.kill(ray.get_actor(store["name"], namespace=store["namespace"]), no_restart=True)
+    ((killed, namespace),) = _store_replicas().items()
+    ray.kill(ray.get_actor(killed, namespace=namespace), no_restart=True)
 
-    # While no store replica serves, a search fails with a stable code within its deadline:
-    # 503 when the call reaches the dead replica, 504 when Serve holds it until a new replica
-    # is up (Serve queues requests to a deployment with no running replica).
-    failures: list[tuple[int, str, float]] = []
+    # Searches run through the whole outage, until Serve's replacement replica serves. Each
+    # ends within its deadline with a result (Serve held it and routed it to the new replica)
+    # or a stable code: 503 when the call reached the dead replica, 504 when the replacement
+    # took longer than the deadline. Which of the three happens depends on how fast the new
+    # replica starts (the mapping of each Ray error is tests/deployments/test_handle_errors.py).
+    outcomes: list[tuple[int, str, float]] = []
     deadline = time.time() + 90
-    while time.time() < deadline and not failures:
+    replaced = False
+    while time.time() < deadline and not replaced:
         started = time.monotonic()
         response = http.post(
             "/v1/search", json={"query": "cells"}, headers={**A, "X-Request-Timeout-Ms": "5000"}
         )
-        if response.status_code != 200:
-            code = response.json()["error"]["code"]
-            failures.append((response.status_code, code, time.monotonic() - started))
+        code = "" if response.status_code == 200 else response.json()["error"]["code"]
+        outcomes.append((response.status_code, code, time.monotonic() - started))
+        replaced = (
+            bool(_store_replicas().keys() - {killed}) and http.get("/readyz").status_code == 200
+        )
         time.sleep(0.2)
-    assert failures, "every search succeeded while the store replica was down or restarting"
-    for status, code, took in failures:
-        assert (status, code) in {(503, "SERVICE_UNAVAILABLE"), (504, "TIMEOUT")}
-        assert took < 10, f"the failure took {took:.1f}s, past the 5 s deadline"
-
-    deadline = time.time() + 90
-    while time.time() < deadline and http.get("/readyz").status_code != 200:
-        time.sleep(0.5)
-    assert http.get("/readyz").status_code == 200
+    assert replaced, "no store replica replaced the killed one within 90 s"
+    for status, code, took in outcomes:
+        assert (status, code) in {(200, ""), (503, "SERVICE_UNAVAILABLE"), (504, "TIMEOUT")}
+        assert took < 10, f"a search took {took:.1f}s during the outage, past its 5 s deadline"
     assert http.post("/v1/search", json={"query": "cells"}, headers=A).status_code == 200
 
 
