@@ -170,7 +170,7 @@ def _store_replicas() -> dict[str, str]:
     }
 
 
-def test_store_outage_gives_503_then_recovers(http, ingested):
+def test_store_outage_ends_each_search_within_its_deadline_then_recovers(http, ingested):
     import ray
 
     assert http.get("/readyz").status_code == 200
