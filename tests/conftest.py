@@ -148,6 +148,18 @@ def opensearch_url():
         server.close()
 
 
+@pytest.fixture(scope="session")
+def qdrant_url():
+    """A Qdrant REST server double (tests/support/qdrant_rest_double.py), one per session."""
+    from tests.support.qdrant_rest_double import QdrantRestDouble
+
+    double = QdrantRestDouble()
+    try:
+        yield double.start()
+    finally:
+        double.close()
+
+
 def require_vllm() -> None:
     """Skip a vLLM test where vLLM is not installed (the main .venv), except in the vLLM run
     (`make test-vllm` sets SERVE_APP_REQUIRE_VLLM=1), where a missing vLLM is a failure."""

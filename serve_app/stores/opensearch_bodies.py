@@ -82,13 +82,16 @@ def indexed_fields(properties: dict[str, Any], prefix: str = "") -> dict[str, st
     return found
 
 
-def alias_switch_body(alias: str, new_index: str, old_index: str | None) -> dict[str, Any]:
-    """One atomic ``_aliases`` request: the alias leaves the old index as it joins the new."""
-    actions: list[dict[str, Any]] = []
-    if old_index is not None:
-        actions.append({"remove": {"index": old_index, "alias": alias}})
-    actions.append({"add": {"index": new_index, "alias": alias, "is_write_index": True}})
-    return {"actions": actions}
+def alias_switch_body(alias: str, new_index: str) -> dict[str, Any]:
+    """One atomic ``_aliases`` request: the alias leaves every version that holds it (none,
+    the previous one, or one a concurrent opener pointed it to: ``must_exist`` false) as it
+    joins ``new_index``, so it never ends on two indices (two write indices are an error)."""
+    return {
+        "actions": [
+            {"remove": {"index": f"{alias}-v*", "alias": alias, "must_exist": False}},
+            {"add": {"index": new_index, "alias": alias, "is_write_index": True}},
+        ]
+    }
 
 
 def splade_features(vector: SparseVector) -> dict[str, float]:

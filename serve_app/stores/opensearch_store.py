@@ -38,7 +38,7 @@ from serve_app.stores.base import (
     in_scope,
     versioned_names,
 )
-from serve_app.stores.versioning import open_versioned
+from serve_app.stores.versioning import VersionTaken, open_versioned
 
 log = logging.getLogger(__name__)
 
@@ -135,12 +135,18 @@ class OpenSearchBackend:
         return {"models": meta.get("models"), "mapping_version": meta.get("mapping_version")}
 
     async def create_version(self, name: str, models: IndexModels) -> None:
-        await self.client.indices.create(index=name, body=bodies.index_body(self.config, models))
+        try:
+            await self.client.indices.create(
+                index=name, body=bodies.index_body(self.config, models)
+            )
+        except TransportError as error:
+            if error.error == "resource_already_exists_exception":
+                raise VersionTaken(name) from None
+            raise
 
     async def point_alias(self, name: str, previous: str | None) -> None:
-        await self.client.indices.update_aliases(
-            body=bodies.alias_switch_body(self.alias, name, previous)
-        )
+        del previous  # the request takes the alias off every version, whichever held it
+        await self.client.indices.update_aliases(body=bodies.alias_switch_body(self.alias, name))
 
     # -- lifecycle -----------------------------------------------------------------------
     async def open(self, models: IndexModels) -> None:

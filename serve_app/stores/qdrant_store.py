@@ -37,7 +37,7 @@ from serve_app.stores.base import (
     versioned_names,
 )
 from serve_app.stores.index import StoreIndex
-from serve_app.stores.versioning import open_versioned
+from serve_app.stores.versioning import VersionTaken, open_versioned
 
 log = logging.getLogger(__name__)
 
@@ -157,6 +157,28 @@ class QdrantBackend:
             sparse["splade"] = qm.SparseVectorParams()
         if "bm25" in self.strategies:
             sparse["bm25"] = qm.SparseVectorParams(modifier=qm.Modifier.IDF)
+        try:
+            await self._create_collection(name, models, sparse, quantization)
+        except UnexpectedResponse as error:
+            if error.status_code == 409:  # Qdrant >= 1.8: the collection exists
+                raise VersionTaken(name) from None
+            raise
+        except ValueError as error:  # local mode's answer to the same
+            if "already exists" in str(error):
+                raise VersionTaken(name) from None
+            raise
+        if not self.config.local_path:  # local mode has no payload indexes (and warns)
+            await self.client.create_payload_index(
+                name,
+                "tenant_id",
+                qm.KeywordIndexParams(type=qm.KeywordIndexType.KEYWORD, is_tenant=True),
+            )
+            for field in (f for f in PAYLOAD_INDEXES if f != "tenant_id"):
+                await self.client.create_payload_index(name, field, qm.PayloadSchemaType.KEYWORD)
+
+    async def _create_collection(
+        self, name: str, models: IndexModels, sparse: dict, quantization: Any
+    ) -> None:
         await self.client.create_collection(
             name,
             vectors_config={
@@ -175,14 +197,6 @@ class QdrantBackend:
             replication_factor=self.config.replication_factor,
             metadata={"models": self.binding(models), "strategies": list(self.strategies)},
         )
-        if not self.config.local_path:  # local mode has no payload indexes (and warns)
-            await self.client.create_payload_index(
-                name,
-                "tenant_id",
-                qm.KeywordIndexParams(type=qm.KeywordIndexType.KEYWORD, is_tenant=True),
-            )
-            for field in (f for f in PAYLOAD_INDEXES if f != "tenant_id"):
-                await self.client.create_payload_index(name, field, qm.PayloadSchemaType.KEYWORD)
 
     async def point_alias(self, name: str, previous: str | None) -> None:
         operations: list[Any] = []

@@ -6,6 +6,12 @@ what built its vectors (the models, and for OpenSearch the mapping version). Ope
 the same binding uses the version behind the alias; with another one it is refused
 (``ModelMismatchError``) unless ``stores.migrate`` is set, which creates ``-v{n+1}`` and
 moves the alias in one atomic request (the old version stays for rollback).
+
+Several openers may run at once (every store replica opens the stores at start, all together
+on a fresh install). They converge: a version created with the same binding that the alias
+does not point to yet (another opener's, or one left by an opener that died before moving
+the alias) is adopted rather than followed by a second one; an opener whose creation finds
+the name taken looks again; moving the alias leaves it on exactly one version.
 """
 
 from __future__ import annotations
@@ -13,10 +19,16 @@ from __future__ import annotations
 import logging
 from typing import Any, Protocol
 
-from serve_app.errors import ModelMismatchError
-from serve_app.stores.base import IndexModels, next_version_name
+from serve_app.errors import ModelMismatchError, ServiceUnavailableError
+from serve_app.stores.base import IndexModels, next_version_name, versioned_names
 
 log = logging.getLogger(__name__)
+
+OPEN_ATTEMPTS = 5
+
+
+class VersionTaken(Exception):
+    """``create_version`` found the name taken: another opener created that version."""
 
 
 class VersionedStore(Protocol):
@@ -27,7 +39,9 @@ class VersionedStore(Protocol):
 
     async def version_names(self) -> list[str]: ...
 
-    async def create_version(self, name: str, models: IndexModels) -> None: ...
+    async def create_version(self, name: str, models: IndexModels) -> None:
+        """Create ``name``; raise ``VersionTaken`` if it exists already."""
+        ...
 
     async def stored_binding(self, name: str) -> Any:
         """What the version records about what built it."""
@@ -38,30 +52,47 @@ class VersionedStore(Protocol):
         ...
 
     async def point_alias(self, name: str, previous: str | None) -> None:
-        """Move the alias to ``name`` (from ``previous``) in one atomic request."""
+        """Move the alias to ``name`` (from ``previous``) in one atomic request, leaving it
+        on ``name`` alone whatever it pointed to meanwhile."""
         ...
 
 
 async def open_versioned(store: VersionedStore, models: IndexModels, migrate: bool) -> str:
     """The physical name behind the alias after applying the model guard (see module doc)."""
-    target = await store.alias_target()
-    if target is None:
-        return await _new_version(store, models, None)
-    stored, wanted = await store.stored_binding(target), store.binding(models)
-    if stored == wanted:
-        return target
-    if not migrate:
-        raise ModelMismatchError(
-            f"{store.kind} {target} (alias {store.alias}) was built with other models or "
-            f"settings ({stored} vs {wanted}); set stores.migrate: true to create a new "
-            "version behind the alias and re-ingest"
-        )
-    log.warning("%s %s: models changed, new version behind the alias", store.kind, store.alias)
-    return await _new_version(store, models, target)
+    for _ in range(OPEN_ATTEMPTS):
+        target = await store.alias_target()
+        if target is not None:
+            stored, wanted = await store.stored_binding(target), store.binding(models)
+            if stored == wanted:
+                return target
+            if not migrate:
+                raise ModelMismatchError(
+                    f"{store.kind} {target} (alias {store.alias}) was built with other models "
+                    f"or settings ({stored} vs {wanted}); set stores.migrate: true to create a "
+                    "new version behind the alias and re-ingest"
+                )
+            log.warning("%s %s: models changed, new version behind the alias", store.kind, target)
+        try:
+            return await _new_version(store, models, target)
+        except VersionTaken:
+            continue  # another opener created that version meanwhile: look again
+    raise ServiceUnavailableError(
+        f"{store.kind} {store.alias}: other openers kept creating versions while this one "
+        f"opened it ({OPEN_ATTEMPTS} attempts)"
+    )
 
 
 async def _new_version(store: VersionedStore, models: IndexModels, previous: str | None) -> str:
-    name = next_version_name(store.alias, await store.version_names())
-    await store.create_version(name, models)
+    names = versioned_names(store.alias, await store.version_names())
+    newest = names[-1] if names else None
+    if (
+        newest is not None
+        and newest != previous
+        and await store.stored_binding(newest) == store.binding(models)
+    ):
+        name = newest  # built for these models, not behind the alias yet: adopt it
+    else:
+        name = next_version_name(store.alias, names)
+        await store.create_version(name, models)
     await store.point_alias(name, previous)
     return name

@@ -39,10 +39,16 @@ def make_store(
     collection: str = "chunks",
     os_config: OpenSearchConfig | None = None,
     migrate: bool = False,
+    qdrant_url: str | None = None,
 ):
-    """A store of each topology on real engines: qdrant-edge, qdrant-client local mode, and
-    the OpenSearch REST server given by ``opensearch_url``."""
-    qdrant = QdrantConfig(local_path=qdrant_local, collection=collection, exact=True)
+    """A store of each topology on real engines: qdrant-edge, qdrant-client local mode (or,
+    with ``qdrant_url``, its REST client against that server), and the OpenSearch REST
+    server given by ``opensearch_url``."""
+    qdrant = (
+        QdrantConfig(url=qdrant_url, collection=collection, exact=True)
+        if qdrant_url
+        else QdrantConfig(local_path=qdrant_local, collection=collection, exact=True)
+    )
     if topology == "embedded":
         return embedded_index(tmp_path / "embedded", EmbeddedStoreConfig(exact=True))
     if topology == "qdrant":

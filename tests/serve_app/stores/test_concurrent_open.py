@@ -1,0 +1,97 @@
+"""Store replicas open the same stores at once (a fresh install starts every store replica
+together): whatever the interleaving, they must agree on one version behind each alias,
+create no second version, and each serve the others' writes.
+
+Against the servers the production topologies use: osmem-server (OpenSearch REST) and the
+Qdrant REST double, whose collection creation is slowed so that openers race inside it."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+from store_helpers import make_store, opensearch_config, write
+
+from serve_app.stores.base import versioned_names
+from serve_app.testing.store_contract import MODELS, encoded, query
+from tests.support.qdrant_rest_double import QdrantRestDouble
+
+OPENERS = 4
+
+
+@pytest.fixture
+def slow_qdrant():
+    double = QdrantRestDouble(slow_creates_s=0.2)
+    try:
+        yield double.start()
+    finally:
+        double.close()
+
+
+@pytest.mark.parametrize("topology", ["qdrant", "opensearch+qdrant"])
+async def test_concurrent_openers_agree_on_one_version(
+    topology, tmp_path, opensearch_url, slow_qdrant
+):
+    alias = f"race-{uuid.uuid4().hex[:8]}"
+    stores = [
+        make_store(
+            topology,
+            tmp_path / str(i),
+            opensearch_url,
+            collection=alias,
+            os_config=opensearch_config(opensearch_url, index=alias),
+            qdrant_url=slow_qdrant,
+        )
+        for i in range(OPENERS)
+    ]
+    try:
+        await asyncio.gather(*(store.open(MODELS) for store in stores))
+        for position in range(len(stores[0].backends)):
+            backends = [store.backends[position] for store in stores]
+            versions = versioned_names(alias, await backends[0].version_names())
+            assert versions == [f"{alias}-v1"], backends[0].name
+            assert await backends[0].alias_target() == f"{alias}-v1"
+            assert {b.physical for b in backends} == {f"{alias}-v1"}
+        chunk = encoded("d1", 0, "alpha beta", [1, 0, 0, 0], {1: 1.0}, tenant="t")
+        await stores[0].write_documents("t", [write("d1", [chunk])])
+        for store in stores[1:]:
+            assert await store.count("t") == 1
+            hits = await store.search("dense", query(), 5, "t")
+            assert [h.doc_id for h in hits] == ["d1"]
+    finally:
+        for store in stores:
+            await store.close()
+
+
+@pytest.mark.parametrize("topology", ["qdrant", "opensearch+qdrant"])
+async def test_a_version_left_without_its_alias_is_adopted(
+    topology, tmp_path, opensearch_url, qdrant_url
+):
+    """An opener that died between creating a version and moving the alias leaves a version
+    nothing points to; the next opener with the same models takes it, not a second one."""
+    alias = f"orphan-{uuid.uuid4().hex[:8]}"
+
+    def store(i: int):
+        return make_store(
+            topology,
+            tmp_path / str(i),
+            opensearch_url,
+            collection=alias,
+            os_config=opensearch_config(opensearch_url, index=alias),
+            qdrant_url=qdrant_url,
+        )
+
+    died = store(0)
+    for backend in died.backends:
+        await backend.create_version(f"{alias}-v1", MODELS)
+        assert await backend.alias_target() is None
+    opener = store(1)
+    try:
+        await opener.open(MODELS)
+        for backend in opener.backends:
+            assert versioned_names(alias, await backend.version_names()) == [f"{alias}-v1"]
+            assert await backend.alias_target() == backend.physical == f"{alias}-v1"
+    finally:
+        await opener.close()
+        await died.close()
