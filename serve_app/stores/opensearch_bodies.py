@@ -7,6 +7,7 @@ Written to the documented query DSL of OpenSearch 2.x/3.x.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from serve_app.chunking.base import contextual_header
@@ -82,16 +83,17 @@ def indexed_fields(properties: dict[str, Any], prefix: str = "") -> dict[str, st
     return found
 
 
-def alias_switch_body(alias: str, new_index: str) -> dict[str, Any]:
+def alias_switch_body(alias: str, new_index: str, old_index: str | None) -> dict[str, Any]:
     """One atomic ``_aliases`` request: the alias leaves every version that holds it (none,
-    the previous one, or one a concurrent opener pointed it to: ``must_exist`` false) as it
-    joins ``new_index``, so it never ends on two indices (two write indices are an error)."""
-    return {
-        "actions": [
-            {"remove": {"index": f"{alias}-v*", "alias": alias, "must_exist": False}},
-            {"add": {"index": new_index, "alias": alias, "is_write_index": True}},
-        ]
-    }
+    ``old_index``, or one a concurrent opener pointed it to) as it joins ``new_index``, so it
+    never ends on two indices (two write indices are an error). A ``remove`` whose indices do
+    not hold the alias is skipped (no ``must_exist``: OpenSearch < 2.12 does not know it);
+    the request fails only if no action applies, and the ``add`` always does."""
+    actions: list[dict[str, Any]] = [{"remove": {"index": f"{alias}-v*", "alias": alias}}]
+    if old_index is not None and not re.fullmatch(rf"{re.escape(alias)}-v\d+", old_index):
+        actions.append({"remove": {"index": old_index, "alias": alias}})  # set by hand
+    actions.append({"add": {"index": new_index, "alias": alias, "is_write_index": True}})
+    return {"actions": actions}
 
 
 def splade_features(vector: SparseVector) -> dict[str, float]:

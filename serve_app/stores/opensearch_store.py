@@ -144,9 +144,16 @@ class OpenSearchBackend:
                 raise VersionTaken(name) from None
             raise
 
+    async def prepare_version(self, name: str) -> None:
+        return None  # the mapping comes with the index's creation
+
+    async def version_is_empty(self, name: str) -> bool:
+        return int((await self.client.count(index=name))["count"]) == 0
+
     async def point_alias(self, name: str, previous: str | None) -> None:
-        del previous  # the request takes the alias off every version, whichever held it
-        await self.client.indices.update_aliases(body=bodies.alias_switch_body(self.alias, name))
+        await self.client.indices.update_aliases(
+            body=bodies.alias_switch_body(self.alias, name, previous)
+        )
 
     # -- lifecycle -----------------------------------------------------------------------
     async def open(self, models: IndexModels) -> None:

@@ -160,13 +160,16 @@ class QdrantBackend:
         try:
             await self._create_collection(name, models, sparse, quantization)
         except UnexpectedResponse as error:
-            if error.status_code == 409:  # Qdrant >= 1.8: the collection exists
+            # The collection exists: 409 since Qdrant 1.8, 400 with this text before.
+            if error.status_code == 409 or b"already exists" in (error.content or b""):
                 raise VersionTaken(name) from None
             raise
         except ValueError as error:  # local mode's answer to the same
-            if "already exists" in str(error):
+            if f"Collection {name} already exists" in str(error):
                 raise VersionTaken(name) from None
             raise
+
+    async def prepare_version(self, name: str) -> None:
         if not self.config.local_path:  # local mode has no payload indexes (and warns)
             await self.client.create_payload_index(
                 name,
@@ -175,6 +178,9 @@ class QdrantBackend:
             )
             for field in (f for f in PAYLOAD_INDEXES if f != "tenant_id"):
                 await self.client.create_payload_index(name, field, qm.PayloadSchemaType.KEYWORD)
+
+    async def version_is_empty(self, name: str) -> bool:
+        return (await self.client.count(name, exact=True)).count == 0
 
     async def _create_collection(
         self, name: str, models: IndexModels, sparse: dict, quantization: Any

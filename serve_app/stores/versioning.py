@@ -8,10 +8,12 @@ the same binding uses the version behind the alias; with another one it is refus
 moves the alias in one atomic request (the old version stays for rollback).
 
 Several openers may run at once (every store replica opens the stores at start, all together
-on a fresh install). They converge: a version created with the same binding that the alias
+on a fresh install). They converge: an empty version with the same binding that the alias
 does not point to yet (another opener's, or one left by an opener that died before moving
 the alias) is adopted rather than followed by a second one; an opener whose creation finds
-the name taken looks again; moving the alias leaves it on exactly one version.
+the name taken looks again; moving the alias leaves it on exactly one version, and an opener
+that finds the alias elsewhere afterwards (a racing opener with other models) looks again,
+so that it returns the version the alias points to or fails with the model guard's error.
 """
 
 from __future__ import annotations
@@ -43,6 +45,13 @@ class VersionedStore(Protocol):
         """Create ``name``; raise ``VersionTaken`` if it exists already."""
         ...
 
+    async def prepare_version(self, name: str) -> None:
+        """Idempotent: what a version needs besides its creation (Qdrant's payload indexes),
+        done by every opener that takes it, in case its creator died before doing it."""
+        ...
+
+    async def version_is_empty(self, name: str) -> bool: ...
+
     async def stored_binding(self, name: str) -> Any:
         """What the version records about what built it."""
         ...
@@ -64,35 +73,47 @@ async def open_versioned(store: VersionedStore, models: IndexModels, migrate: bo
         if target is not None:
             stored, wanted = await store.stored_binding(target), store.binding(models)
             if stored == wanted:
+                await store.prepare_version(target)
                 return target
             if not migrate:
-                raise ModelMismatchError(
-                    f"{store.kind} {target} (alias {store.alias}) was built with other models "
-                    f"or settings ({stored} vs {wanted}); set stores.migrate: true to create a "
-                    "new version behind the alias and re-ingest"
-                )
-            log.warning("%s %s: models changed, new version behind the alias", store.kind, target)
+                raise _mismatch(store, target, stored, wanted)
+            log.warning(
+                "%s %s: models changed, new version behind the alias", store.kind, store.alias
+            )
         try:
-            return await _new_version(store, models, target)
+            return await _new_version(store, models, target, migrate)
         except VersionTaken:
-            continue  # another opener created that version meanwhile: look again
+            continue  # another opener created a version or moved the alias meanwhile: look again
     raise ServiceUnavailableError(
-        f"{store.kind} {store.alias}: other openers kept creating versions while this one "
-        f"opened it ({OPEN_ATTEMPTS} attempts)"
+        f"{store.kind} {store.alias}: other openers kept creating versions or moving the alias "
+        f"while this one opened it ({OPEN_ATTEMPTS} attempts)"
     )
 
 
-async def _new_version(store: VersionedStore, models: IndexModels, previous: str | None) -> str:
+def _mismatch(store: VersionedStore, name: str, stored: Any, wanted: Any) -> ModelMismatchError:
+    return ModelMismatchError(
+        f"{store.kind} {name} (alias {store.alias}) was built with other models or settings "
+        f"({stored} vs {wanted}); set stores.migrate: true to create a new version behind the "
+        "alias and re-ingest"
+    )
+
+
+async def _new_version(
+    store: VersionedStore, models: IndexModels, previous: str | None, migrate: bool
+) -> str:
     names = versioned_names(store.alias, await store.version_names())
-    newest = names[-1] if names else None
-    if (
-        newest is not None
-        and newest != previous
-        and await store.stored_binding(newest) == store.binding(models)
-    ):
-        name = newest  # built for these models, not behind the alias yet: adopt it
+    wanted = store.binding(models)
+    newest = names[-1] if names and names[-1] != previous else None
+    stored = None if newest is None else await store.stored_binding(newest)
+    if newest is not None and stored == wanted and await store.version_is_empty(newest):
+        name = newest  # built for these models, nothing in it, not behind the alias: adopt it
+    elif newest is not None and previous is None and not migrate:
+        raise _mismatch(store, newest, stored, wanted)  # a first version with other models
     else:
         name = next_version_name(store.alias, names)
         await store.create_version(name, models)
+    await store.prepare_version(name)
     await store.point_alias(name, previous)
+    if await store.alias_target() != name:
+        raise VersionTaken(name)  # a racing opener moved it since: look again
     return name

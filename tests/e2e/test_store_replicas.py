@@ -1,6 +1,6 @@
 """Store replicas scale on the server topology: two replicas of the store deployment, started
-together against the same OpenSearch (osmem-server) and Qdrant (the REST double, creation
-slowed so that their openings race), each open the stores themselves, agree on one version
+together against the same OpenSearch (osmem-server) and Qdrant (the REST double, holding
+each replica's collection creation until both are inside it, so that their openings race), each open the stores themselves, agree on one version
 behind each alias, and serve one shared index: a write through one replica is read through
 the other, and Ray's own per-replica request metrics show that both served."""
 
@@ -25,7 +25,7 @@ REPLICAS = 2
 
 @pytest.fixture(scope="module")
 def racing_qdrant():
-    double = QdrantRestDouble(slow_creates_s=0.3)
+    double = QdrantRestDouble(hold_creates=REPLICAS, hold_timeout_s=60)
     try:
         yield double, double.start()
     finally:
@@ -79,7 +79,10 @@ async def test_two_store_replicas_open_themselves_and_share_one_index(
     ]
     assert sorted(a["State"] for a in actors) == ["ALIVE"] * REPLICAS, actors
 
-    # Both replicas opened the stores at once: one version each, the alias on it.
+    # Both replicas were inside the creation of the first Qdrant version at once (the race
+    # happened), and they agree: one version in each store, the alias on it.
+    creations = racing_qdrant[0].requests.count(("PUT", f"/collections/{alias}-v1"))
+    assert creations == REPLICAS, racing_qdrant[0].requests
     backends = [
         OpenSearchBackend(OpenSearchConfig(hosts=[opensearch_url], index=alias)),
         QdrantBackend(QdrantConfig(url=racing_qdrant[1], collection=alias), Path(".")),

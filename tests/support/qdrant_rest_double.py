@@ -20,8 +20,10 @@ Collection `x` doesn't exist!``, creating one that exists is 409, other rejectio
 as ``{"status": {"error": ...}, "time": ...}``. Alias semantics are the server's (checked
 against ``lib/storage/src/content_manager/alias_mapping.rs``): creating an alias that exists
 re-points it, deleting a missing one is not an error. Snapshots are not served (501).
-``requests`` records (method, path) of every request; ``slow_creates_s`` delays collection
-creation, to widen the window in which concurrent openers race.
+``requests`` records (method, path) of every request. To make concurrent openers race:
+``slow_creates_s`` delays every collection creation; ``hold_creates=N`` holds each of the
+first N creations until N have arrived (or ``hold_timeout_s`` passes), so N openers in
+separate processes, however far apart they start, are all inside creation at once.
 """
 
 from __future__ import annotations
@@ -57,11 +59,17 @@ def _dump(value: Any) -> Any:
 
 
 class QdrantRestDouble:
-    def __init__(self, slow_creates_s: float = 0.0) -> None:
+    def __init__(
+        self, slow_creates_s: float = 0.0, hold_creates: int = 0, hold_timeout_s: float = 30.0
+    ) -> None:
         self.client = QdrantClient(location=":memory:")
         self.lock = threading.Lock()
         self.requests: list[tuple[str, str]] = []
         self.slow_creates_s = slow_creates_s
+        self.hold_creates = hold_creates
+        self.hold_timeout_s = hold_timeout_s
+        self.creates_arrived = 0
+        self._arrivals = threading.Condition(self.lock)
         self.routes: list[Route] = [
             ("GET", re.compile(r"/collections"), self.collections),
             ("GET", re.compile(r"/aliases"), self.aliases),
@@ -107,6 +115,13 @@ class QdrantRestDouble:
         return self.client.get_collection_aliases(name)
 
     def create_collection(self, body: Any, name: str) -> Any:
+        self.creates_arrived += 1
+        if self.creates_arrived <= self.hold_creates:
+            self._arrivals.notify_all()
+            # waiting releases the lock: the others may read, and arrive here, meanwhile
+            self._arrivals.wait_for(
+                lambda: self.creates_arrived >= self.hold_creates, self.hold_timeout_s
+            )
         if self.slow_creates_s:
             self.lock.release()  # others may read (and race) while this creation is slow
             try:
@@ -209,6 +224,8 @@ class QdrantRestDouble:
                 message = f"Not found: Collection `{missing.group(1)}` doesn't exist!"
                 return 404, {"status": {"error": message}, "time": 0.0}
             return 400, {"status": {"error": f"Wrong input: {text}"}, "time": 0.0}
+        except Exception as error:  # anything else is the server's fault, as a status
+            return 500, {"status": {"error": f"Service internal error: {error}"}, "time": 0.0}
         return 200, {"result": result, "status": "ok", "time": time.perf_counter() - started}
 
     def start(self) -> str:

@@ -8,11 +8,13 @@ Qdrant REST double, whose collection creation is slowed so that openers race ins
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 
 import pytest
 from store_helpers import make_store, opensearch_config, write
 
+from serve_app.errors import ModelMismatchError
 from serve_app.stores.base import versioned_names
 from serve_app.testing.store_contract import MODELS, encoded, query
 from tests.support.qdrant_rest_double import QdrantRestDouble
@@ -59,6 +61,47 @@ async def test_concurrent_openers_agree_on_one_version(
             assert await store.count("t") == 1
             hits = await store.search("dense", query(), 5, "t")
             assert [h.doc_id for h in hits] == ["d1"]
+    finally:
+        for store in stores:
+            await store.close()
+
+
+@pytest.mark.parametrize("topology", ["qdrant", "opensearch+qdrant"])
+async def test_openers_with_other_models_get_the_model_guard_error(
+    topology, tmp_path, opensearch_url, slow_qdrant
+):
+    """Two openers with different models race on a fresh install (a misconfiguration): one
+    wins, the other is refused by the model guard rather than left on a version of its own
+    that the alias does not point to."""
+    alias = f"models-{uuid.uuid4().hex[:8]}"
+    other = dataclasses.replace(MODELS, dense_model="another-model")
+    stores = [
+        make_store(
+            topology,
+            tmp_path / str(i),
+            opensearch_url,
+            collection=alias,
+            os_config=opensearch_config(opensearch_url, index=alias),
+            qdrant_url=slow_qdrant,
+        )
+        for i in range(2)
+    ]
+    try:
+        results = await asyncio.gather(
+            stores[0].open(MODELS), stores[1].open(other), return_exceptions=True
+        )
+        # Each store's winner may differ (in the split topology one opener can win OpenSearch
+        # and the other Qdrant, and then both are refused); never two versions, never an
+        # opener left on a version that the alias does not point to.
+        assert all(r is None or isinstance(r, ModelMismatchError) for r in results), results
+        assert any(isinstance(r, ModelMismatchError) for r in results), results
+        for position in range(len(stores[0].backends)):
+            backend = stores[0].backends[position]
+            assert versioned_names(alias, await backend.version_names()) == [f"{alias}-v1"]
+            assert await backend.alias_target() == f"{alias}-v1"
+        for store, result in zip(stores, results, strict=True):
+            if result is None:
+                assert {b.physical for b in store.backends} == {f"{alias}-v1"}
     finally:
         for store in stores:
             await store.close()
