@@ -47,7 +47,8 @@ class VersionedStore(Protocol):
 
     async def prepare_version(self, name: str) -> None:
         """Idempotent: what a version needs besides its creation (Qdrant's payload indexes),
-        done by every opener that takes it, in case its creator died before doing it."""
+        done by its creator and by an opener that adopts it (its creator may have died
+        before doing it); on an empty version, so a repeat costs nothing."""
         ...
 
     async def version_is_empty(self, name: str) -> bool: ...
@@ -73,7 +74,6 @@ async def open_versioned(store: VersionedStore, models: IndexModels, migrate: bo
         if target is not None:
             stored, wanted = await store.stored_binding(target), store.binding(models)
             if stored == wanted:
-                await store.prepare_version(target)
                 return target
             if not migrate:
                 raise _mismatch(store, target, stored, wanted)
