@@ -25,7 +25,7 @@ REPLICAS = 2
 
 @pytest.fixture(scope="module")
 def racing_qdrant():
-    double = QdrantRestDouble(hold_creates=REPLICAS, hold_timeout_s=60)
+    double = QdrantRestDouble(hold_creates=REPLICAS, hold_timeout_s=180)
     try:
         yield double, double.start()
     finally:
