@@ -31,22 +31,27 @@ def slow_qdrant():
         double.close()
 
 
-@pytest.mark.parametrize("topology", ["qdrant", "opensearch+qdrant"])
-async def test_concurrent_openers_agree_on_one_version(
-    topology, tmp_path, opensearch_url, slow_qdrant
-):
-    alias = f"race-{uuid.uuid4().hex[:8]}"
-    stores = [
+def openers(topology, tmp_path, opensearch_url, qdrant_url, alias, count):
+    """``count`` stores of ``topology`` on the same servers and names: separate replicas."""
+    return [
         make_store(
             topology,
             tmp_path / str(i),
             opensearch_url,
             collection=alias,
             os_config=opensearch_config(opensearch_url, index=alias),
-            qdrant_url=slow_qdrant,
+            qdrant_url=qdrant_url,
         )
-        for i in range(OPENERS)
+        for i in range(count)
     ]
+
+
+@pytest.mark.parametrize("topology", ["qdrant", "opensearch+qdrant"])
+async def test_concurrent_openers_agree_on_one_version(
+    topology, tmp_path, opensearch_url, slow_qdrant
+):
+    alias = f"race-{uuid.uuid4().hex[:8]}"
+    stores = openers(topology, tmp_path, opensearch_url, slow_qdrant, alias, OPENERS)
     try:
         await asyncio.gather(*(store.open(MODELS) for store in stores))
         for position in range(len(stores[0].backends)):
@@ -75,17 +80,7 @@ async def test_openers_with_other_models_get_the_model_guard_error(
     that the alias does not point to."""
     alias = f"models-{uuid.uuid4().hex[:8]}"
     other = dataclasses.replace(MODELS, dense_model="another-model")
-    stores = [
-        make_store(
-            topology,
-            tmp_path / str(i),
-            opensearch_url,
-            collection=alias,
-            os_config=opensearch_config(opensearch_url, index=alias),
-            qdrant_url=slow_qdrant,
-        )
-        for i in range(2)
-    ]
+    stores = openers(topology, tmp_path, opensearch_url, slow_qdrant, alias, 2)
     try:
         results = await asyncio.gather(
             stores[0].open(MODELS), stores[1].open(other), return_exceptions=True
@@ -115,21 +110,10 @@ async def test_a_version_left_without_its_alias_is_adopted(
     nothing points to; the next opener with the same models takes it, not a second one."""
     alias = f"orphan-{uuid.uuid4().hex[:8]}"
 
-    def store(i: int):
-        return make_store(
-            topology,
-            tmp_path / str(i),
-            opensearch_url,
-            collection=alias,
-            os_config=opensearch_config(opensearch_url, index=alias),
-            qdrant_url=qdrant_url,
-        )
-
-    died = store(0)
+    died, opener = openers(topology, tmp_path, opensearch_url, qdrant_url, alias, 2)
     for backend in died.backends:
         await backend.create_version(f"{alias}-v1", MODELS)
         assert await backend.alias_target() is None
-    opener = store(1)
     try:
         await opener.open(MODELS)
         for backend in opener.backends:
