@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import NoReturn
 
 import httpx
 import psutil
@@ -25,6 +26,8 @@ GRACEFUL_SHUTDOWN_S = 4.0
 """How long Serve may take to drain before Ray and all its processes are stopped anyway."""
 LEFTOVER_WAIT_S = 2.0
 """How long the processes Ray started may take to exit after ``ray.shutdown`` before a kill."""
+STOP_BOUND_S = GRACEFUL_SHUTDOWN_S + 3.0
+"""How long the local run's whole stop may take before Ray's processes are killed."""
 
 
 def start(config: AppConfig, num_cpus: int | None = None) -> str:
@@ -195,52 +198,123 @@ def print_examples(url: str) -> None:
     )
 
 
-class _Stop(Exception):
-    """Ctrl-C or SIGTERM: unwinds whatever the main thread is doing, start-up included."""
-
-
 def serve_forever(config: AppConfig, ingest: list[str] | None = None) -> int:
     """Serve until Ctrl-C / SIGTERM, indexing ``ingest`` in the background once up.
 
-    The first signal interrupts the main thread wherever it is (Ray starting, the app
-    deploying, serving) and stops Serve and Ray within about ``GRACEFUL_SHUTDOWN_S`` plus
-    Ray's own teardown; the start-up ingest stops with them. Later signals are ignored while
-    that runs, so a second Ctrl-C cannot leave Ray's processes behind half-stopped.
+    Ray is started, served and stopped by one thread of its own; the main thread only takes
+    the signals and waits, so it sees a stop at once whatever Ray is doing. During start-up
+    (Ray starting, the app deploying) every process Ray started is stopped directly and this
+    process exits; once serving, Serve drains for at most ``GRACEFUL_SHUTDOWN_S`` and Ray
+    stops, the start-up ingest with them, and a teardown longer than ``STOP_BOUND_S`` is cut
+    short the same way. Later signals are ignored while that runs.
+
+    Why not raise from the handler into the main thread: the exception lands inside Ray's
+    calls (``ray.init``'s own SIGTERM handler exits that way too). Seen: in CI a SIGTERM
+    during ``ray.init`` left the run alive past 60 s; here one during ``serve.start``
+    surfaced 20 s later as a ``SystemError`` from a ``ray.get``. Why one thread for start and
+    stop: ``ray.shutdown`` takes 15 s when the thread that ran ``ray.init`` has ended
+    (against 1 s from the same thread, measured with Ray 2.60).
     """
     stop_event = threading.Event()
+    received: list[str] = []
 
     def on_signal(signum: int, _frame: object) -> None:
-        if stop_event.is_set():
-            return
-        stop_event.set()
-        raise _Stop(signal.Signals(signum).name)
+        if not stop_event.is_set():
+            received.append(signal.Signals(signum).name)
+            stop_event.set()
 
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    started = time.perf_counter()
+    signals = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.signal(sig, on_signal) for sig in signals}
+    began = time.perf_counter()
+    ray_thread = _RayThread(config, stop_event)
+    while not ray_thread.ready.wait(0.1):
+        if stop_event.is_set():
+            print(f"{received[0]}: stopping during start-up", flush=True)
+            _abandon("shutting down")
+    # Ray's core worker puts a C-level SIGTERM handler of its own over Python's: take it back.
+    for sig in signals:
+        signal.signal(sig, on_signal)
     try:
-        url = start(config)
-        print(
-            f"serving on {url} (ready in {time.perf_counter() - started:.1f}s); Ctrl-C to stop",
-            flush=True,
-        )
-        print_examples(url)
-        if ingest:
-            threading.Thread(
-                target=_ingest_then_report,
-                args=(url, ingest, stop_event),
-                name="startup-ingest",
-                daemon=True,
-            ).start()
-        stop_event.wait()
-    except _Stop as received:
-        print(f"{received}: stopping", flush=True)
+        if ray_thread.error is None:
+            url = ray_thread.url
+            print(
+                f"serving on {url} (ready in {time.perf_counter() - began:.1f}s); Ctrl-C to stop",
+                flush=True,
+            )
+            print_examples(url)
+            if ingest:
+                threading.Thread(
+                    target=_ingest_then_report,
+                    args=(url, ingest, stop_event),
+                    name="startup-ingest",
+                    daemon=True,
+                ).start()
+            stop_event.wait()
+            print(f"{received[0]}: stopping", flush=True)
     finally:
         stop_event.set()
         print("shutting down", flush=True)
-        stop()
+        ray_thread.join(STOP_BOUND_S)
+        if ray_thread.is_alive():
+            _abandon(f"Ray did not stop within {STOP_BOUND_S:g} s: its processes are killed")
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if ray_thread.error is not None:
+        raise ray_thread.error
     return 0
+
+
+class _RayThread(threading.Thread):
+    """Starts Ray and the app (``url`` or ``error`` once ``ready``), then, once ``stop_event``
+    is set (at once after a failed start), stops them: Ray is only ever called from here."""
+
+    def __init__(self, config: AppConfig, stop_event: threading.Event) -> None:
+        super().__init__(name="ray", daemon=True)
+        self.ready = threading.Event()
+        self.url = ""
+        self.error: BaseException | None = None
+        self._config = config
+        self._stop_event = stop_event
+        self.start()
+
+    def run(self) -> None:
+        # ray.init warns that it leaves SIGTERM alone outside the main thread: wanted here.
+        logging.getLogger("ray._private.worker").addFilter(_NotMainThreadWarning())
+        try:
+            self.url = start(self._config)
+        except BaseException as error:  # handed to the main thread
+            self.error = error
+        finally:
+            self.ready.set()
+        if self.error is None:
+            self._stop_event.wait()
+        stop()
+
+
+class _NotMainThreadWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "not the main thread" not in record.getMessage()
+
+
+def _abandon(message: str) -> NoReturn:
+    """Stop every process Ray started and exit, without Ray's teardown: the Ray thread is
+    inside Ray and cannot be unwound, and ``ray.shutdown`` beside it ends the process from
+    Ray's core worker. Nothing of the service is open in this process: the stores live in
+    the replicas, which are stopped like Ray's other processes."""
+    print(message, flush=True)
+    # Ray's threads in this process see their cluster go away; the process ends anyway.
+    threading.excepthook = lambda _args: None
+    started_here = psutil.Process().children(recursive=True)
+    for process in started_here:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.terminate()
+    _, alive = psutil.wait_procs(started_here, timeout=LEFTOVER_WAIT_S)
+    for process in [*alive, *psutil.Process().children(recursive=True)]:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # no interpreter teardown: Ray's atexit hooks would wait on the dead cluster
 
 
 def _ingest_then_report(url: str, paths: list[str], stop_event: threading.Event) -> None:
