@@ -109,7 +109,12 @@ def stop(graceful_s: float = GRACEFUL_SHUTDOWN_S) -> None:
     if ray.is_initialized():
         _drain_serve(graceful_s)
     ray.shutdown()
-    _, alive = psutil.wait_procs(started_here, timeout=LEFTOVER_WAIT_S)
+    _kill_leftovers(started_here)
+
+
+def _kill_leftovers(processes: list[psutil.Process]) -> None:
+    """Kill those of ``processes`` still running after ``LEFTOVER_WAIT_S``."""
+    _, alive = psutil.wait_procs(processes, timeout=LEFTOVER_WAIT_S)
     for process in alive:
         with contextlib.suppress(psutil.NoSuchProcess):
             log.info("killing leftover process %s %s", process.pid, process.name())
@@ -308,8 +313,8 @@ def _abandon(message: str) -> NoReturn:
     for process in started_here:
         with contextlib.suppress(psutil.NoSuchProcess):
             process.terminate()
-    _, alive = psutil.wait_procs(started_here, timeout=LEFTOVER_WAIT_S)
-    for process in [*alive, *psutil.Process().children(recursive=True)]:
+    _kill_leftovers(started_here)
+    for process in psutil.Process().children(recursive=True):  # started meanwhile
         with contextlib.suppress(psutil.NoSuchProcess):
             process.kill()
     sys.stdout.flush()
