@@ -12,6 +12,7 @@ attributes. Topology modules are imported only when the configuration names them
 from __future__ import annotations
 
 import re
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -35,6 +36,8 @@ with the models, so an index written with another layout is refused like other m
 SCOPE_FIELDS = ["tenant_id", "collection"]
 PAYLOAD_INDEXES = ("tenant_id", "collection", "doc_id", "section")
 """The payload fields every chunk store indexes for its filters (checked by ``validate``)."""
+
+_REGISTRY_NAMESPACE = uuid.UUID("5b0f7c8e-2f4e-4d6a-9a51-6c0f2f3a9e11")
 
 SCOPE_SEPARATOR = "/"
 ALL_COLLECTIONS = "*"
@@ -325,11 +328,32 @@ class ChunkBackend(Backend, Protocol):
         """The payloads of a document's chunks (id, order, title, metadata, source, hash)."""
         ...
 
-    async def read_registry(self) -> dict[str, Any]:
-        """The collection registry kept with this store's index ({} when none)."""
+    # The registry of named collections: one record per (tenant, collection) under
+    # ``registry_key``, written with the store's own create-once / update-if-present / delete
+    # operations, so store replicas changing it at once cannot lose each other's changes.
+    async def open_registry(self) -> list[dict[str, Any]]:
+        """Make sure the registry exists; returns the records of a registry kept in the
+        earlier single-record form (index metadata), still to be carried over."""
         ...
 
-    async def write_registry(self, registry: dict[str, Any]) -> None: ...
+    async def clear_legacy_registry(self) -> None: ...
+
+    async def registry_records(self, tenant_id: str | None) -> list[dict[str, Any]]:
+        """Every record (of one tenant, or all); [] when the registry does not exist."""
+        ...
+
+    async def registry_record(self, key: str) -> dict[str, Any] | None: ...
+
+    async def insert_registry_record(self, key: str, record: dict[str, Any]) -> bool:
+        """Create the record unless one exists under ``key``: True when this call created it
+        (of concurrent inserts under one key, from any process, exactly one)."""
+        ...
+
+    async def update_registry_record(self, key: str, record: dict[str, Any]) -> bool:
+        """Replace the record if it exists (never re-creates one just dropped): True if so."""
+        ...
+
+    async def drop_registry_record(self, key: str) -> None: ...
 
 
 TOPOLOGIES: Registry[ChunkIndex] = Registry("store topology", "stores.topology")
@@ -390,6 +414,34 @@ def sample_payload(payload: dict[str, Any], max_chars: int = 80) -> dict[str, An
 def directory_bytes(path: Path) -> int:
     """Bytes of the files under ``path`` (0 when it does not exist)."""
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
+
+
+REGISTRY_RECORD_FIELDS = ("tenant_id", "name", "created_at", "state")
+
+
+def registry_key(tenant_id: str, name: str) -> str:
+    """The id of a collection's registry record: a UUID, which every store takes as an id."""
+    return str(uuid.uuid5(_REGISTRY_NAMESPACE, f"{tenant_id}\x00{name}"))
+
+
+def registry_fields(record: dict[str, Any]) -> dict[str, Any]:
+    return {field: record[field] for field in REGISTRY_RECORD_FIELDS if field in record}
+
+
+def legacy_records(registry: dict[str, Any]) -> list[dict[str, Any]]:
+    """The records of a registry in its single-record layout
+    (``{"tenants": {tenant: {name: {"created_at": ..., "state": ...}}}}``)."""
+    return [
+        registry_fields({**record, "tenant_id": tenant, "name": name})
+        for tenant, names in registry.get("tenants", {}).items()
+        for name, record in names.items()
+    ]
+
+
+def registry_name(alias: str) -> str:
+    """The index / collection beside ``alias`` holding the registry (not versioned: a
+    migration to a new version keeps the collections)."""
+    return f"{alias}-collections"
 
 
 def versioned_names(alias: str, names: list[str]) -> list[str]:

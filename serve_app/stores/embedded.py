@@ -31,6 +31,8 @@ from serve_app.stores.base import (
     StrategyQuery,
     directory_bytes,
     in_scope,
+    legacy_records,
+    registry_key,
     states_from_payloads,
 )
 from serve_app.stores.index import StoreIndex
@@ -365,15 +367,66 @@ class EdgeBackend:
     async def describe(self) -> dict[str, Any]:
         return await asyncio.to_thread(self._describe_sync)
 
-    async def read_registry(self) -> dict[str, Any]:
+    # The registry: one file beside the shard, which one process holds. Each operation
+    # reads, changes and replaces it with no await in between, so it is atomic in that
+    # process; the file keeps the layout it always had ({"tenants": {tenant: {name: record}}}).
+    def _load_registry(self) -> dict[str, Any]:
         path = self.path / REGISTRY_FILE
         return json.loads(path.read_text()) if path.exists() else {}
 
-    async def write_registry(self, registry: dict[str, Any]) -> None:
+    def _save_registry(self, registry: dict[str, Any]) -> None:
         path = self.path / REGISTRY_FILE
         staged = path.with_suffix(".tmp")
         staged.write_text(json.dumps(registry, indent=2, sort_keys=True))
         staged.replace(path)  # atomic: a crash leaves the old registry or the new one
+
+    def _records(self) -> dict[str, dict[str, Any]]:
+        return {
+            registry_key(r["tenant_id"], r["name"]): r
+            for r in legacy_records(self._load_registry())
+        }
+
+    def _put_record(self, record: dict[str, Any] | None, key: str) -> None:
+        registry = self._load_registry()
+        tenants = registry.setdefault("tenants", {})
+        for tenant, names in list(tenants.items()):
+            for name in list(names):
+                if registry_key(tenant, name) == key:
+                    del names[name]
+            if not names:
+                del tenants[tenant]
+        if record is not None:
+            fields = {k: v for k, v in record.items() if k not in ("tenant_id", "name")}
+            tenants.setdefault(record["tenant_id"], {})[record["name"]] = fields
+        self._save_registry(registry)
+
+    async def open_registry(self) -> list[dict[str, Any]]:
+        return []  # the file is the registry; nothing to carry over
+
+    async def clear_legacy_registry(self) -> None:
+        return None
+
+    async def registry_records(self, tenant_id: str | None) -> list[dict[str, Any]]:
+        records = self._records().values()
+        return [r for r in records if tenant_id is None or r["tenant_id"] == tenant_id]
+
+    async def registry_record(self, key: str) -> dict[str, Any] | None:
+        return self._records().get(key)
+
+    async def insert_registry_record(self, key: str, record: dict[str, Any]) -> bool:
+        if key in self._records():
+            return False
+        self._put_record(record, key)
+        return True
+
+    async def update_registry_record(self, key: str, record: dict[str, Any]) -> bool:
+        if key not in self._records():
+            return False
+        self._put_record(record, key)
+        return True
+
+    async def drop_registry_record(self, key: str) -> None:
+        self._put_record(None, key)
 
 
 def embedded_index(path: str | Path, config: EmbeddedStoreConfig) -> StoreIndex:

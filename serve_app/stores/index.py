@@ -48,6 +48,7 @@ from serve_app.stores.base import (
     StrategyQuery,
     document_info_from,
     payload_scope,
+    registry_key,
     sample_payload,
     scope,
     scope_parts,
@@ -76,11 +77,17 @@ class StoreIndex:
         self._route = {s: next(b for b in backends if s in b.strategies) for s in self.strategies}
         self.recovery_timeout_s = recovery_timeout_s
         self._recoveries: set[asyncio.Task[Any]] = set()
-        self._registry_lock = asyncio.Lock()
 
     # -- lifecycle ---------------------------------------------------------------------
     async def open(self, models: IndexModels) -> None:
         await asyncio.gather(*(b.open(models) for b in self.backends))
+        legacy = await self.chunk_store.open_registry()
+        if legacy:  # insert-once: replicas carrying the same records over at once agree
+            for record in legacy:
+                key = registry_key(record["tenant_id"], record["name"])
+                await self.chunk_store.insert_registry_record(key, record)
+            await self.chunk_store.clear_legacy_registry()
+            log.info("carried %d collection records over to the registry", len(legacy))
 
     async def attach(self) -> None:
         """Open every store as it is, with no model guard (``inspect``, ``validate``)."""
@@ -334,7 +341,7 @@ class StoreIndex:
         if tenant_id is not None:
             selector = scope(tenant_id, collection or ALL_COLLECTIONS)
         reports = await asyncio.gather(*(self._inspect_one(b, selector) for b in self.backends))
-        registry = await self.chunk_store.read_registry()
+        registry = await self._registry(tenant_id)
         binding = reports[0][0].get("binding")
         per_scope: dict[str, dict[str, Any]] = {}
         for backend, (_, tallies) in zip(self.backends, reports, strict=True):
@@ -342,7 +349,7 @@ class StoreIndex:
                 entry = per_scope.setdefault(key, {"chunks": {}, "documents": {}})
                 entry["chunks"][backend.name] = chunks
                 entry["documents"][backend.name] = len(docs)
-        for tenant, names in registry.get("tenants", {}).items():
+        for tenant, names in registry.items():
             for name in names:  # registered collections with nothing in them yet
                 key = scope(tenant, name)
                 if (tenant_id is None or tenant == tenant_id) and collection in (None, name):
@@ -350,7 +357,7 @@ class StoreIndex:
         collections = []
         for key in sorted(per_scope):
             tenant, name = scope_parts(key)
-            record = registry.get("tenants", {}).get(tenant, {}).get(name or "")
+            record = registry.get(tenant, {}).get(name or "")
             collections.append(
                 {
                     "tenant_id": tenant,
@@ -393,10 +400,16 @@ class StoreIndex:
         return report, tallies
 
     # -- named collections -------------------------------------------------------------
+    async def _registry(self, tenant_id: str | None) -> dict[str, dict[str, dict[str, Any]]]:
+        """tenant -> collection name -> record."""
+        registry: dict[str, dict[str, dict[str, Any]]] = {}
+        for record in await self.chunk_store.registry_records(tenant_id):
+            registry.setdefault(record["tenant_id"], {})[record["name"]] = record
+        return registry
+
     async def list_collections(self, tenant_id: str) -> list[dict[str, Any]]:
         """The tenant's collections (``default`` always), oldest first."""
-        registry = await self.chunk_store.read_registry()
-        named = registry.get("tenants", {}).get(tenant_id, {})
+        named = (await self._registry(tenant_id)).get(tenant_id, {})
         found = [{"name": DEFAULT_COLLECTION, "created_at": None, "state": "ready"}]
         found += [
             {
@@ -405,7 +418,7 @@ class StoreIndex:
                 "state": record.get("state", "ready"),
             }
             for name, record in sorted(
-                named.items(), key=lambda item: item[1].get("created_at", "")
+                named.items(), key=lambda item: (item[1].get("created_at") or "", item[0])
             )
         ]
         return found
@@ -413,24 +426,24 @@ class StoreIndex:
     async def has_collection(self, tenant_id: str, name: str) -> bool:
         if name == DEFAULT_COLLECTION:
             return True
-        registry = await self.chunk_store.read_registry()
-        record = registry.get("tenants", {}).get(tenant_id, {}).get(name)
+        record = await self.chunk_store.registry_record(registry_key(tenant_id, name))
         return record is not None and record.get("state", "ready") == "ready"
 
     async def create_collection(self, tenant_id: str, name: str) -> dict[str, Any]:
-        """Register a collection; ConflictError when the tenant has it already."""
-        async with self._registry_lock:
-            registry = await self.chunk_store.read_registry()
-            named = registry.setdefault("tenants", {}).setdefault(tenant_id, {})
-            if name == DEFAULT_COLLECTION or name in named:
-                state = (
-                    "being deleted" if named.get(name, {}).get("state") == "deleting" else "exists"
-                )
-                raise ConflictError(f"collection {name!r} {state} already")
-            record = {"created_at": datetime.now(UTC).isoformat(timespec="seconds")}
-            named[name] = record
-            await self.chunk_store.write_registry(registry)
-        return {"name": name, "state": "ready", **record}
+        """Register a collection; ConflictError when the tenant has it already (of
+        concurrent creations of one name, through any store replica, exactly one succeeds)."""
+        key = registry_key(tenant_id, name)
+        created_at = datetime.now(UTC).isoformat(timespec="seconds")
+        record = {"tenant_id": tenant_id, "name": name, "created_at": created_at, "state": "ready"}
+        if name == DEFAULT_COLLECTION or not await self.chunk_store.insert_registry_record(
+            key, record
+        ):
+            held = (
+                None if name == DEFAULT_COLLECTION else await self.chunk_store.registry_record(key)
+            )
+            state = "being deleted" if (held or {}).get("state") == "deleting" else "exists"
+            raise ConflictError(f"collection {name!r} {state} already")
+        return {"name": name, "state": "ready", "created_at": created_at}
 
     async def delete_collection(self, tenant_id: str, name: str) -> int:
         """Remove a collection's chunks from every store, then the collection; returns the
@@ -440,22 +453,18 @@ class StoreIndex:
             raise InvalidInputError(
                 "the default collection cannot be deleted; delete its documents instead"
             )
-        async with self._registry_lock:
-            registry = await self.chunk_store.read_registry()
-            named = registry.get("tenants", {}).get(tenant_id, {})
-            if name not in named:
-                raise NotFoundError(f"collection {name!r} not found")
-            if named[name].get("state") != "deleting":
-                named[name]["state"] = "deleting"
-                await self.chunk_store.write_registry(registry)
-        key = scope(tenant_id, name)
-        removed = await asyncio.gather(*(b.delete_scope(key) for b in self.backends))
-        async with self._registry_lock:
-            registry = await self.chunk_store.read_registry()
-            registry.get("tenants", {}).get(tenant_id, {}).pop(name, None)
-            if not registry.get("tenants", {}).get(tenant_id, True):
-                registry["tenants"].pop(tenant_id)
-            await self.chunk_store.write_registry(registry)
+        key = registry_key(tenant_id, name)
+        record = await self.chunk_store.registry_record(key)
+        if record is not None and record.get("state") != "deleting":
+            marked = {**record, "state": "deleting"}
+            if not await self.chunk_store.update_registry_record(key, marked):
+                record = None  # dropped meanwhile by a delete through another replica
+        if record is None:
+            raise NotFoundError(f"collection {name!r} not found")
+        removed = await asyncio.gather(
+            *(b.delete_scope(scope(tenant_id, name)) for b in self.backends)
+        )
+        await self.chunk_store.drop_registry_record(key)
         return max(removed, default=0)
 
     # -- snapshots -----------------------------------------------------------------------

@@ -13,7 +13,12 @@ from typing import Any
 from serve_app.chunking.base import contextual_header
 from serve_app.config import OpenSearchConfig
 from serve_app.schemas import SearchFilters, SparseVector
-from serve_app.stores.base import DocumentWrite, IndexModels, scope_parts
+from serve_app.stores.base import (
+    REGISTRY_RECORD_FIELDS,
+    DocumentWrite,
+    IndexModels,
+    scope_parts,
+)
 
 MAPPING_VERSION = 3
 """Bumped whenever the mapping below changes; stored in the index's ``_meta``."""
@@ -256,5 +261,31 @@ def count_query(tenant_id: str | None) -> dict[str, Any]:
     return {"query": {"bool": {"filter": scope_clauses(tenant_id)}}}
 
 
-def snapshot_body(index: str) -> dict[str, Any]:
-    return {"indices": index, "include_global_state": False, "ignore_unavailable": False}
+def registry_body(config: OpenSearchConfig) -> dict[str, Any]:
+    """The registry index: one document per named collection (``stores.base.registry_key``)."""
+    keyword = {"type": "keyword"}
+    return {
+        "settings": {
+            "index": {"number_of_shards": 1, "number_of_replicas": config.number_of_replicas}
+        },
+        "mappings": {
+            "dynamic": "strict",
+            "properties": {field: keyword for field in ("key", *REGISTRY_RECORD_FIELDS)},
+        },
+    }
+
+
+def registry_page(tenant_id: str | None, after: str | None, size: int) -> dict[str, Any]:
+    query = {"term": {"tenant_id": tenant_id}} if tenant_id is not None else {"match_all": {}}
+    body: dict[str, Any] = {"size": size, "sort": ["key"], "query": query}
+    if after is not None:
+        body["search_after"] = [after]
+    return body
+
+
+def snapshot_body(indices: list[str]) -> dict[str, Any]:
+    return {
+        "indices": ",".join(indices),
+        "include_global_state": False,
+        "ignore_unavailable": False,
+    }

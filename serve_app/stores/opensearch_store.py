@@ -15,6 +15,9 @@ from typing import Any
 
 from opensearchpy import AsyncOpenSearch
 from opensearchpy.exceptions import (
+    ConflictError as OpenSearchConflict,
+)
+from opensearchpy.exceptions import (
     ConnectionError as OpenSearchConnectionError,
 )
 from opensearchpy.exceptions import (
@@ -36,6 +39,9 @@ from serve_app.stores.base import (
     IndexModels,
     StrategyQuery,
     in_scope,
+    legacy_records,
+    registry_fields,
+    registry_name,
     versioned_names,
 )
 from serve_app.stores.versioning import VersionTaken, open_versioned
@@ -43,6 +49,9 @@ from serve_app.stores.versioning import VersionTaken, open_versioned
 log = logging.getLogger(__name__)
 
 _RETRYABLE = {429, 500, 502, 503, 504}
+_REGISTRY_PAGE = 1000
+_ABSENT = object()
+_TAKEN = object()
 _STORE_ONLY = ("content_hash", "chunk_count", "splade", "body")
 _MAX_WINDOW = 10_000
 _PAGE = 1000
@@ -406,16 +415,97 @@ class OpenSearchBackend:
             "disk_bytes": disk,
         }
 
-    async def read_registry(self) -> dict[str, Any]:
-        return dict((await self._meta(self.alias)).get("registry") or {})
+    # -- the collection registry (an index of its own beside the alias) -----------------
+    @property
+    def registry_index(self) -> str:
+        return registry_name(self.alias)
 
-    async def write_registry(self, registry: dict[str, Any]) -> None:
+    async def open_registry(self) -> list[dict[str, Any]]:
+        if not await self._call(
+            "registry lookup", self.client.indices.exists(index=self.registry_index)
+        ):
+            await self._registry_call("creation", self._create_registry())
+        target = self.physical or await self._call("alias lookup", self.alias_target())
+        return legacy_records((await self._meta(target)).get("registry") or {})
+
+    async def _create_registry(self) -> None:
+        try:
+            await self.client.indices.create(
+                index=self.registry_index, body=bodies.registry_body(self.config)
+            )
+        except TransportError as error:
+            if error.error != "resource_already_exists_exception":
+                raise
+            # another replica created it meanwhile
+
+    async def clear_legacy_registry(self) -> None:
         # ``_meta`` is replaced as a whole on a mapping update: keep what else it records.
         target = self.physical or await self._call("alias lookup", self.alias_target())
-        meta = {**await self._meta(target), "registry": registry}
+        meta = await self._meta(target)
+        meta.pop("registry", None)
         await self._call(
-            "registry write",
-            self.client.indices.put_mapping(index=target, body={"_meta": meta}),
+            "registry write", self.client.indices.put_mapping(index=target, body={"_meta": meta})
+        )
+
+    async def _registry_call(self, what: str, coro: Any) -> Any:
+        """The call's answer; ``_ABSENT`` for a 404 (no such record, or no registry index
+        yet: an index opened by an earlier version), ``_TAKEN`` for a 409."""
+
+        async def answer() -> Any:
+            try:
+                return await coro
+            except OpenSearchNotFound:
+                return _ABSENT
+            except OpenSearchConflict:
+                return _TAKEN
+
+        return await self._call(f"registry {what}", answer())
+
+    async def registry_records(self, tenant_id: str | None) -> list[dict[str, Any]]:
+        records: list[dict[str, Any]] = []
+        after: str | None = None
+        while True:
+            body = bodies.registry_page(tenant_id, after, _REGISTRY_PAGE)
+            response = await self._registry_call(
+                "read", self.client.search(index=self.registry_index, body=body)
+            )
+            if response is _ABSENT:
+                return []
+            hits = response["hits"]["hits"]
+            records += [registry_fields(hit["_source"]) for hit in hits]
+            if len(hits) < _REGISTRY_PAGE:
+                return records
+            after = hits[-1]["_source"]["key"]
+
+    async def registry_record(self, key: str) -> dict[str, Any] | None:
+        # A GET by id is real-time: it sees the latest write, refreshed or not.
+        found = await self._registry_call(
+            "read", self.client.get(index=self.registry_index, id=key)
+        )
+        return None if found is _ABSENT else registry_fields(found["_source"])
+
+    async def insert_registry_record(self, key: str, record: dict[str, Any]) -> bool:
+        # op_type=create: OpenSearch's atomic create-once (409 when the id exists).
+        # refresh: the next listing (a search) sees it.
+        body = {"key": key, **registry_fields(record)}
+        created = await self._registry_call(
+            "write",
+            self.client.create(index=self.registry_index, id=key, body=body, refresh="true"),
+        )
+        return created is not _TAKEN
+
+    async def update_registry_record(self, key: str, record: dict[str, Any]) -> bool:
+        # A partial update of an absent document is refused (404), never an insert.
+        body = {"doc": registry_fields(record)}
+        updated = await self._registry_call(
+            "write",
+            self.client.update(index=self.registry_index, id=key, body=body, refresh="true"),
+        )
+        return updated is not _ABSENT
+
+    async def drop_registry_record(self, key: str) -> None:
+        await self._registry_call(
+            "write", self.client.delete(index=self.registry_index, id=key, refresh="true")
         )
 
     # -- snapshots (Snapshots protocol) ----------------------------------------------------
@@ -427,6 +517,13 @@ class OpenSearchBackend:
             )
         return self.config.snapshot_repository
 
+    async def _snapshot_indices(self) -> list[str]:
+        """The chunk index and, where it exists, the registry: a snapshot restores both."""
+        indices = [self.physical or self.alias]
+        if await self.client.indices.exists(index=self.registry_index):
+            indices.append(self.registry_index)
+        return indices
+
     async def create_snapshot(self, name: str) -> dict[str, Any]:
         repository = self._repository()
         response = await self._call(
@@ -434,7 +531,7 @@ class OpenSearchBackend:
             self.client.snapshot.create(
                 repository=repository,
                 snapshot=name,
-                body=bodies.snapshot_body(self.physical or self.alias),
+                body=bodies.snapshot_body(await self._snapshot_indices()),
                 wait_for_completion=True,
             ),
         )

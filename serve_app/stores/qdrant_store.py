@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,9 @@ from serve_app.stores.base import (
     StrategyQuery,
     directory_bytes,
     in_scope,
+    legacy_records,
+    registry_fields,
+    registry_name,
     states_from_payloads,
     versioned_names,
 )
@@ -42,6 +46,8 @@ from serve_app.stores.versioning import VersionTaken, open_versioned
 log = logging.getLogger(__name__)
 
 _SCROLL_PAGE = 1000
+_REGISTRY_PAGE = 1000
+_ABSENT = object()
 _CLIENT_ERRORS = (UnexpectedResponse, ResponseHandlingException, httpx.HTTPError, OSError)
 
 
@@ -159,13 +165,8 @@ class QdrantBackend:
             sparse["bm25"] = qm.SparseVectorParams(modifier=qm.Modifier.IDF)
         try:
             await self._create_collection(name, models, sparse, quantization)
-        except UnexpectedResponse as error:
-            # The collection exists: 409 since Qdrant 1.8, 400 with this text before.
-            if error.status_code == 409 or b"already exists" in (error.content or b""):
-                raise VersionTaken(name) from None
-            raise
-        except ValueError as error:  # local mode's answer to the same
-            if f"Collection {name} already exists" in str(error):
+        except (UnexpectedResponse, ValueError) as error:
+            if _already_exists(error, name):
                 raise VersionTaken(name) from None
             raise
 
@@ -454,15 +455,127 @@ class QdrantBackend:
             "disk_bytes": disk,  # a server does not report it through the collection API
         }
 
-    async def read_registry(self) -> dict[str, Any]:
-        info = await self._call("registry read", self.client.get_collection(self.alias))
-        return dict((info.config.metadata or {}).get("registry") or {})
+    # -- the collection registry (a collection of its own beside the alias) --------------
+    @property
+    def registry_collection(self) -> str:
+        return registry_name(self.alias)
 
-    async def write_registry(self, registry: dict[str, Any]) -> None:
+    async def _registry_call(self, what: str, coro: Any) -> Any:
+        """The call's answer; ``_ABSENT`` when the point (set_payload) or the registry
+        collection (an index opened by an earlier version) does not exist."""
+
+        async def answer() -> Any:
+            try:
+                return await coro
+            except UnexpectedResponse as error:
+                if error.status_code == 404:
+                    return _ABSENT
+                raise
+            except KeyError:  # local mode: no such point
+                return _ABSENT
+            except ValueError as error:  # local mode: no such collection
+                if f"Collection {self.registry_collection} not found" in str(error):
+                    return _ABSENT
+                raise
+
+        return await self._call(f"registry {what}", answer())
+
+    async def open_registry(self) -> list[dict[str, Any]]:
+        name = self.registry_collection
+        if not await self._call("registry lookup", self.client.collection_exists(name)):
+            await self._call("registry creation", self._create_registry(name))
+        target = self.physical or await self._call("alias lookup", self.alias_target())
+        info = await self._call("registry read", self.client.get_collection(target))
+        return legacy_records((info.config.metadata or {}).get("registry") or {})
+
+    async def _create_registry(self, name: str) -> None:
+        try:  # points with a payload only: no vectors
+            await self.client.create_collection(
+                name, vectors_config={}, replication_factor=self.config.replication_factor
+            )
+        except (UnexpectedResponse, ValueError) as error:
+            if not _already_exists(error, name):
+                raise
+            # another replica created it meanwhile
+
+    async def clear_legacy_registry(self) -> None:
         # Metadata keys are merged by Qdrant: the model binding stays as it is.
         target = self.physical or await self._call("alias lookup", self.alias_target())
         await self._call(
-            "registry write", self.client.update_collection(target, metadata={"registry": registry})
+            "registry write", self.client.update_collection(target, metadata={"registry": {}})
+        )
+
+    async def registry_records(self, tenant_id: str | None) -> list[dict[str, Any]]:
+        selector = (
+            qm.Filter(
+                must=[qm.FieldCondition(key="tenant_id", match=qm.MatchValue(value=tenant_id))]
+            )
+            if tenant_id is not None
+            else None
+        )
+        records: list[dict[str, Any]] = []
+        offset: Any = None
+        while True:
+            page = await self._registry_call(
+                "read",
+                self.client.scroll(
+                    self.registry_collection,
+                    scroll_filter=selector,
+                    limit=_REGISTRY_PAGE,
+                    offset=offset,
+                    with_payload=True,
+                ),
+            )
+            if page is _ABSENT:
+                return []
+            points, offset = page
+            records += [registry_fields(p.payload or {}) for p in points]
+            if offset is None:
+                return records
+
+    async def _registry_payload(self, key: str) -> dict[str, Any] | None:
+        found = await self._registry_call(
+            "read", self.client.retrieve(self.registry_collection, ids=[key], with_payload=True)
+        )
+        return None if found is _ABSENT or not found else dict(found[0].payload or {})
+
+    async def registry_record(self, key: str) -> dict[str, Any] | None:
+        payload = await self._registry_payload(key)
+        return None if payload is None else registry_fields(payload)
+
+    async def insert_registry_record(self, key: str, record: dict[str, Any]) -> bool:
+        # insert_only (Qdrant >= 1.17) leaves a point that exists as it is and reports success
+        # either way: whether this call created it is read back from its claim.
+        claim = uuid.uuid4().hex
+        point = qm.PointStruct(
+            id=key, vector={}, payload={**registry_fields(record), "claim": claim}
+        )
+        await self._call(
+            "registry write",
+            self.client.upsert(
+                self.registry_collection, [point], update_mode=qm.UpdateMode.INSERT_ONLY
+            ),
+        )
+        held = await self._registry_payload(key)
+        return held is not None and held.get("claim") == claim
+
+    async def update_registry_record(self, key: str, record: dict[str, Any]) -> bool:
+        # set_payload on an absent point is refused (404), never an insert; it merges, so
+        # the creator's claim stays.
+        updated = await self._registry_call(
+            "write",
+            self.client.set_payload(
+                self.registry_collection, payload=registry_fields(record), points=[key]
+            ),
+        )
+        return updated is not _ABSENT
+
+    async def drop_registry_record(self, key: str) -> None:
+        await self._registry_call(
+            "write",
+            self.client.delete(
+                self.registry_collection, points_selector=qm.PointIdsList(points=[key])
+            ),
         )
 
     # -- snapshots (Snapshots protocol) ----------------------------------------------------
@@ -476,18 +589,43 @@ class QdrantBackend:
             raise QdrantStoreError(f"no Qdrant collection behind the alias {self.alias}")
         return self.physical
 
+    async def _snapshot_collections(self) -> list[str]:
+        """The chunk collection and, where it exists, the registry: restore both together."""
+        collections = [await self._snapshot_target()]
+        registry = self.registry_collection
+        if await self._call("registry lookup", self.client.collection_exists(registry)):
+            collections.append(registry)
+        return collections
+
     async def create_snapshot(self, name: str) -> dict[str, Any]:
         del name  # Qdrant names its snapshots itself
-        collection = await self._snapshot_target()
-        description = await self._call(
-            "snapshot creation", self.client.create_snapshot(collection, wait=True)
-        )
-        return {"store": "qdrant", "name": description.name, "size": description.size}
+        collections = await self._snapshot_collections()
+        taken = [
+            await self._call("snapshot creation", self.client.create_snapshot(c, wait=True))
+            for c in collections
+        ]
+        answer = {"store": "qdrant", "name": taken[0].name, "size": taken[0].size}
+        if len(taken) > 1:
+            answer["registry_snapshot"] = taken[1].name
+        return answer
 
     async def list_snapshots(self) -> list[dict[str, Any]]:
-        collection = await self._snapshot_target()
-        found = await self._call("snapshot listing", self.client.list_snapshots(collection))
-        return [{"store": "qdrant", "name": s.name, "size": s.size} for s in found]
+        found = []
+        for collection in await self._snapshot_collections():
+            listed = await self._call("snapshot listing", self.client.list_snapshots(collection))
+            found += [
+                {"store": "qdrant", "collection": collection, "name": s.name, "size": s.size}
+                for s in listed
+            ]
+        return found
+
+
+def _already_exists(error: Exception, name: str) -> bool:
+    """Whether a collection creation failed because ``name`` exists: 409 since Qdrant 1.8,
+    400 with this text before; local mode raises a ValueError."""
+    if isinstance(error, UnexpectedResponse):
+        return error.status_code == 409 or b"already exists" in (error.content or b"")
+    return f"Collection {name} already exists" in str(error)
 
 
 def build_qdrant(config: AppConfig) -> StoreIndex:

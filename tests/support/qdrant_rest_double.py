@@ -12,8 +12,8 @@ It serves the operations the Qdrant backend calls (paths and verbs read from qdr
 - collections: ``GET /collections``, ``GET|PUT|PATCH|DELETE /collections/{name}``,
   ``GET /collections/{name}/exists``, ``PUT /collections/{name}/index``;
 - aliases: ``GET /aliases``, ``GET /collections/{name}/aliases``, ``POST /collections/aliases``;
-- points: ``PUT /collections/{name}/points`` (upsert), ``POST .../points`` (retrieve),
-  ``.../points/delete``, ``.../points/scroll``, ``.../points/count``, ``.../points/query/batch``.
+- points: ``PUT /collections/{name}/points`` (upsert, with ``update_mode``), ``POST
+  .../points`` (retrieve), ``.../points/payload`` (set payload), ``.../points/delete``, ``.../points/scroll``, ``.../points/count``, ``.../points/query/batch``.
 
 Error statuses are the server's (Qdrant >= 1.8): an unknown collection is 404 ``Not found:
 Collection `x` doesn't exist!``, creating one that exists is 409, other rejections 400, each
@@ -84,6 +84,7 @@ class QdrantRestDouble:
             ("PUT", re.compile(r"/collections/(?P<name>[^/]+)/points"), self.upsert),
             ("POST", re.compile(r"/collections/(?P<name>[^/]+)/points"), self.retrieve),
             ("POST", re.compile(r"/collections/(?P<name>[^/]+)/points/delete"), self.delete),
+            ("POST", re.compile(r"/collections/(?P<name>[^/]+)/points/payload"), self.set_payload),
             ("POST", re.compile(r"/collections/(?P<name>[^/]+)/points/scroll"), self.scroll),
             ("POST", re.compile(r"/collections/(?P<name>[^/]+)/points/count"), self.count),
             (
@@ -156,7 +157,22 @@ class QdrantRestDouble:
             points = qm.PointsBatch.model_validate(body).batch
         else:
             points = qm.PointsList.model_validate(body).points
-        return self.client.upsert(name, points=points)
+        # Qdrant >= 1.17: insert_only skips points that exist, update_only absent ones.
+        return self.client.upsert(
+            name,
+            points=points,
+            update_filter=body.get("update_filter"),
+            update_mode=body.get("update_mode"),
+        )
+
+    def set_payload(self, body: Any, name: str) -> Any:
+        spec = qm.SetPayload.model_validate(body)
+        try:
+            return self.client.set_payload(
+                name, payload=spec.payload, points=spec.points or spec.filter
+            )
+        except KeyError as error:  # local mode's answer for an id it does not hold
+            raise QdrantError(404, f"Not found: No point with id {error.args[0]} found") from None
 
     def retrieve(self, body: Any, name: str) -> Any:
         spec = qm.PointRequest.model_validate(body)

@@ -67,6 +67,18 @@ async def _workflow(opensearch_url) -> None:
         await index.snapshot_stores()[0].create_snapshot("nightly")
     await index.close()
 
+    # A registry kept by an earlier version in the mapping's _meta is carried over at open.
+    reopened = recording_index(config)
+    (backend,) = reopened.backends
+    physical = await backend.alias_target()
+    legacy = {"tenants": {"t1": {"old": {"created_at": "2026-01-01T00:00:00+00:00"}}}}
+    meta = {**await backend._meta(physical), "registry": legacy}
+    await backend.client.indices.put_mapping(index=physical, body={"_meta": meta})
+    await reopened.open(MODELS)
+    assert [c["name"] for c in await reopened.list_collections("t1")] == ["default", "old"]
+    assert "registry" not in await backend._meta(physical)
+    await reopened.close()
+
     # neural_sparse (OpenSearch >= 2.11 with the neural-search plugin; osmem lacks it).
     neural = recording_index(config.model_copy(update={"splade_query": "neural_sparse"}))
     await neural.open(MODELS)
@@ -99,7 +111,13 @@ async def test_every_request_body_validates_against_the_spec(opensearch_url):
         ("post", "/{index}/_mget"),
         ("post", "/{index}/_count"),
         ("put", "/_snapshot/{repository}/{snapshot}"),
-        ("put", "/{index}/_mapping"),  # the collection registry in the mapping's _meta
+        ("put", "/{index}/_mapping"),  # a registry of an earlier version carried over
+        # the collection registry: one document per collection
+        ("head", "/{index}"),
+        ("put", "/{index}/_create/{id}"),
+        ("post", "/{index}/_update/{id}"),
+        ("get", "/{index}/_doc/{id}"),
+        ("delete", "/{index}/_doc/{id}"),
     }
     assert expected <= seen, f"not exercised: {expected - seen}"
     switch = [b for m, p, b in RecordingConnection.sent if p == "/_aliases"][-1]

@@ -1,0 +1,183 @@
+"""The registry of named collections with several store replicas on one server topology.
+
+Every store replica (a process of its own in production) opens the same stores and changes
+the registry at the same moments; here each replica is a ``StoreIndex`` with clients of its
+own, against the servers the production topologies use (osmem-server for OpenSearch, the
+Qdrant REST double), their calls interleaved on one event loop. No change may be lost, a
+name is created once, and the registry outlives a migration to a new version."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import uuid
+
+import pytest
+from store_helpers import make_store, opensearch_config, write
+
+from serve_app.errors import ConflictError, NotFoundError
+from serve_app.stores.base import registry_key
+from serve_app.testing.store_contract import MODELS, encoded
+
+REPLICAS = 4
+TOPOLOGIES = ["qdrant", "opensearch+qdrant"]
+
+
+def replicas(topology, tmp_path, opensearch_url, qdrant_url, alias, count=REPLICAS, **kw):
+    return [
+        make_store(
+            topology,
+            tmp_path / f"{alias}-{i}",
+            opensearch_url,
+            collection=alias,
+            os_config=opensearch_config(opensearch_url, index=alias),
+            qdrant_url=qdrant_url,
+            **kw,
+        )
+        for i in range(count)
+    ]
+
+
+async def opened(stores, models=MODELS):
+    await asyncio.gather(*(store.open(models) for store in stores))
+    return stores
+
+
+async def names(store, tenant):
+    return [c["name"] for c in await store.list_collections(tenant)]
+
+
+@pytest.mark.parametrize("topology", TOPOLOGIES)
+async def test_collections_created_and_deleted_at_once_through_every_replica_are_all_kept(
+    topology, tmp_path, opensearch_url, qdrant_url
+):
+    alias = f"reg-{uuid.uuid4().hex[:8]}"
+    stores = await opened(replicas(topology, tmp_path, opensearch_url, qdrant_url, alias))
+    try:
+        wanted = [f"c{r}-{i}" for r in range(REPLICAS) for i in range(5)]
+        await asyncio.gather(
+            *(stores[int(name[1])].create_collection("t", name) for name in wanted)
+        )
+        for store in stores:
+            assert sorted(await names(store, "t")) == sorted(["default", *wanted])
+        # half of them deleted at once, each through another replica than created it
+        gone = wanted[::2]
+        await asyncio.gather(
+            *(stores[(int(name[1]) + 1) % REPLICAS].delete_collection("t", name) for name in gone)
+        )
+        kept = sorted(set(wanted) - set(gone))
+        for store in stores:
+            assert sorted(await names(store, "t")) == sorted(["default", *kept])
+            assert all([await store.has_collection("t", n) for n in kept])
+            assert not any([await store.has_collection("t", n) for n in gone])
+    finally:
+        for store in stores:
+            await store.close()
+
+
+@pytest.mark.parametrize("topology", TOPOLOGIES)
+async def test_one_name_created_at_once_through_every_replica_is_created_once(
+    topology, tmp_path, opensearch_url, qdrant_url
+):
+    alias = f"once-{uuid.uuid4().hex[:8]}"
+    stores = await opened(replicas(topology, tmp_path, opensearch_url, qdrant_url, alias))
+    try:
+        for attempt in range(3):
+            name = f"papers{attempt}"
+            results = await asyncio.gather(
+                *(store.create_collection("t", name) for store in stores),
+                return_exceptions=True,
+            )
+            created = [r for r in results if isinstance(r, dict)]
+            refused = [r for r in results if isinstance(r, ConflictError)]
+            assert len(created) == 1 and len(refused) == REPLICAS - 1, results
+            # the record is the winner's
+            held = await stores[0].chunk_store.registry_record(registry_key("t", name))
+            assert held is not None and held["created_at"] == created[0]["created_at"]
+        # and deleting one name through every replica at once removes it once, cleanly
+        results = await asyncio.gather(
+            *(store.delete_collection("t", "papers0") for store in stores),
+            return_exceptions=True,
+        )
+        assert all(isinstance(r, int | NotFoundError) for r in results), results
+        assert await names(stores[1], "t") == ["default", "papers1", "papers2"]
+        created = await stores[2].create_collection("t", "papers0")  # the name is free again
+        assert created["name"] == "papers0"
+    finally:
+        for store in stores:
+            await store.close()
+
+
+@pytest.mark.parametrize("topology", TOPOLOGIES)
+async def test_a_collection_being_deleted_cannot_be_created_again_until_it_is_gone(
+    topology, tmp_path, opensearch_url, qdrant_url
+):
+    alias = f"del-{uuid.uuid4().hex[:8]}"
+    first, second = await opened(
+        replicas(topology, tmp_path, opensearch_url, qdrant_url, alias, count=2)
+    )
+    try:
+        await first.create_collection("t", "papers")
+        chunk = encoded("d1", 0, "alpha", [1, 0, 0, 0], {1: 1.0}, tenant="t", collection="papers")
+        await first.write_documents("t/papers", [write("d1", [chunk])])
+        key = registry_key("t", "papers")
+        record = await first.chunk_store.registry_record(key)
+        await first.chunk_store.update_registry_record(key, {**record, "state": "deleting"})
+        with pytest.raises(ConflictError, match="being deleted"):
+            await second.create_collection("t", "papers")
+        assert not await second.has_collection("t", "papers")
+        assert await second.delete_collection("t", "papers") == 1  # a retry finishes it
+        assert await first.count("t/papers") == 0
+        # an update of a record that is gone does not bring it back
+        assert not await first.chunk_store.update_registry_record(key, record)
+        assert await names(first, "t") == ["default"]
+    finally:
+        await first.close()
+        await second.close()
+
+
+@pytest.mark.parametrize("topology", TOPOLOGIES)
+async def test_the_registry_outlives_a_migration_to_a_new_version(
+    topology, tmp_path, opensearch_url, qdrant_url
+):
+    alias = f"mig-{uuid.uuid4().hex[:8]}"
+    (before,) = await opened(
+        replicas(topology, tmp_path, opensearch_url, qdrant_url, alias, count=1)
+    )
+    await before.create_collection("t", "papers")
+    await before.close()
+    other = dataclasses.replace(MODELS, dense_model="another-model")
+    (after,) = replicas(
+        topology, tmp_path, opensearch_url, qdrant_url, alias, count=1, migrate=True
+    )
+    await after.open(other)
+    try:
+        assert {b.physical for b in after.backends} == {f"{alias}-v2"}
+        assert await names(after, "t") == ["default", "papers"]
+        assert await after.has_collection("t", "papers")
+    finally:
+        await after.close()
+
+
+async def test_a_registry_kept_in_collection_metadata_is_carried_over_once(
+    tmp_path, opensearch_url, qdrant_url
+):
+    """An index written before the registry had its own collection kept it in the chunk
+    collection's metadata (Qdrant); replicas opening it together carry it over once."""
+    alias = f"old-{uuid.uuid4().hex[:8]}"
+    (writer,) = await opened(replicas("qdrant", tmp_path, opensearch_url, qdrant_url, alias, 1))
+    (backend,) = writer.backends
+    legacy = {"tenants": {"t": {"a": {"created_at": "2026-01-01T00:00:00+00:00"}, "b": {}}}}
+    await backend.client.update_collection(backend.physical, metadata={"registry": legacy})
+    await backend.client.delete_collection(f"{alias}-collections")
+    await writer.close()
+    stores = await opened(replicas("qdrant", tmp_path, opensearch_url, qdrant_url, alias))
+    try:
+        for store in stores:
+            assert await names(store, "t") == ["default", "b", "a"]  # undated first
+        info = await stores[0].backends[0].client.get_collection(f"{alias}-v1")
+        assert info.config.metadata["registry"] == {}
+        assert info.config.metadata["models"]  # the binding stays
+    finally:
+        for store in stores:
+            await store.close()
