@@ -349,8 +349,9 @@ class ChunkBackend(Backend, Protocol):
         (of concurrent inserts under one key, from any process, exactly one)."""
         ...
 
-    async def update_registry_record(self, key: str, record: dict[str, Any]) -> bool:
-        """Replace the record if it exists (never re-creates one just dropped): True if so."""
+    async def update_registry_record(self, key: str, fields: dict[str, Any]) -> bool:
+        """Change ``fields`` of the record if it exists (never re-creates one just dropped):
+        True if so."""
         ...
 
     async def drop_registry_record(self, key: str) -> None: ...

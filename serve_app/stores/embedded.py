@@ -32,6 +32,7 @@ from serve_app.stores.base import (
     directory_bytes,
     in_scope,
     legacy_records,
+    registry_fields,
     registry_key,
     states_from_payloads,
 )
@@ -419,10 +420,11 @@ class EdgeBackend:
         self._put_record(record, key)
         return True
 
-    async def update_registry_record(self, key: str, record: dict[str, Any]) -> bool:
-        if key not in self._records():
+    async def update_registry_record(self, key: str, fields: dict[str, Any]) -> bool:
+        held = self._records().get(key)
+        if held is None:
             return False
-        self._put_record(record, key)
+        self._put_record({**held, **registry_fields(fields)}, key)
         return True
 
     async def drop_registry_record(self, key: str) -> None:

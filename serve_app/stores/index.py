@@ -455,10 +455,12 @@ class StoreIndex:
             )
         key = registry_key(tenant_id, name)
         record = await self.chunk_store.registry_record(key)
-        if record is not None and record.get("state") != "deleting":
-            marked = {**record, "state": "deleting"}
-            if not await self.chunk_store.update_registry_record(key, marked):
-                record = None  # dropped meanwhile by a delete through another replica
+        if (
+            record is not None
+            and record.get("state") != "deleting"
+            and not await self.chunk_store.update_registry_record(key, {"state": "deleting"})
+        ):
+            record = None  # dropped meanwhile by a delete through another replica
         if record is None:
             raise NotFoundError(f"collection {name!r} not found")
         removed = await asyncio.gather(

@@ -270,7 +270,7 @@ def registry_body(config: OpenSearchConfig) -> dict[str, Any]:
         },
         "mappings": {
             "dynamic": "strict",
-            "properties": {field: keyword for field in ("key", *REGISTRY_RECORD_FIELDS)},
+            "properties": {field: keyword for field in ("key", "claim", *REGISTRY_RECORD_FIELDS)},
         },
     }
 

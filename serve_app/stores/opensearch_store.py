@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import uuid
 from typing import Any
 
 from opensearchpy import AsyncOpenSearch
@@ -485,21 +486,35 @@ class OpenSearchBackend:
         return None if found is _ABSENT else registry_fields(found["_source"])
 
     async def insert_registry_record(self, key: str, record: dict[str, Any]) -> bool:
-        # op_type=create: OpenSearch's atomic create-once (409 when the id exists).
+        # op_type=create: OpenSearch's atomic create-once (409 when the id exists). The
+        # client retries a request that timed out, and the retry of a create that had
+        # succeeded answers 409 too: whose record it is, is read from its claim.
         # refresh: the next listing (a search) sees it.
-        body = {"key": key, **registry_fields(record)}
+        claim = uuid.uuid4().hex
+        body = {"key": key, "claim": claim, **registry_fields(record)}
         created = await self._registry_call(
             "write",
             self.client.create(index=self.registry_index, id=key, body=body, refresh="true"),
         )
-        return created is not _TAKEN
+        if created is _ABSENT:
+            raise OpenSearchStoreError(f"no registry index {self.registry_index} (removed?)")
+        if created is not _TAKEN:
+            return True
+        held = await self._registry_call("read", self.client.get(index=self.registry_index, id=key))
+        return held is not _ABSENT and held["_source"].get("claim") == claim
 
-    async def update_registry_record(self, key: str, record: dict[str, Any]) -> bool:
-        # A partial update of an absent document is refused (404), never an insert.
-        body = {"doc": registry_fields(record)}
+    async def update_registry_record(self, key: str, fields: dict[str, Any]) -> bool:
+        # A partial update of an absent document is refused (404), never an insert;
+        # concurrent updates of one record are retried by OpenSearch, not answered 409.
         updated = await self._registry_call(
             "write",
-            self.client.update(index=self.registry_index, id=key, body=body, refresh="true"),
+            self.client.update(
+                index=self.registry_index,
+                id=key,
+                body={"doc": registry_fields(fields)},
+                refresh="true",
+                retry_on_conflict=3,
+            ),
         )
         return updated is not _ABSENT
 
@@ -520,7 +535,9 @@ class OpenSearchBackend:
     async def _snapshot_indices(self) -> list[str]:
         """The chunk index and, where it exists, the registry: a snapshot restores both."""
         indices = [self.physical or self.alias]
-        if await self.client.indices.exists(index=self.registry_index):
+        if await self._call(
+            "registry lookup", self.client.indices.exists(index=self.registry_index)
+        ):
             indices.append(self.registry_index)
         return indices
 

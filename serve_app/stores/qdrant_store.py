@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,11 @@ log = logging.getLogger(__name__)
 _SCROLL_PAGE = 1000
 _REGISTRY_PAGE = 1000
 _ABSENT = object()
+_INSERT_ONLY_SINCE = (1, 17)
+# The registry decides who created a collection: with replicated shards, its writes are
+# ordered through the shard's leader and its reads ask every replica.
+_STRONG = qm.WriteOrdering.STRONG
+_ALL = qm.ReadConsistencyType.ALL
 _CLIENT_ERRORS = (UnexpectedResponse, ResponseHandlingException, httpx.HTTPError, OSError)
 
 
@@ -481,12 +487,25 @@ class QdrantBackend:
         return await self._call(f"registry {what}", answer())
 
     async def open_registry(self) -> list[dict[str, Any]]:
+        if not self.config.local_path:
+            await self._require_insert_only()
         name = self.registry_collection
         if not await self._call("registry lookup", self.client.collection_exists(name)):
             await self._call("registry creation", self._create_registry(name))
         target = self.physical or await self._call("alias lookup", self.alias_target())
         info = await self._call("registry read", self.client.get_collection(target))
         return legacy_records((info.config.metadata or {}).get("registry") or {})
+
+    async def _require_insert_only(self) -> None:
+        """Refuse a server that would ignore ``update_mode`` (older than 1.17): there a
+        second creation of a collection would overwrite its record, not be refused."""
+        version = (await self._call("version check", self.client.info())).version
+        numbers = tuple(int(n) for n in re.findall(r"\d+", version)[:2])
+        if numbers < _INSERT_ONLY_SINCE:
+            raise ConfigError(
+                f"Qdrant {version} is too old for the named-collection registry, which needs "
+                "upsert's update_mode (Qdrant >= 1.17); upgrade the server"
+            )
 
     async def _create_registry(self, name: str) -> None:
         try:  # points with a payload only: no vectors
@@ -496,7 +515,9 @@ class QdrantBackend:
         except (UnexpectedResponse, ValueError) as error:
             if not _already_exists(error, name):
                 raise
-            # another replica created it meanwhile
+            return  # another replica created it meanwhile
+        if not self.config.local_path:  # listings filter on the tenant (strict mode: indexed)
+            await self.client.create_payload_index(name, "tenant_id", qm.PayloadSchemaType.KEYWORD)
 
     async def clear_legacy_registry(self) -> None:
         # Metadata keys are merged by Qdrant: the model binding stays as it is.
@@ -524,6 +545,7 @@ class QdrantBackend:
                     limit=_REGISTRY_PAGE,
                     offset=offset,
                     with_payload=True,
+                    consistency=_ALL,
                 ),
             )
             if page is _ABSENT:
@@ -535,7 +557,10 @@ class QdrantBackend:
 
     async def _registry_payload(self, key: str) -> dict[str, Any] | None:
         found = await self._registry_call(
-            "read", self.client.retrieve(self.registry_collection, ids=[key], with_payload=True)
+            "read",
+            self.client.retrieve(
+                self.registry_collection, ids=[key], with_payload=True, consistency=_ALL
+            ),
         )
         return None if found is _ABSENT or not found else dict(found[0].payload or {})
 
@@ -553,19 +578,25 @@ class QdrantBackend:
         await self._call(
             "registry write",
             self.client.upsert(
-                self.registry_collection, [point], update_mode=qm.UpdateMode.INSERT_ONLY
+                self.registry_collection,
+                [point],
+                update_mode=qm.UpdateMode.INSERT_ONLY,
+                ordering=_STRONG,
             ),
         )
         held = await self._registry_payload(key)
         return held is not None and held.get("claim") == claim
 
-    async def update_registry_record(self, key: str, record: dict[str, Any]) -> bool:
+    async def update_registry_record(self, key: str, fields: dict[str, Any]) -> bool:
         # set_payload on an absent point is refused (404), never an insert; it merges, so
         # the creator's claim stays.
         updated = await self._registry_call(
             "write",
             self.client.set_payload(
-                self.registry_collection, payload=registry_fields(record), points=[key]
+                self.registry_collection,
+                payload=registry_fields(fields),
+                points=[key],
+                ordering=_STRONG,
             ),
         )
         return updated is not _ABSENT
@@ -574,7 +605,9 @@ class QdrantBackend:
         await self._registry_call(
             "write",
             self.client.delete(
-                self.registry_collection, points_selector=qm.PointIdsList(points=[key])
+                self.registry_collection,
+                points_selector=qm.PointIdsList(points=[key]),
+                ordering=_STRONG,
             ),
         )
 

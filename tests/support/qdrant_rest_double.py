@@ -9,6 +9,7 @@ client's real REST transport (request models, status handling, ``UnexpectedRespo
 It serves the operations the Qdrant backend calls (paths and verbs read from qdrant-client
 1.20's ``http/api/*.py``), bodies parsed with the client's own REST models:
 
+- ``GET /`` (the version: ``version``, 1.17.0 unless told);
 - collections: ``GET /collections``, ``GET|PUT|PATCH|DELETE /collections/{name}``,
   ``GET /collections/{name}/exists``, ``PUT /collections/{name}/index``;
 - aliases: ``GET /aliases``, ``GET /collections/{name}/aliases``, ``POST /collections/aliases``;
@@ -60,9 +61,14 @@ def _dump(value: Any) -> Any:
 
 class QdrantRestDouble:
     def __init__(
-        self, slow_creates_s: float = 0.0, hold_creates: int = 0, hold_timeout_s: float = 30.0
+        self,
+        slow_creates_s: float = 0.0,
+        hold_creates: int = 0,
+        hold_timeout_s: float = 30.0,
+        version: str = "1.17.0",
     ) -> None:
         self.client = QdrantClient(location=":memory:")
+        self.version = version
         self.lock = threading.Lock()
         self.requests: list[tuple[str, str]] = []
         self.slow_creates_s = slow_creates_s
@@ -215,6 +221,8 @@ class QdrantRestDouble:
     # -- HTTP ------------------------------------------------------------------------------
     def handle(self, method: str, path: str, raw: bytes) -> tuple[int, dict]:
         self.requests.append((method, path))
+        if (method, path) == ("GET", "/"):  # the server's version, not wrapped in "result"
+            return 200, {"title": "qdrant - vector search engine", "version": self.version}
         started = time.perf_counter()
         found = next(
             (

@@ -15,9 +15,10 @@ import uuid
 import pytest
 from store_helpers import make_store, opensearch_config, write
 
-from serve_app.errors import ConflictError, NotFoundError
+from serve_app.errors import ConfigError, ConflictError, NotFoundError
 from serve_app.stores.base import registry_key
 from serve_app.testing.store_contract import MODELS, encoded
+from tests.support.qdrant_rest_double import QdrantRestDouble
 
 REPLICAS = 4
 TOPOLOGIES = ["qdrant", "opensearch+qdrant"]
@@ -91,9 +92,9 @@ async def test_one_name_created_at_once_through_every_replica_is_created_once(
             created = [r for r in results if isinstance(r, dict)]
             refused = [r for r in results if isinstance(r, ConflictError)]
             assert len(created) == 1 and len(refused) == REPLICAS - 1, results
-            # the record is the winner's
-            held = await stores[0].chunk_store.registry_record(registry_key("t", name))
-            assert held is not None and held["created_at"] == created[0]["created_at"]
+            # and it stays created: a later creation, through any replica, is refused
+            with pytest.raises(ConflictError, match="exists already"):
+                await stores[attempt].create_collection("t", name)
         # and deleting one name through every replica at once removes it once, cleanly
         results = await asyncio.gather(
             *(store.delete_collection("t", "papers0") for store in stores),
@@ -181,3 +182,48 @@ async def test_a_registry_kept_in_collection_metadata_is_carried_over_once(
     finally:
         for store in stores:
             await store.close()
+
+
+async def test_a_qdrant_server_that_would_ignore_insert_only_is_refused_at_open(
+    tmp_path, opensearch_url
+):
+    """Before 1.17 Qdrant ignores upsert's update_mode: a second creation of a name would
+    overwrite its record, so such a server is refused with the reason, not half-served."""
+    old = QdrantRestDouble(version="1.16.2")
+    url = old.start()
+    try:
+        alias = f"v-{uuid.uuid4().hex[:8]}"
+        (store,) = replicas("qdrant", tmp_path, opensearch_url, url, alias, 1)
+        with pytest.raises(ConfigError, match=r"Qdrant 1\.16\.2 is too old"):
+            await store.open(MODELS)
+        await store.close()
+    finally:
+        old.close()
+
+
+@pytest.mark.parametrize("ours", [True, False])
+async def test_an_opensearch_create_retried_after_it_landed_is_still_its_own(
+    ours, tmp_path, opensearch_url, monkeypatch
+):
+    """The client retries a create that timed out; when the first attempt had landed, the
+    retry is answered 409, and the record's claim tells whether it was this call's."""
+    from serve_app.stores import opensearch_store
+
+    alias = f"retry-{uuid.uuid4().hex[:8]}"
+    (store,) = await opened(replicas("opensearch+qdrant", tmp_path, opensearch_url, None, alias, 1))
+    backend = store.chunk_store
+    try:
+        key = registry_key("t", "papers")
+        landed = uuid.UUID(int=7)
+        await backend.client.create(
+            index=backend.registry_index,
+            id=key,
+            body={"key": key, "claim": landed.hex, "tenant_id": "t", "name": "papers"},
+            refresh="true",
+        )
+        claim = landed if ours else uuid.UUID(int=8)
+        monkeypatch.setattr(opensearch_store.uuid, "uuid4", lambda: claim)
+        record = {"tenant_id": "t", "name": "papers", "state": "ready"}
+        assert await backend.insert_registry_record(key, record) is ours
+    finally:
+        await store.close()
