@@ -431,10 +431,19 @@ class StoreIndex:
 
     async def create_collection(self, tenant_id: str, name: str) -> dict[str, Any]:
         """Register a collection; ConflictError when the tenant has it already (of
-        concurrent creations of one name, through any store replica, exactly one succeeds)."""
+        concurrent creations of one name, through any store replica, exactly one succeeds).
+
+        The record is created ``creating`` (it takes no writes yet), the scope is emptied,
+        then it turns ``ready``: a write admitted just before an earlier collection of this
+        name was deleted may have landed after that delete's sweep, and must not reappear."""
         key = registry_key(tenant_id, name)
         created_at = datetime.now(UTC).isoformat(timespec="seconds")
-        record = {"tenant_id": tenant_id, "name": name, "created_at": created_at, "state": "ready"}
+        record = {
+            "tenant_id": tenant_id,
+            "name": name,
+            "created_at": created_at,
+            "state": "creating",
+        }
         if name == DEFAULT_COLLECTION or not await self.chunk_store.insert_registry_record(
             key, record
         ):
@@ -443,12 +452,20 @@ class StoreIndex:
             )
             state = "being deleted" if (held or {}).get("state") == "deleting" else "exists"
             raise ConflictError(f"collection {name!r} {state} already")
+        leftovers = await asyncio.gather(
+            *(b.delete_scope(scope(tenant_id, name)) for b in self.backends)
+        )
+        if any(leftovers):
+            log.warning("removed %d leftover chunks of %s/%s", max(leftovers), tenant_id, name)
+        if not await self.chunk_store.update_registry_record(key, {"state": "ready"}):
+            raise ConflictError(f"collection {name!r} was deleted while it was being created")
         return {"name": name, "state": "ready", "created_at": created_at}
 
     async def delete_collection(self, tenant_id: str, name: str) -> int:
         """Remove a collection's chunks from every store, then the collection; returns the
         chunks removed (from the store holding the most). It is marked ``deleting`` first, so
-        it takes no writes or searches meanwhile, and a failed delete is finished by a retry."""
+        it takes no writes or searches meanwhile, and a failed delete is finished by a retry
+        (as is a creation that died half-way: ``creating``)."""
         if name == DEFAULT_COLLECTION:
             raise InvalidInputError(
                 "the default collection cannot be deleted; delete its documents instead"

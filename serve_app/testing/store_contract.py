@@ -31,6 +31,7 @@ from serve_app.stores.base import (
     IndexModels,
     QueryVectors,
     SearchQuery,
+    scope,
 )
 
 MODELS = IndexModels(dense_model="m", dense_dim=4, splade_model="s", bm25_model="b")
@@ -137,6 +138,23 @@ class StoreContract:
     @staticmethod
     async def texts(store: ChunkIndex, tenant: str, hits) -> list[str]:
         return [c.text for c in await store.fetch(tenant, [h.chunk_id for h in hits])]
+
+    async def test_a_collection_created_again_starts_empty(self, store, tenants):
+        """A write admitted just before a collection was deleted can land after the
+        delete's sweep; a collection created again under that name must not show it."""
+        t1, _ = tenants
+        key = scope(t1, "again")
+        await store.create_collection(t1, "again")
+        assert await store.has_collection(t1, "again")
+        await store.delete_collection(t1, "again")
+        late = encoded("late", 0, "late words", [1, 0, 0, 0], {1: 1.0}, t1, collection="again")
+        await store.write_documents(key, [write("late", [late])])
+        assert await store.count(key) == 1
+        created = await store.create_collection(t1, "again")
+        assert created["state"] == "ready" and await store.has_collection(t1, "again")
+        assert await store.count(key) == 0
+        assert await store.search("dense", query(), 5, key) == []
+        await store.delete_collection(t1, "again")
 
     async def test_protocol_health_and_counts(self, filled):
         store, t1, t2 = filled

@@ -274,7 +274,12 @@ class QdrantRestDouble:
             def log_message(self, *args: Any) -> None:
                 return None
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            # socketserver's default backlog is 5: store replicas opening dozens of
+            # connections at once would find some reset (Qdrant's own server takes 2048).
+            request_queue_size = 1024
+
+        self._server = Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return f"http://127.0.0.1:{self._server.server_address[1]}"
