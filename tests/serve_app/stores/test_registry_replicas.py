@@ -9,6 +9,7 @@ name is created once, and the registry outlives a migration to a new version."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import uuid
 
@@ -39,9 +40,16 @@ def replicas(topology, tmp_path, opensearch_url, qdrant_url, alias, count=REPLIC
     ]
 
 
-async def opened(stores, models=MODELS):
-    await asyncio.gather(*(store.open(models) for store in stores))
-    return stores
+@contextlib.asynccontextmanager
+async def opened(*args, models=MODELS, **kw):
+    """``replicas(*args, **kw)``, opened together, closed whatever the test does."""
+    stores = replicas(*args, **kw)
+    try:
+        await asyncio.gather(*(store.open(models) for store in stores))
+        yield stores
+    finally:
+        for store in stores:
+            await store.close()
 
 
 async def names(store, tenant):
@@ -53,8 +61,7 @@ async def test_collections_created_and_deleted_at_once_through_every_replica_are
     topology, tmp_path, opensearch_url, qdrant_url
 ):
     alias = f"reg-{uuid.uuid4().hex[:8]}"
-    stores = await opened(replicas(topology, tmp_path, opensearch_url, qdrant_url, alias))
-    try:
+    async with opened(topology, tmp_path, opensearch_url, qdrant_url, alias) as stores:
         wanted = [f"c{r}-{i}" for r in range(REPLICAS) for i in range(5)]
         await asyncio.gather(
             *(stores[int(name[1])].create_collection("t", name) for name in wanted)
@@ -71,9 +78,6 @@ async def test_collections_created_and_deleted_at_once_through_every_replica_are
             assert sorted(await names(store, "t")) == sorted(["default", *kept])
             assert all([await store.has_collection("t", n) for n in kept])
             assert not any([await store.has_collection("t", n) for n in gone])
-    finally:
-        for store in stores:
-            await store.close()
 
 
 @pytest.mark.parametrize("topology", TOPOLOGIES)
@@ -81,8 +85,7 @@ async def test_one_name_created_at_once_through_every_replica_is_created_once(
     topology, tmp_path, opensearch_url, qdrant_url
 ):
     alias = f"once-{uuid.uuid4().hex[:8]}"
-    stores = await opened(replicas(topology, tmp_path, opensearch_url, qdrant_url, alias))
-    try:
+    async with opened(topology, tmp_path, opensearch_url, qdrant_url, alias) as stores:
         for attempt in range(3):
             name = f"papers{attempt}"
             results = await asyncio.gather(
@@ -104,9 +107,6 @@ async def test_one_name_created_at_once_through_every_replica_is_created_once(
         assert await names(stores[1], "t") == ["default", "papers1", "papers2"]
         created = await stores[2].create_collection("t", "papers0")  # the name is free again
         assert created["name"] == "papers0"
-    finally:
-        for store in stores:
-            await store.close()
 
 
 @pytest.mark.parametrize("topology", TOPOLOGIES)
@@ -114,10 +114,10 @@ async def test_a_collection_being_deleted_cannot_be_created_again_until_it_is_go
     topology, tmp_path, opensearch_url, qdrant_url
 ):
     alias = f"del-{uuid.uuid4().hex[:8]}"
-    first, second = await opened(
-        replicas(topology, tmp_path, opensearch_url, qdrant_url, alias, count=2)
-    )
-    try:
+    async with opened(topology, tmp_path, opensearch_url, qdrant_url, alias, count=2) as (
+        first,
+        second,
+    ):
         await first.create_collection("t", "papers")
         chunk = encoded("d1", 0, "alpha", [1, 0, 0, 0], {1: 1.0}, tenant="t", collection="papers")
         await first.write_documents("t/papers", [write("d1", [chunk])])
@@ -132,9 +132,6 @@ async def test_a_collection_being_deleted_cannot_be_created_again_until_it_is_go
         # an update of a record that is gone does not bring it back
         assert not await first.chunk_store.update_registry_record(key, record)
         assert await names(first, "t") == ["default"]
-    finally:
-        await first.close()
-        await second.close()
 
 
 @pytest.mark.parametrize("topology", TOPOLOGIES)
@@ -142,22 +139,15 @@ async def test_the_registry_outlives_a_migration_to_a_new_version(
     topology, tmp_path, opensearch_url, qdrant_url
 ):
     alias = f"mig-{uuid.uuid4().hex[:8]}"
-    (before,) = await opened(
-        replicas(topology, tmp_path, opensearch_url, qdrant_url, alias, count=1)
-    )
-    await before.create_collection("t", "papers")
-    await before.close()
+    async with opened(topology, tmp_path, opensearch_url, qdrant_url, alias, count=1) as (before,):
+        await before.create_collection("t", "papers")
     other = dataclasses.replace(MODELS, dense_model="another-model")
-    (after,) = replicas(
-        topology, tmp_path, opensearch_url, qdrant_url, alias, count=1, migrate=True
-    )
-    await after.open(other)
-    try:
+    async with opened(
+        topology, tmp_path, opensearch_url, qdrant_url, alias, count=1, migrate=True, models=other
+    ) as (after,):
         assert {b.physical for b in after.backends} == {f"{alias}-v2"}
         assert await names(after, "t") == ["default", "papers"]
         assert await after.has_collection("t", "papers")
-    finally:
-        await after.close()
 
 
 async def test_a_registry_kept_in_collection_metadata_is_carried_over_once(
@@ -166,22 +156,17 @@ async def test_a_registry_kept_in_collection_metadata_is_carried_over_once(
     """An index written before the registry had its own collection kept it in the chunk
     collection's metadata (Qdrant); replicas opening it together carry it over once."""
     alias = f"old-{uuid.uuid4().hex[:8]}"
-    (writer,) = await opened(replicas("qdrant", tmp_path, opensearch_url, qdrant_url, alias, 1))
-    (backend,) = writer.backends
-    legacy = {"tenants": {"t": {"a": {"created_at": "2026-01-01T00:00:00+00:00"}, "b": {}}}}
-    await backend.client.update_collection(backend.physical, metadata={"registry": legacy})
-    await backend.client.delete_collection(f"{alias}-collections")
-    await writer.close()
-    stores = await opened(replicas("qdrant", tmp_path, opensearch_url, qdrant_url, alias))
-    try:
+    async with opened("qdrant", tmp_path, opensearch_url, qdrant_url, alias, 1) as (writer,):
+        (backend,) = writer.backends
+        legacy = {"tenants": {"t": {"a": {"created_at": "2026-01-01T00:00:00+00:00"}, "b": {}}}}
+        await backend.client.update_collection(backend.physical, metadata={"registry": legacy})
+        await backend.client.delete_collection(f"{alias}-collections")
+    async with opened("qdrant", tmp_path, opensearch_url, qdrant_url, alias) as stores:
         for store in stores:
             assert await names(store, "t") == ["default", "b", "a"]  # undated first
         info = await stores[0].backends[0].client.get_collection(f"{alias}-v1")
         assert info.config.metadata["registry"] == {}
         assert info.config.metadata["models"]  # the binding stays
-    finally:
-        for store in stores:
-            await store.close()
 
 
 async def test_a_qdrant_server_that_would_ignore_insert_only_is_refused_at_open(
@@ -210,9 +195,8 @@ async def test_an_opensearch_create_retried_after_it_landed_is_still_its_own(
     from serve_app.stores import opensearch_store
 
     alias = f"retry-{uuid.uuid4().hex[:8]}"
-    (store,) = await opened(replicas("opensearch+qdrant", tmp_path, opensearch_url, None, alias, 1))
-    backend = store.chunk_store
-    try:
+    async with opened("opensearch+qdrant", tmp_path, opensearch_url, None, alias, 1) as (store,):
+        backend = store.chunk_store
         key = registry_key("t", "papers")
         landed = uuid.UUID(int=7)
         await backend.client.create(
@@ -225,5 +209,3 @@ async def test_an_opensearch_create_retried_after_it_landed_is_still_its_own(
         monkeypatch.setattr(opensearch_store.uuid, "uuid4", lambda: claim)
         record = {"tenant_id": "t", "name": "papers", "state": "ready"}
         assert await backend.insert_registry_record(key, record) is ours
-    finally:
-        await store.close()
