@@ -43,6 +43,22 @@ def test_padding_does_not_leak_into_weights(splade):
     assert set(alone) == set(batched.as_term_weights())
 
 
+def test_packed_and_masked_pooling_agree(splade):
+    """The CPU projects only real tokens, a GPU zeroes padding's logits: on a batch of uneven
+    lengths both give each text's vector alone (no padding)."""
+    texts = [REFERENCE["texts"][0], "cell biology", REFERENCE["query"], "atp " * 40]
+    alone = [splade.encode([t], 64)[0] for t in texts]
+    for pack in (True, False):
+        splade._pack_tokens = pack
+        try:
+            batched = splade.encode(texts, 64)
+        finally:
+            splade._pack_tokens = True
+        for one, many in zip(alone, batched, strict=True):
+            assert many.indices == one.indices
+            assert many.values == pytest.approx(one.values, abs=1e-5)
+
+
 def test_min_weight_pruning(local_config):
     strict = SpladeEncoder(local_config.splade.model_copy(update={"min_weight": 1.0}))
     (vector,) = strict.encode([REFERENCE["texts"][1]], 256)
