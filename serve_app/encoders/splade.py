@@ -127,7 +127,7 @@ class SpladeEncoder:
         """log1p(relu(max over real tokens of the vocabulary logits)), (batch, vocab) float32.
 
         ``mask`` (on ``hidden``'s device) marks the real tokens, ``lengths`` counts them per row;
-        ``pack`` overrides the device's ``PACK_TOKENS`` choice (tests compare the two ways).
+        ``pack`` overrides the device's ``PACK_TOKENS`` choice.
         """
         batch, width, dim = hidden.shape
         vocab = self._projection_weight.shape[0]
