@@ -135,7 +135,11 @@ def _drain_serve(timeout_s: float) -> None:
     try:
         client, _ = _check_cached_client_alive()  # bounded: 5 s for a dead controller
         if client is not None:
-            client.shutdown(timeout_s=timeout_s)
+            started = time.monotonic()
+            client.shutdown(timeout_s=timeout_s)  # logs a warning and returns at the bound
+            took = time.monotonic() - started
+            verdict = "drained in" if took < timeout_s else "cut short: its drain took over"
+            print(f"Serve {verdict} {took:.1f} s", flush=True)
     except Exception as error:  # Ray is stopped next, whatever happened here
         log.info("Serve shutdown cut short: %r", error)
     finally:

@@ -24,6 +24,9 @@ def deployment_options(settings: DeploymentSettings) -> dict[str, Any]:
         "health_check_timeout_s": 30,
         "logging_config": {"enable_access_log": settings.access_log},
     }
+    for drain in ("graceful_shutdown_wait_loop_s", "graceful_shutdown_timeout_s"):
+        if getattr(settings, drain) is not None:  # unset: Serve's own default
+            options[drain] = getattr(settings, drain)
     if settings.autoscaling is not None:
         scaling = settings.autoscaling
         options["autoscaling_config"] = {

@@ -413,6 +413,13 @@ class DeploymentSettings(_Section):
     # ingress logs the client's request, with its request id, status and latency). Unset:
     # on for the ingress, off for the others.
     access_log: bool | None = None
+    # Serve's drain when a replica stops (shutdown, scale-down, upgrade): how often it checks
+    # for requests still running, and how long before the replica is killed. Unset: Serve's
+    # defaults (every 2 s, 20 s), right for a cluster behind a load balancer. Serve stops the
+    # deployments one after the other in dependency order, so on one machine the 2 s checks
+    # alone made Ctrl-C's drain outlast the local run's stop bound.
+    graceful_shutdown_wait_loop_s: float | None = Field(default=None, gt=0)
+    graceful_shutdown_timeout_s: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="before")
     @classmethod

@@ -136,3 +136,5 @@ def test_signal_stops_the_run_and_every_ray_process(tmp_path, plos_dir, when, si
     # which left the run alive past 60 s in CI) and began its stop.
     assert f"{sig.name}: stopping" in text, text[-3000:]
     assert "shutting down" in text
+    if when == "during the start-up ingest":  # Serve was up: its drain ran to its end, in bound
+        assert "Serve drained in" in text, text[-3000:]

@@ -57,6 +57,28 @@ def test_options_from_settings():
     options = deployment_options(DeploymentSettings(num_replicas=3, num_cpus=0.25, num_gpus=0.5))
     assert options["num_replicas"] == 3
     assert options["ray_actor_options"] == {"num_cpus": 0.25, "num_gpus": 0.5}
+    # Unset drain settings stay Serve's own defaults: the key is not written at all.
+    assert "graceful_shutdown_wait_loop_s" not in options
+    assert "graceful_shutdown_timeout_s" not in options
+
+
+def test_drain_settings_reach_serves_deployment_config():
+    """Validated by Serve's own config types: the local file's drain settings are what each
+    deployment's ``DeploymentConfig`` holds, and the GPU file keeps Serve's defaults."""
+    from ray.serve._private.config import DeploymentConfig
+
+    defaults = DeploymentConfig()
+    for name, loop, timeout in [
+        ("local", 0.2, 2.0),
+        ("gpu", defaults.graceful_shutdown_wait_loop_s, defaults.graceful_shutdown_timeout_s),
+    ]:
+        document = yaml.safe_load((ROOT / "deployments" / f"{name}.yaml").read_text())
+        ServeDeploySchema.model_validate(document)
+        for deployment in document["applications"][0]["deployments"]:
+            fields = {k: v for k, v in deployment.items() if k in DeploymentConfig.model_fields}
+            config = DeploymentConfig(**fields)
+            assert config.graceful_shutdown_wait_loop_s == loop, (name, deployment["name"])
+            assert config.graceful_shutdown_timeout_s == timeout, (name, deployment["name"])
 
 
 def test_access_log_on_the_ingress_only_unless_configured():
