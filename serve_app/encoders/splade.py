@@ -25,9 +25,9 @@ SLICE_ELEMENTS = {"cpu": 1 << 20, "cuda": 1 << 27}
 
 # On a CPU only the real tokens go through the vocabulary projection: padding is a third of a
 # batch of 8 SciFact claims' positions and nearly half of 16, and the projection costs the
-# same per position (measured with the tiny 1-layer SPLADE, 8 claims: 11.1 -> 7.8 ms; 16:
-# 27.3 -> 16.6 ms). On a GPU the projection is cheap and each query's reduction would be a
-# kernel launch of its own, so padding stays and is neutralised instead.
+# same per position (benchmarks/splade_pooling.py; README, "Serving path"). On a GPU the
+# projection is cheap and each query's reduction would be a kernel launch of its own, so
+# padding stays and is neutralised instead.
 PACK_TOKENS = {"cpu": True, "cuda": False}
 
 
@@ -118,24 +118,19 @@ class SpladeEncoder:
         return [v for v in out if v is not None], stats
 
     def _pooled_weights(
-        self,
-        hidden: torch.Tensor,
-        mask: torch.Tensor,
-        lengths: list[int],
-        pack: bool | None = None,
+        self, hidden: torch.Tensor, mask: torch.Tensor, lengths: list[int]
     ) -> torch.Tensor:
         """log1p(relu(max over real tokens of the vocabulary logits)), (batch, vocab) float32.
 
-        ``mask`` (on ``hidden``'s device) marks the real tokens, ``lengths`` counts them per row;
-        ``pack`` overrides the device's ``PACK_TOKENS`` choice.
+        ``mask`` (on ``hidden``'s device) marks the real tokens, ``lengths`` counts them per row.
         """
         batch, width, dim = hidden.shape
         vocab = self._projection_weight.shape[0]
         pooled = hidden.new_empty((batch, vocab))
         padded = any(n != width for n in lengths)
-        pack = self._pack_tokens if pack is None else pack
+        packed = padded and self._pack_tokens
         keep = None
-        if padded and pack:
+        if packed:
             # Row-major, so each row's real tokens are contiguous, in row order.
             tokens = hidden.reshape(batch * width, dim)[mask.reshape(-1)]
         else:
@@ -154,7 +149,7 @@ class SpladeEncoder:
                 None if bias is None else bias[start:end],
             )
             # amax, not max(dim): no argmax to compute (25x faster on CPU for one query).
-            if padded and pack:
+            if packed:
                 offset = 0
                 for row, count in enumerate(lengths):
                     torch.amax(logits[offset : offset + count], dim=0, out=pooled[row, start:end])

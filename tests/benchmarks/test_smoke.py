@@ -193,3 +193,12 @@ def test_query_encoding_benchmark(tmp_path):
     assert {"dense", "splade", "bm25", "all_vs_sum_of_direct"} == set(
         report["pipeline_over_direct"]
     )
+
+
+def test_splade_pooling_benchmark(tmp_path):
+    out = tmp_path / "splade_pooling"
+    run("splade_pooling.py", "--tiny", "--batches", "1,4", "--seconds", "0.2", "--out", str(out))
+    report = json.loads(out.with_suffix(".json").read_text())
+    assert [row["batch"] for row in report["rows"]] == [1, 4]
+    assert report["rows"][0]["padding_share"] == 0  # one claim alone has no padding
+    assert all(row["packed_ms"] > 0 and row["zeroed_padding_ms"] > 0 for row in report["rows"])
