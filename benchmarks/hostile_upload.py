@@ -37,7 +37,8 @@ import yaml  # noqa: E402
 
 from benchmarks.load import LoadRunner, http_sender, load_queries, summarise  # noqa: E402
 from benchmarks.rawhttp import RawHttpPool  # noqa: E402
-from benchmarks.search_during_ingest import ServiceLog, free_port  # noqa: E402
+from benchmarks.search_during_ingest import ServiceLog  # noqa: E402
+from serve_app.ports import free_port  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 SCIFACT = ROOT.parent / "shared" / "data" / "scifact"

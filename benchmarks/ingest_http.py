@@ -20,7 +20,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import sys
 import tempfile
 import time
@@ -35,16 +34,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from benchmarks.rawhttp import RawHttpPool  # noqa: E402
 from serve_app.config import AppConfig, load_config  # noqa: E402
 from serve_app.evaluation.beir import load_beir  # noqa: E402
+from serve_app.ports import free_port  # noqa: E402
 from serve_app.schemas import Document  # noqa: E402
 
 SCIFACT = ROOT.parent / "shared" / "data" / "scifact"
 RESULTS = ROOT / "benchmarks" / "results"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 async def encoder_ceiling(config: AppConfig, documents: list[Document]) -> dict:

@@ -19,7 +19,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,17 +33,12 @@ import yaml  # noqa: E402
 
 from benchmarks.load import LoadRunner, http_sender, load_queries, summarise  # noqa: E402
 from benchmarks.rawhttp import RawHttpPool  # noqa: E402
+from serve_app.ports import free_port  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 PLOS = ROOT.parent / "shared" / "data" / "plos_fulltext"
 SCIFACT = ROOT.parent / "shared" / "data" / "scifact"
 PROGRESS = re.compile(r"ingested (\d+)/(\d+) files")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class ServiceLog:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import sys
 import tempfile
@@ -30,15 +29,10 @@ import psutil  # noqa: E402
 
 from benchmarks.processes import ray_processes  # noqa: E402
 from serve_app.config import load_config  # noqa: E402
+from serve_app.ports import free_port  # noqa: E402
 
 SCIFACT = ROOT.parent / "shared" / "data" / "scifact"
 RESULTS = ROOT / "benchmarks" / "results"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def ray_rss_mb() -> dict[str, float]:

@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -54,16 +53,11 @@ from benchmarks.processes import cpu_by_kind, cpu_seconds, ray_processes  # noqa
 from benchmarks.rawhttp import RawHttpPool  # noqa: E402
 from benchmarks.tiny_models import build_tiny_models  # noqa: E402
 from serve_app.config import AppConfig, config_from_dict, load_config  # noqa: E402
+from serve_app.ports import free_port  # noqa: E402
 
 SCIFACT = ROOT.parent / "shared" / "data" / "scifact"
 RESULTS = ROOT / "benchmarks" / "results"
 TENANT = "default"  # the anonymous tenant of the local configuration (auth mode none)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def bench_config(args: argparse.Namespace, workdir: Path) -> AppConfig:

@@ -5,9 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import random
 import signal
-import socket
 import sys
 import threading
 import time
@@ -19,6 +17,7 @@ import psutil
 
 from serve_app.config import AppConfig
 from serve_app.loaders.base import iter_files
+from serve_app.ports import free_port
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +45,7 @@ def start(config: AppConfig, num_cpus: int | None = None) -> str:
         # every interface; on one machine take free ones, so two runs (or tests) never collide.
         for key in ("RAY_SERVE_HAPROXY_STATS_PORT", "RAY_SERVE_HAPROXY_METRICS_PORT"):
             if key not in os.environ:
-                os.environ[key] = str(_free_port())
+                os.environ[key] = str(free_port())
                 chosen_ports.append(key)
     import ray
     from ray import serve
@@ -70,31 +69,6 @@ def start(config: AppConfig, num_cpus: int | None = None) -> str:
         blocking=False,
     )
     return f"http://{config.serve.host}:{config.serve.port}"
-
-
-def _free_port() -> int:
-    """A free port outside the kernel's ephemeral range: HAProxy binds it on every interface
-    a few seconds after it is chosen, and a port from the ephemeral range can be taken in
-    between as the local end of any outgoing connection (seen in CI: "cannot bind socket
-    (Address already in use)"). Ray's worker ports are 10002-19999 by default."""
-    low, high = _ephemeral_range()
-    candidates = [port for port in range(20000, 65536) if not low <= port <= high]
-    for port in random.sample(candidates, 64):
-        with socket.socket() as sock:
-            try:
-                sock.bind(("0.0.0.0", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port for HAProxy's stats and metrics listeners")
-
-
-def _ephemeral_range() -> tuple[int, int]:
-    try:
-        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-        return int(low), int(high)
-    except (OSError, ValueError):
-        return 32768, 60999  # Linux's default
 
 
 def stop(graceful_s: float = GRACEFUL_SHUTDOWN_S) -> None:

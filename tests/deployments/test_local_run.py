@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -17,14 +16,10 @@ import psutil
 import pytest
 import yaml
 
+from serve_app.ports import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 STOP_WITHIN_S = 10.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Output:

@@ -1,13 +1,13 @@
 """A real local Ray Serve deployment of the whole application (CPU, real small models)."""
 
 import os
-import socket
 import time
 
 import httpx
 import pytest
 
 from serve_app.api.auth import hash_api_key
+from serve_app.ports import free_port
 
 KEYS = {
     "key-a": ("tenant-a", ["read", "write"]),
@@ -15,12 +15,6 @@ KEYS = {
     "key-read": ("tenant-a", ["read"]),
     "key-c": ("tenant-c", ["read", "write"]),
 }
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="session")

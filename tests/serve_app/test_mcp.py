@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import sys
 import threading
 from pathlib import Path
@@ -22,6 +21,7 @@ from serve_app.api.app import create_app  # noqa: E402
 from serve_app.api.auth import hash_api_key  # noqa: E402
 from serve_app.api.service import RetrievalService  # noqa: E402
 from serve_app.pipelines.components import build_components  # noqa: E402
+from serve_app.ports import free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [
@@ -37,12 +37,6 @@ DOCS = [
         "text": "Qdrant stores dense embedding vectors and searches them by cosine similarity.",
     },
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

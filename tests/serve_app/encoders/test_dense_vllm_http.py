@@ -4,7 +4,6 @@
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ import pytest
 
 from serve_app.config import DenseConfig
 from serve_app.errors import ConfigError, ServiceUnavailableError
+from serve_app.ports import free_port
 from tests.conftest import require_vllm
 
 pytestmark = pytest.mark.vllm
@@ -29,12 +29,6 @@ DOCUMENTS = [
     "Mitochondria produce ATP through oxidative phosphorylation. " * 12,
 ]
 QUERIES = ["aspirin heart attack", "what makes ATP"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
