@@ -31,6 +31,22 @@ STOP_BOUND_S = GRACEFUL_SHUTDOWN_S + 3.0
 
 def start(config: AppConfig, num_cpus: int | None = None) -> str:
     """Start Ray and the application; returns the base URL once every deployment is up."""
+    from ray import serve
+
+    from deployments.app import build_app_from_config
+
+    start_serve(config, num_cpus)
+    serve.run(
+        build_app_from_config(config),
+        name=config.serve.app_name,
+        route_prefix=config.serve.route_prefix,
+        blocking=False,
+    )
+    return f"http://{config.serve.host}:{config.serve.port}"
+
+
+def start_serve(config: AppConfig, num_cpus: int | None = None) -> None:
+    """Start Ray and Serve (its proxies on ``config.serve``'s host and port), no application."""
     from serve_app.api.auth import check_exposure
 
     check_exposure(config.api.auth, config.serve.host)  # before Ray: refuse an open API now
@@ -50,8 +66,6 @@ def start(config: AppConfig, num_cpus: int | None = None) -> str:
     import ray
     from ray import serve
 
-    from deployments.app import build_app_from_config
-
     if not ray.is_initialized():
         ray.init(
             num_cpus=num_cpus or max(2, os.cpu_count() or 2),
@@ -62,13 +76,6 @@ def start(config: AppConfig, num_cpus: int | None = None) -> str:
     serve.start(http_options={"host": config.serve.host, "port": config.serve.port})
     for key in chosen_ports:  # Ray's processes have them; a run started from here picks anew
         os.environ.pop(key, None)
-    serve.run(
-        build_app_from_config(config),
-        name=config.serve.app_name,
-        route_prefix=config.serve.route_prefix,
-        blocking=False,
-    )
-    return f"http://{config.serve.host}:{config.serve.port}"
 
 
 def stop(graceful_s: float = GRACEFUL_SHUTDOWN_S) -> None:

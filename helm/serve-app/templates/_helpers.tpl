@@ -262,6 +262,11 @@ deployments/options.py:deployment_options (a test compares the two).
   {{- else }}
   num_replicas: {{ $s.num_replicas | default 1 }}
   {{- end }}
+  {{- range $key := list "graceful_shutdown_wait_loop_s" "graceful_shutdown_timeout_s" }}
+  {{- if and (hasKey $s $key) (not (kindIs "invalid" (index $s $key))) }}
+  {{ $key }}: {{ index $s $key | float64 }}
+  {{- end }}
+  {{- end }}
   ray_actor_options:
     num_cpus: {{ if hasKey $s "num_cpus" }}{{ $s.num_cpus | float64 }}{{ else }}0.5{{ end }}
     {{- if and (hasKey $s "num_gpus") (gt ($s.num_gpus | float64) 0.0) }}

@@ -1,0 +1,80 @@
+"""An upload outlives every drain of the cluster the chart starts, judged with Ray's own code.
+
+An upload may run ``api.ingest_timeout_s`` inside the ingress. Three things can end it early:
+Serve stopping its ingress replica (scale-down, redeploy: Serve kills the replica at its
+``graceful_shutdown_timeout_s``, after Ray's direct-ingress draining window has been spent), the
+old HAProxy process of a reload (hard-stopped ``RAY_SERVE_HAPROXY_HARD_STOP_AFTER_S`` after it),
+and KubeRay deleting the old cluster of a NewCluster upgrade (``rayClusterDeletionDelaySeconds``).
+Ray's values are read from Ray's own ``serve._private.constants`` under the environment each of
+the chart's Ray containers gets, and the ingress options through Serve's own config schema, so a
+chart env override or a new Ray default is caught here. The local behaviour (an upload through
+HAProxy surviving its ingress replica's replacement) is tests/e2e/test_ingress_drain.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+from ray.serve.schema import ServeDeploySchema
+
+from serve_app.config import config_from_dict
+from tests.helm.test_chart import CHART, HELM, VALUES, objects, rayservice
+
+RAY_CONSTANTS = """
+import json
+from ray.serve._private import constants as c
+print(json.dumps({
+    "ha_proxy": c.RAY_SERVE_ENABLE_HA_PROXY,
+    "direct_ingress": c.RAY_SERVE_ENABLE_DIRECT_INGRESS,
+    "draining_s": c.RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S,
+    "hard_stop_after_s": c.RAY_SERVE_HAPROXY_HARD_STOP_AFTER_S,
+}))
+"""
+
+
+def ray_constants(env: dict[str, str]) -> dict:
+    """Serve's constants as a Ray process started with ``env`` reads them."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    result = subprocess.run(
+        [sys.executable, "-c", RAY_CONSTANTS],
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+def ray_containers(spec: dict) -> list[dict]:
+    cluster = spec["rayClusterConfig"]
+    groups = [cluster["headGroupSpec"], *cluster.get("workerGroupSpecs", [])]
+    return [group["template"]["spec"]["containers"][0] for group in groups]
+
+
+@pytest.mark.parametrize("values", VALUES)
+def test_an_upload_outlives_every_drain_of_the_cluster(values):
+    spec = rayservice(objects(str(HELM), CHART, values))["spec"]
+    serve = ServeDeploySchema.model_validate(yaml.safe_load(spec["serveConfigV2"]))
+    (application,) = serve.applications
+    ingest_s = config_from_dict(application.args["config"], "chart").api.ingest_timeout_s
+    (ingress,) = [d for d in application.deployments if d.name == "ingress"]
+    stop_s = ingress.graceful_shutdown_timeout_s
+    assert isinstance(stop_s, float), "the ingress must set graceful_shutdown_timeout_s"
+
+    environments = {
+        json.dumps({e["name"]: e["value"] for e in c["env"] if "value" in e}, sort_keys=True)
+        for c in ray_containers(spec)
+    }
+    for environment in environments:
+        ray = ray_constants(json.loads(environment))
+        # The drain read in Ray's replica.py applies: HAProxy forwarding to the ingress.
+        assert ray["ha_proxy"] and ray["direct_ingress"], ray
+        assert stop_s >= ray["draining_s"] + ingest_s, (stop_s, ray)
+        assert ray["hard_stop_after_s"] >= ingest_s, ray
+    assert spec["rayClusterDeletionDelaySeconds"] >= stop_s
