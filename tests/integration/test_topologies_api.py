@@ -50,12 +50,10 @@ async def api(app_config_factory, opensearch_url):
     text_store._client = AsyncOpenSearch(
         hosts=[opensearch_url], connection_class=FlakyConnection, max_retries=0
     )
-    app = create_app(RetrievalService(components))
-    transport = httpx.ASGITransport(app=app)
+    transport = httpx.ASGITransport(app=create_app(RetrievalService(components)))
     async with httpx.AsyncClient(transport=transport, base_url="http://t", timeout=120) as http:
         yield http, components
     FlakyConnection.bulk_budget, FlakyConnection.down = None, False
-    await app.state.loaders.close()  # the app's lifespan does it; ASGITransport runs none
     await components.close()
 
 

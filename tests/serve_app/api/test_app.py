@@ -41,7 +41,6 @@ async def client(app_config_factory):
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=60) as http:
         yield http
-    await app.state.loaders.close()  # the app's lifespan does it; ASGITransport runs none
     await components.close()
 
 

@@ -45,11 +45,9 @@ async def api(request, app_config_factory):
     ]
     config = app_config_factory(stores=stores, api={"auth": {"api_keys": api_keys}})
     components = await build_components(config)
-    app = create_app(RetrievalService(components))
-    transport = httpx.ASGITransport(app=app)
+    transport = httpx.ASGITransport(app=create_app(RetrievalService(components)))
     async with httpx.AsyncClient(transport=transport, base_url="http://t", timeout=120) as http:
         yield http, components
-    await app.state.loaders.close()  # the app's lifespan does it; ASGITransport runs none
     await components.close()
 
 
