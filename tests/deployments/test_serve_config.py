@@ -69,13 +69,17 @@ def test_drain_settings_reach_serves_deployment_config():
     from ray.serve._private.config import DeploymentConfig
 
     defaults = DeploymentConfig()
+    ingress_s = load_config(ROOT / "config" / "gpu.yaml", environ={}).serve.ingress
     expected = {
         "local": lambda name: (0.2, 2.0),
         "gpu": lambda name: (
             defaults.graceful_shutdown_wait_loop_s,
-            930.0 if name == "ingress" else defaults.graceful_shutdown_timeout_s,
+            ingress_s.graceful_shutdown_timeout_s
+            if name == "ingress"
+            else defaults.graceful_shutdown_timeout_s,
         ),
     }
+    assert ingress_s.graceful_shutdown_timeout_s != defaults.graceful_shutdown_timeout_s
     for file, drain in expected.items():
         document = yaml.safe_load((ROOT / "deployments" / f"{file}.yaml").read_text())
         ServeDeploySchema.model_validate(document)
