@@ -53,6 +53,24 @@ async def call(deployment: str, awaitable: Awaitable[T]) -> T:
         ) from None
 
 
+def serve_transport(handle: DeploymentHandle) -> DeploymentHandle:
+    """``handle``, calling over the transport Serve is configured for in this process.
+
+    A handle carries the transport of the process that built the application graph: its
+    default (``_by_reference``) was read from Serve's switches when that process first
+    imported Ray Serve, which may have been before ``serve.env`` was set (a test run, a
+    program embedding the local run). The replica's environment is the configured one, so
+    the replica applies it: gRPC between replicas under ``RAY_SERVE_THROUGHPUT_OPTIMIZED``,
+    Ray actor calls otherwise (README, "Serving path", measures both)."""
+    from ray.serve._private.constants import RAY_SERVE_USE_GRPC_BY_DEFAULT
+
+    return handle.options(_by_reference=not RAY_SERVE_USE_GRPC_BY_DEFAULT)
+
+
+def transport_of(handle: DeploymentHandle) -> str:
+    return "actor" if handle.handle_options._by_reference else "grpc"
+
+
 def _ignore(_: str, __: dict) -> None:
     return None
 

@@ -16,6 +16,8 @@ from deployments.handles import (
     RemoteRetriever,
     RemoteSparseEncoder,
     call,
+    serve_transport,
+    transport_of,
 )
 from deployments.metrics import RayInstruments
 from serve_app.api.app import create_app
@@ -49,6 +51,14 @@ class IngressDeployment:
         # a second one from the app went through Serve's stderr capture, which walks the
         # stack for every line (about 6 % of the ingress' CPU under load).
         configure_json_logging(access_log=False)
+        given = {"chunker": chunker, "dense": dense, "splade": splade, "reranker": reranker}
+        self.handles = {
+            name: serve_transport(handle)
+            for name, handle in {**given, "store": store}.items()
+            if handle is not None
+        }
+        chunker, dense, store = (self.handles[n] for n in ("chunker", "dense", "store"))
+        splade, reranker = self.handles.get("splade"), self.handles.get("reranker")
         self.config = config_from_dict(config, "serve args")
         self.metrics = Metrics(RayInstruments())  # every replica's counts, summed by Prometheus
         observe = self.metrics.observe_batch
@@ -85,6 +95,10 @@ class IngressDeployment:
         if reranker is not None:
             checks["reranker"] = _ping("reranker", reranker)
         self.service = RetrievalService(components, checks)
+
+    def transports(self) -> dict[str, str]:
+        """How this replica calls each deployment ("grpc" or "actor"); for operators and tests."""
+        return {name: transport_of(handle) for name, handle in self.handles.items()}
 
     def __serve_build_asgi_app__(self):
         return create_app(self.service, self.metrics, set_request_id_header=False)

@@ -31,11 +31,11 @@ STOP_BOUND_S = GRACEFUL_SHUTDOWN_S + 3.0
 
 def start(config: AppConfig, num_cpus: int | None = None) -> str:
     """Start Ray and the application; returns the base URL once every deployment is up."""
+    start_serve(config, num_cpus)
     from ray import serve
 
     from deployments.app import build_app_from_config
 
-    start_serve(config, num_cpus)
     serve.run(
         build_app_from_config(config),
         name=config.serve.app_name,
@@ -46,7 +46,12 @@ def start(config: AppConfig, num_cpus: int | None = None) -> str:
 
 
 def start_serve(config: AppConfig, num_cpus: int | None = None) -> None:
-    """Start Ray and Serve (its proxies on ``config.serve``'s host and port), no application."""
+    """Start Ray and Serve (its proxies on ``config.serve``'s host and port), no application.
+
+    Serve's switches (``config.serve.env``) are set before this module imports Ray: Serve
+    reads them once, when its constants are imported, in this process as in Ray's. Each
+    replica also applies them to its own calls (``deployments.handles.serve_transport``), so
+    a program that imported Ray Serve earlier still runs the configured transport."""
     from serve_app.api.auth import check_exposure
 
     check_exposure(config.api.auth, config.serve.host)  # before Ray: refuse an open API now

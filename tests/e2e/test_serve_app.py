@@ -7,6 +7,10 @@ import time
 import httpx
 import pytest
 
+# Imported at collection, before the session's local run sets Serve's switches: the handles
+# this process builds keep Ray Serve's default transport (see the transport test below).
+from ray.serve._private.handle_options import DynamicHandleOptions
+
 from serve_app.pipelines.components import build_components
 from serve_app.pipelines.ingest import IngestPipeline
 from serve_app.pipelines.search import SearchPipeline
@@ -336,3 +340,21 @@ def test_api_metrics_are_exported_by_ray_for_every_replica(http, ingested):
     assert series("serve_app_stage_latency_seconds_count", 'stage="encode.dense"')
     assert series("serve_app_stage_latency_seconds_count", 'stage="retrieve"')
     assert series("serve_app_model_batch_size_count", 'model="dense"')
+
+
+def test_the_ingress_calls_every_deployment_over_the_configured_transport(serve_url, serve_config):
+    """The configuration turns on Serve's throughput mode (gRPC between replicas). This test
+    process imported Ray Serve before the local run set that switch, so the handles it built
+    default to Ray actor calls; the ingress replica applies its own environment, and a search
+    works over what it chose."""
+    from ray import serve
+
+    assert serve_config.serve.env.get("RAY_SERVE_THROUGHPUT_OPTIMIZED") == "1"
+    builder_default = "actor" if DynamicHandleOptions()._by_reference else "grpc"
+    ingress = serve.get_app_handle(serve_config.serve.app_name)
+    transports = ingress.transports.remote().result(timeout_s=30)
+    assert transports == dict.fromkeys(("chunker", "dense", "splade", "store"), "grpc"), (
+        f"the ingress chose {transports}; this process's handles default to {builder_default}"
+    )
+    found = httpx.post(f"{serve_url}/v1/search", json={"query": "transport"}, headers=A)
+    assert found.status_code == 200, found.text
