@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+import grpc
 import numpy as np
 from ray import exceptions as ray_exceptions
 from ray.serve import exceptions as serve_exceptions
@@ -50,6 +51,10 @@ async def call(deployment: str, awaitable: Awaitable[T]) -> T:
     except _UNAVAILABLE as error:
         raise ServiceUnavailableError(
             f"{deployment} deployment unavailable: {type(error).__name__}"
+        ) from None
+    except grpc.aio.AioRpcError as error:  # gRPC transport failures; Ray maps UNAVAILABLE
+        raise ServiceUnavailableError(
+            f"{deployment} deployment call failed: gRPC {error.code().name}"
         ) from None
 
 

@@ -6,6 +6,7 @@ the exception type and not its text."""
 
 from __future__ import annotations
 
+import grpc
 import pytest
 from ray import exceptions as ray_exceptions
 from ray.serve import exceptions as serve_exceptions
@@ -58,3 +59,18 @@ async def test_a_successful_call_returns_its_value():
         return 7
 
     assert await call("dense", value()) == 7
+
+
+async def test_a_grpc_transport_failure_is_503_naming_the_deployment_and_the_status():
+    """Between replicas over gRPC (Serve's throughput mode), a failed call raises gRPC's own
+    error (a message over the receive limit: RESOURCE_EXHAUSTED), not Ray's."""
+    error = grpc.aio.AioRpcError(
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.aio.Metadata(),
+        grpc.aio.Metadata(),
+        details="Received message larger than max (4718592 vs. 4194304)",
+    )
+    with pytest.raises(ServiceUnavailableError) as raised:
+        await call("chunker", _raising(error))
+    assert raised.value.status == 503
+    assert str(raised.value) == "chunker deployment call failed: gRPC RESOURCE_EXHAUSTED"

@@ -1,4 +1,5 @@
-"""An upload outlives every drain of the cluster the chart starts, judged with Ray's own code.
+"""An upload outlives every drain of the cluster the chart starts, and fits through its
+transport, judged with Ray's own code.
 
 An upload may run ``api.ingest_timeout_s`` inside the ingress. Three things can end it early:
 Serve stopping its ingress replica (scale-down, redeploy: Serve kills the replica at its
@@ -33,6 +34,8 @@ print(json.dumps({
     "direct_ingress": c.RAY_SERVE_ENABLE_DIRECT_INGRESS,
     "draining_s": c.RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S,
     "hard_stop_after_s": c.RAY_SERVE_HAPROXY_HARD_STOP_AFTER_S,
+    "grpc_between_replicas": c.RAY_SERVE_USE_GRPC_BY_DEFAULT,
+    "grpc_max_message_bytes": c.RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH,
 }))
 """
 
@@ -57,6 +60,15 @@ def ray_containers(spec: dict) -> list[dict]:
     return [group["template"]["spec"]["containers"][0] for group in groups]
 
 
+def ray_environments(spec: dict) -> list[dict]:
+    """Serve's constants under each distinct environment of the chart's Ray containers."""
+    environments = {
+        json.dumps({e["name"]: e["value"] for e in c["env"] if "value" in e}, sort_keys=True)
+        for c in ray_containers(spec)
+    }
+    return [ray_constants(json.loads(environment)) for environment in environments]
+
+
 @pytest.mark.parametrize("values", VALUES)
 def test_an_upload_outlives_every_drain_of_the_cluster(values):
     spec = rayservice(objects(str(HELM), CHART, values))["spec"]
@@ -67,14 +79,26 @@ def test_an_upload_outlives_every_drain_of_the_cluster(values):
     stop_s = ingress.graceful_shutdown_timeout_s
     assert isinstance(stop_s, float), "the ingress must set graceful_shutdown_timeout_s"
 
-    environments = {
-        json.dumps({e["name"]: e["value"] for e in c["env"] if "value" in e}, sort_keys=True)
-        for c in ray_containers(spec)
-    }
-    for environment in environments:
-        ray = ray_constants(json.loads(environment))
+    for ray in ray_environments(spec):
         # The drain read in Ray's replica.py applies: HAProxy forwarding to the ingress.
         assert ray["ha_proxy"] and ray["direct_ingress"], ray
         assert stop_s >= ray["draining_s"] + ingest_s, (stop_s, ray)
         assert ray["hard_stop_after_s"] >= ingest_s, ray
     assert spec["rayClusterDeletionDelaySeconds"] >= stop_s
+
+
+@pytest.mark.parametrize("values", VALUES)
+def test_a_whole_document_fits_in_one_message_between_replicas(values):
+    """Serve's throughput mode sends calls between replicas over gRPC, whose messages Ray caps
+    at ``RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH`` (gRPC's 4 MB unless set). The chunker call
+    carries one upload sub-batch, or one document whole when it is larger: up to
+    ``limits.max_document_chars`` characters, 4 bytes each at most in UTF-8. Behaviour through a
+    real local Serve: tests/deployments/test_large_upload.py."""
+    spec = rayservice(objects(str(HELM), CHART, values))["spec"]
+    serve = ServeDeploySchema.model_validate(yaml.safe_load(spec["serveConfigV2"]))
+    (application,) = serve.applications
+    config = config_from_dict(application.args["config"], "chart")
+    largest = 4 * max(config.limits.max_document_chars, config.api.ingest_batch_chars)
+    for ray in ray_environments(spec):
+        assert ray["grpc_between_replicas"], ray  # the transport the chart asks for
+        assert ray["grpc_max_message_bytes"] >= largest, (ray, largest)
