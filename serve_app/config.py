@@ -32,6 +32,10 @@ class _Section(BaseModel):
 
 class LimitsConfig(_Section):
     max_document_chars: int = Field(default=5_000_000, ge=1)
+    # Every chunk stores its document's title, heading chain, source and metadata again, so
+    # they are bounded apart from the text: a 2 MB title on a 2 MB text would be ~4 GB of
+    # chunks. Document.repeated_chars() counts them.
+    max_repeated_chars: int = Field(default=16_384, ge=1)
     max_documents_per_request: int = Field(default=1000, ge=1)
     max_file_bytes: int = Field(default=50_000_000, ge=1)  # each uploaded file
     max_pdf_pages: int = Field(default=2000, ge=1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Annotated, Literal
 
@@ -91,6 +92,13 @@ class Document(_Strict):
 
     def char_count(self) -> int:
         return len(self.title) + sum(len(text) for _, text in self.iter_blocks())
+
+    def repeated_chars(self) -> int:
+        """Characters each chunk of this document carries besides its own text: the title,
+        the longest heading chain over text, the source and the metadata (as JSON)."""
+        chain = max((sum(map(len, c)) for c, _ in self.iter_blocks()), default=0)
+        metadata = json.dumps(self.metadata, ensure_ascii=False, separators=(",", ":"))
+        return len(self.title) + chain + len(self.source or "") + len(metadata)
 
 
 class Chunk(_Strict):

@@ -54,6 +54,13 @@ class IngestPipeline:
                     f"document {document.id!r} has {size} characters, over the limit of "
                     f"{limits.max_document_chars} (limits.max_document_chars)"
                 )
+            repeated = document.repeated_chars()
+            if repeated > limits.max_repeated_chars:
+                raise PayloadTooLargeError(
+                    f"document {document.id!r}: its title, headings, source and metadata come "
+                    f"to {repeated} characters, which every chunk repeats; over the limit of "
+                    f"{limits.max_repeated_chars} (limits.max_repeated_chars)"
+                )
 
     async def ingest(self, documents: list[Document]) -> IngestResult:
         self.validate(documents)

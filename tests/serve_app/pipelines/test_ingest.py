@@ -54,6 +54,43 @@ async def test_bad_batch_writes_nothing(components):
     assert await components.index.document_info("default", "fresh-good") is None
 
 
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"title": "t" * 20_000, "text": "Short body."},
+        {"text": "Short body.", "metadata": {"authors": ["a" * 100] * 200}},
+        {"text": "Short body.", "source": "s" * 20_000},
+        {
+            "sections": [
+                Section(title="h" * 10_000, children=[Section(title="i" * 10_000, text="Body.")])
+            ]
+        },
+    ],
+    ids=["title", "metadata", "source", "heading chain"],
+)
+async def test_what_every_chunk_repeats_is_bounded_apart_from_the_text(components, fields):
+    """A 20 KB title passes the document's character limit, yet each chunk stores it again: a
+    request that small could write gigabytes. Refused whole, before any chunk is written."""
+    limit = components.config.limits.max_repeated_chars
+    document = Document(id="repeats", **fields)
+    assert document.char_count() <= components.config.limits.max_document_chars
+    assert document.repeated_chars() > limit
+    pipeline = IngestPipeline(components)
+    before = await components.index.count("default")
+    with pytest.raises(PayloadTooLargeError, match=r"limits\.max_repeated_chars") as refused:
+        await pipeline.ingest([Document(id="fine", text="A fine document."), document])
+    assert refused.value.status == 413 and "'repeats'" in str(refused.value)
+    assert await components.index.count("default") == before
+
+
+async def test_a_document_at_the_repeated_limit_is_written(components):
+    limit = components.config.limits.max_repeated_chars
+    at_limit = Document(id="at-limit", title="t" * (limit - 2), text="Short body.")
+    assert at_limit.repeated_chars() == limit  # the title and "{}", the empty metadata
+    result = await IngestPipeline(components).ingest([at_limit])
+    assert result.written == ["at-limit"]
+
+
 async def test_tenants_are_separate(components):
     pipeline = IngestPipeline(components)
     await pipeline.ingest([Document(id="shared-id", text="Tenant A text.", tenant_id="a")])
