@@ -66,7 +66,7 @@ def serve_transport(handle: DeploymentHandle) -> DeploymentHandle:
     imported Ray Serve, which may have been before ``serve.env`` was set (a test run, a
     program embedding the local run). The replica's environment is the configured one, so
     the replica applies it: gRPC between replicas under ``RAY_SERVE_THROUGHPUT_OPTIMIZED``,
-    Ray actor calls otherwise (README, "Serving path", measures both)."""
+    Ray actor calls otherwise (README, "Ray Serve deployments", measures both)."""
     from ray.serve._private.constants import RAY_SERVE_USE_GRPC_BY_DEFAULT
 
     return handle.options(_by_reference=not RAY_SERVE_USE_GRPC_BY_DEFAULT)
