@@ -80,7 +80,16 @@ class StoreIndex:
 
     # -- lifecycle ---------------------------------------------------------------------
     async def open(self, models: IndexModels) -> None:
-        await asyncio.gather(*(b.open(models) for b in self.backends))
+        # Every store's open settles before this returns or raises: a plain gather would raise
+        # the first refusal while another store's open went on creating its version behind
+        # the caller's back (seen: the split topology's Qdrant alias still unset after the
+        # opener had been refused by OpenSearch).
+        opened = await asyncio.gather(
+            *(b.open(models) for b in self.backends), return_exceptions=True
+        )
+        for outcome in opened:
+            if isinstance(outcome, BaseException):
+                raise outcome
         legacy = await self.chunk_store.open_registry()
         if legacy:  # insert-once: replicas carrying the same records over at once agree
             for record in legacy:

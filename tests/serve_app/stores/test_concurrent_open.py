@@ -122,3 +122,25 @@ async def test_a_version_left_without_its_alias_is_adopted(
     finally:
         await opener.close()
         await died.close()
+
+
+async def test_a_refused_open_returns_only_once_every_store_has_settled(
+    tmp_path, opensearch_url, slow_qdrant
+):
+    """Split topology: OpenSearch refuses at once (built with other models) while Qdrant's
+    open is still creating its version (creations take 0.2 s here). The refusal reaches the
+    caller only after Qdrant's open has finished, not while it goes on behind the caller's
+    back (a caller that closes its clients on the error would cut it half-way)."""
+    alias = f"settle-{uuid.uuid4().hex[:8]}"
+    other = dataclasses.replace(MODELS, dense_model="another-model")
+    first, second = openers("opensearch+qdrant", tmp_path, opensearch_url, slow_qdrant, alias, 2)
+    try:
+        (search_engine,) = [b for b in second.backends if b.name == "opensearch"]
+        await search_engine.open(other)
+        with pytest.raises(ModelMismatchError):
+            await first.open(MODELS)
+        (vectors,) = [b for b in first.backends if b.name == "qdrant"]
+        assert await vectors.alias_target() == f"{alias}-v1"
+    finally:
+        for store in (first, second):
+            await store.close()
