@@ -60,9 +60,10 @@ RESULTS = ROOT / "benchmarks" / "results"
 TENANT = "default"  # the anonymous tenant of the local configuration (auth mode none)
 
 
-def bench_config(args: argparse.Namespace, workdir: Path) -> AppConfig:
-    data = load_config(args.config, environ={}).model_dump(mode="json")
-    if not args.real_models:
+def bench_config_data(config_path: Path, real_models: bool, workdir: Path) -> dict:
+    """The benchmark's configuration as data, for callers that change more of it."""
+    data = load_config(config_path, environ={}).model_dump(mode="json")
+    if not real_models:
         dense_dir, splade_dir = build_tiny_models(workdir / "models")
         data["dense"].update(model=str(dense_dir), pooling="mean")
         data["splade"].update(model=str(splade_dir))
@@ -70,6 +71,11 @@ def bench_config(args: argparse.Namespace, workdir: Path) -> AppConfig:
     data["data_dir"] = str(workdir / "data")
     data["api"]["auth"] = {"mode": "none", "anonymous_tenant": TENANT}
     data["serve"].update(port=free_port(), host="127.0.0.1")
+    return data
+
+
+def bench_config(args: argparse.Namespace, workdir: Path) -> AppConfig:
+    data = bench_config_data(args.config, args.real_models, workdir)
     return config_from_dict(data, "serving_path benchmark")
 
 

@@ -202,3 +202,13 @@ def test_splade_pooling_benchmark(tmp_path):
     assert [row["batch"] for row in report["rows"]] == [1, 4]
     assert report["rows"][0]["padding_share"] == 0  # one claim alone has no padding
     assert all(row["packed_ms"] > 0 and row["zeroed_padding_ms"] > 0 for row in report["rows"])
+
+
+def test_repeated_fields_benchmark(tmp_path):
+    out = tmp_path / "repeated_fields"
+    run("repeated_fields.py", "--text-kb", "20", "--title-kb", "20", "--out", str(out))
+    rows = json.loads(out.with_suffix(".json").read_text())["rows"]
+    assert [row["status"] for row in rows] == [200, 200, 413]
+    assert (
+        rows[2]["code"] == "PAYLOAD_TOO_LARGE" and rows[2]["data_dir_mb"] < rows[1]["data_dir_mb"]
+    )

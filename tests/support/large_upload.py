@@ -20,11 +20,9 @@ from pathlib import Path
 
 import httpx
 
-from benchmarks.serving_path import wait_ready
-from benchmarks.tiny_models import build_tiny_models
-from serve_app.config import config_from_dict, load_config
+from benchmarks.serving_path import bench_config_data, wait_ready
+from serve_app.config import config_from_dict
 from serve_app.evaluation.beir import load_beir
-from serve_app.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SCIFACT = ROOT.parent / "shared" / "data" / "scifact"
@@ -48,14 +46,9 @@ def run(chars: int) -> dict:
     from deployments.local import start, stop
 
     workdir = Path(tempfile.mkdtemp(prefix="large-upload-"))
-    data = load_config(ROOT / "config" / "local.yaml", environ={}).model_dump(mode="json")
-    dense_dir, _ = build_tiny_models(workdir / "models")
-    data["dense"].update(model=str(dense_dir), pooling="mean")
+    data = bench_config_data(ROOT / "config" / "local.yaml", False, workdir)
     data["splade"]["enabled"] = False
     data["search"]["strategies"] = ["bm25", "dense"]
-    data["chunker"].update(name="sliding_window", tokenizer="")
-    data["data_dir"] = str(workdir / "data")
-    data["serve"].update(port=free_port(), host="127.0.0.1")
     config = config_from_dict(data, "large upload scenario")
     text = document_text(chars)
     url = start(config, num_cpus=2)
