@@ -114,7 +114,7 @@ class IngestPipeline:
         paired with its store scope (tenant and collection). Nothing touches the store."""
         timer = timer or StageTimer()
         docs = [d for d, _ in documents]
-        per_doc = await timer.run("chunk", self.components.chunker.chunk_many(docs))
+        per_doc = await timer.run("chunk", self.components.chunker.chunk_many, docs)
         encoded = await self._encode([c for chunks in per_doc for c in chunks], timer)
         writes, position = [], 0
         for (document, content_hash), chunks in zip(documents, per_doc, strict=True):
@@ -137,8 +137,8 @@ class IngestPipeline:
         sparse = self.components.sparse
         names = list(sparse)
         outputs = await asyncio.gather(
-            timer.run("encode.dense", self.components.dense.embed_documents(texts)),
-            *(timer.run(f"encode.{n}", sparse[n].encode_documents(texts)) for n in names),
+            timer.run("encode.dense", self.components.dense.embed_documents, texts),
+            *(timer.run(f"encode.{n}", sparse[n].encode_documents, texts) for n in names),
         )
         dense, sparse_out = outputs[0], dict(zip(names, outputs[1:], strict=True))
         return [

@@ -58,11 +58,11 @@ class SearchPipeline:
         timer = timer or StageTimer()
         jobs = {}
         if "dense" in strategies:
-            jobs["dense"] = timer.run("encode.dense", self.components.dense.embed_queries(texts))
+            jobs["dense"] = timer.run("encode.dense", self.components.dense.embed_queries, texts)
         for name in ("splade", "bm25"):
             if name in strategies:
                 jobs[name] = timer.run(
-                    f"encode.{name}", self.components.sparse[name].encode_queries(texts)
+                    f"encode.{name}", self.components.sparse[name].encode_queries, texts
                 )
         if len(jobs) == 1:  # no task to schedule for a single strategy
             outputs = {name: await job for name, job in jobs.items()}
@@ -88,8 +88,15 @@ class SearchPipeline:
         timer: StageTimer | None = None,
     ) -> dict[str, list[Hit]]:
         timer = timer or StageTimer()
-        search = self.components.index.search_many(strategies, query, limit, tenant_id, filters)
-        return await timer.run("retrieve", search)
+        return await timer.run(
+            "retrieve",
+            self.components.index.search_many,
+            strategies,
+            query,
+            limit,
+            tenant_id,
+            filters,
+        )
 
     # -- the request path --------------------------------------------------------------------
     async def search(self, request: SearchRequest, tenant_id: str) -> SearchResponse:

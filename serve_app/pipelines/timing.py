@@ -3,20 +3,25 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable
-from typing import TypeVar
+from collections.abc import Awaitable, Callable
+from typing import ParamSpec, TypeVar
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 class StageTimer:
     def __init__(self) -> None:
         self.timings_ms: dict[str, float] = {}
 
-    async def run(self, stage: str, awaitable: Awaitable[T]) -> T:
+    async def run(
+        self, stage: str, start_work: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        """Time ``start_work(*args)``. It is called here, not by the caller: a run cancelled
+        before it starts (a gather cut short) then leaves no coroutine behind, never awaited."""
         start = time.perf_counter()
         try:
-            return await awaitable
+            return await start_work(*args, **kwargs)
         finally:
             self.record(stage, start)
 

@@ -1,7 +1,12 @@
+import asyncio
+import gc
+import warnings
+
 import pytest
 
 from serve_app.errors import InvalidInputError, PayloadTooLargeError
 from serve_app.pipelines.ingest import IngestPipeline, encoding_text
+from serve_app.pipelines.timing import StageTimer
 from serve_app.schemas import Chunk, Document, Section
 
 
@@ -131,3 +136,20 @@ def test_encoding_text_prepends_the_contextual_header():
     )
     assert encoding_text(chunk, True) == "Title\nMethods > Assay\nbody"
     assert encoding_text(chunk, False) == "body"
+
+
+async def test_an_encode_cancelled_before_its_calls_start_leaves_no_coroutine_behind(components):
+    """A client that hangs up as encoding begins: the gather is cancelled before its tasks first
+    run. Each encoder call must then not exist yet, rather than exist and never be awaited."""
+    chunks = [
+        Chunk(id="c", doc_id="d", text="bacterial genomes", order=0, char_start=0, char_end=17)
+    ]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        encode = asyncio.ensure_future(IngestPipeline(components)._encode(chunks, StageTimer()))
+        await asyncio.sleep(0)  # _encode has reached its gather; the gather's tasks wait to start
+        encode.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await encode
+        gc.collect()
+    assert not [w for w in caught if "never awaited" in str(w.message)]
