@@ -10,7 +10,6 @@ writes JSON + Markdown under benchmarks/results/. No model runs: chunking only.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.reports import write_report  # noqa: E402
 from serve_app.chunking.base import CHUNKERS  # noqa: E402
 from serve_app.config import load_config  # noqa: E402
 from serve_app.loaders import iter_files, load_file  # noqa: E402
@@ -62,8 +62,6 @@ def main(argv: list[str] | None = None) -> int:
             "same_ids_on_rechunk": same_ids,
         }
         print(name, report["chunkers"][name], flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(report, indent=2))
     lines = [
         f"# Chunking {report['documents']} documents at {report['max_tokens']} tokens",
         "",
@@ -75,8 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             for n, r in report["chunkers"].items()
         ],
     ]
-    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_report(args.out, report, lines)
     return 0
 
 

@@ -37,6 +37,7 @@ import yaml  # noqa: E402
 
 from benchmarks.load import LoadRunner, http_sender, load_queries, summarise  # noqa: E402
 from benchmarks.rawhttp import RawHttpPool  # noqa: E402
+from benchmarks.reports import write_report  # noqa: E402
 from benchmarks.search_during_ingest import ServiceLog  # noqa: E402
 from serve_app.ports import free_port  # noqa: E402
 
@@ -212,11 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     report = run(args)
-    text = markdown(report)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(report, indent=2))
-    args.out.with_suffix(".md").write_text(text)
-    print(text)
+    write_report(args.out, report, markdown(report))
     return 0
 
 

@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from benchmarks.reports import write_report  # noqa: E402
 from serve_app.config import load_config  # noqa: E402
 from serve_app.evaluation.beir import load_beir  # noqa: E402
 from serve_app.loaders import load_file  # noqa: E402
@@ -194,10 +195,7 @@ def main() -> None:
     stem = (
         Path(args.out) if args.out else RESULTS / f"ingest_{report['corpus']}_{report['chunker']}"
     )
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    stem.with_suffix(".json").write_text(json.dumps(report, indent=2))
-    stem.with_suffix(".md").write_text(markdown(report))
-    print(markdown(report))
+    write_report(stem, report, markdown(report))
 
 
 if __name__ == "__main__":

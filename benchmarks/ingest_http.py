@@ -32,6 +32,7 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from benchmarks.rawhttp import RawHttpPool  # noqa: E402
+from benchmarks.reports import write_report  # noqa: E402
 from serve_app.config import AppConfig, load_config  # noqa: E402
 from serve_app.evaluation.beir import load_beir  # noqa: E402
 from serve_app.ports import free_port  # noqa: E402
@@ -180,10 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         ]
     lines += ["", "Stage seconds (summed over requests): "
               + json.dumps(report["http"]["stage_seconds_summed"])]  # fmt: skip
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(report, indent=2))
-    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_report(args.out, report, lines)
     return 0
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import sys
@@ -28,6 +27,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from benchmarks.load import load_queries  # noqa: E402
+from benchmarks.reports import write_report  # noqa: E402
 from serve_app.config import load_config  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -108,10 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         f"| all (against the sum of direct calls) | {direct_sum} | {medians['pipeline.all']} | "
         f"{ratios['all_vs_sum_of_direct']} |"
     )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(report, indent=2))
-    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_report(args.out, report, lines)
     return 0
 
 

@@ -32,6 +32,8 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from benchmarks.reports import write_report  # noqa: E402
+
 RESULTS = ROOT / "benchmarks" / "results"
 UNLIMITED = 10**9
 
@@ -134,8 +136,6 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         print(json.dumps(row), flush=True)
     report = {"text_kb": args.text_kb, "title_kb": args.title_kb, "rows": rows}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(report, indent=2))
     lines = [
         f"# One {args.text_kb} KB document, in process (tiny encoders, BM25 + dense)",
         "",
@@ -148,8 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             for r in rows
         ),
     ]
-    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_report(args.out, report, lines)
     return 0
 
 

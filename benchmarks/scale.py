@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import sys
 import tempfile
@@ -26,6 +25,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.reports import write_report  # noqa: E402
 from serve_app.config import EmbeddedStoreConfig  # noqa: E402
 from serve_app.schemas import Chunk, SparseVector  # noqa: E402
 from serve_app.stores.base import DocumentWrite, EncodedChunk, IndexModels, QueryVectors  # noqa: E402
@@ -184,8 +184,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS / "scale")
     args = parser.parse_args(argv)
     report = asyncio.run(run(args))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(report, indent=2))
     plot(report, args.out.with_suffix(".png"))
     lines = [
         "# Embedded store at scale (synthetic chunks, 384-d dense + SPLADE-like + BM25-like sparse)",
@@ -199,8 +197,7 @@ def main(argv: list[str] | None = None) -> int:
             for k in ("dense", "splade", "bm25", "all three")
         )
         lines.append(f"| {int(size):,} | {row['build_s']} | {row['disk_mb']} | {cells} |")
-    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_report(args.out, report, lines)
     return 0
 
 

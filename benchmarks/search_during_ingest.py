@@ -33,6 +33,7 @@ import yaml  # noqa: E402
 
 from benchmarks.load import LoadRunner, http_sender, load_queries, summarise  # noqa: E402
 from benchmarks.rawhttp import RawHttpPool  # noqa: E402
+from benchmarks.reports import write_report  # noqa: E402
 from serve_app.ports import free_port  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -158,10 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         f"Stage medians (ms): {json.dumps(searches['stage_ms_median'])}",
         f"Stopped {report['stop_after_sigint_s']} s after SIGINT.",
     ]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(report, indent=2))
-    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_report(args.out, report, lines)
     if args.check_p95_ms is not None and not searches["p95_ms"] <= args.check_p95_ms:
         print(f"FAIL: p95 {searches['p95_ms']} ms > {args.check_p95_ms} ms", file=sys.stderr)
         return 1

@@ -51,6 +51,7 @@ from benchmarks.load import (  # noqa: E402
 )
 from benchmarks.processes import cpu_by_kind, cpu_seconds, ray_processes  # noqa: E402
 from benchmarks.rawhttp import RawHttpPool  # noqa: E402
+from benchmarks.reports import write_report  # noqa: E402
 from benchmarks.tiny_models import build_tiny_models  # noqa: E402
 from serve_app.config import AppConfig, config_from_dict, load_config  # noqa: E402
 from serve_app.ports import free_port  # noqa: E402
@@ -374,11 +375,7 @@ def main(argv: list[str] | None = None) -> int:
             / max(report["in_process"]["closed_loop"]["achieved_qps"], 1e-9),
             3,
         )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(report, indent=2))
-    text = markdown(report)
-    args.out.with_suffix(".md").write_text(text)
-    print(text)
+    write_report(args.out, report, markdown(report))
     return 0
 
 

@@ -27,6 +27,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from benchmarks.load import load_queries  # noqa: E402
+from benchmarks.reports import write_report  # noqa: E402
 from serve_app.config import load_config  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -89,8 +90,6 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         encoder.close()
     report = {"model": "tiny random" if args.tiny else config.model, "rows": rows}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(report, indent=2))
     lines = [
         f"# SPLADE query batches on one CPU thread ({report['model']}, SciFact claims)",
         "",
@@ -102,8 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             for r in rows
         ),
     ]
-    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_report(args.out, report, lines)
     return 0
 
 
