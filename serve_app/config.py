@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from serve_app.errors import ConfigError
 from serve_app.schemas import STRATEGIES, FusionMethod, Strategy
@@ -425,18 +432,21 @@ class DeploymentSettings(_Section):
     graceful_shutdown_wait_loop_s: float | None = Field(default=None, gt=0)
     graceful_shutdown_timeout_s: float | None = Field(default=None, gt=0)
 
-    @model_validator(mode="before")
-    @classmethod
-    def _drop_retired_batching(cls, data: Any) -> Any:
-        """``max_batch_size`` / ``batch_wait_timeout_s`` configured Serve's ``@serve.batch``,
-        which the model queues replaced; older files still load, with a warning."""
-        if isinstance(data, dict) and RETIRED_BATCHING & data.keys():
-            data = {k: v for k, v in data.items() if k not in RETIRED_BATCHING}
-            log.warning(
-                "serve.<deployment>.max_batch_size and batch_wait_timeout_s are no longer used "
-                "(batching is the model queue's: dense.queue, splade.queue, reranker.queue)"
-            )
-        return data
+
+# Ray Serve's switches for the transport this service is measured on (README, "Serving
+# path"): HAProxy in front of the ingress replicas, gRPC between replicas, user code on the
+# replica's main loop. Serve's own defaults (its Python proxy, Ray actor calls) cost several
+# CPU milliseconds a query more, so a configuration that names no transport gets this one;
+# a key it sets wins (RAY_SERVE_THROUGHPUT_OPTIMIZED: "0" and RAY_SERVE_ENABLE_HA_PROXY: "0"
+# go back to Serve's defaults).
+SERVE_TRANSPORT_ENV = {
+    "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
+    "RAY_SERVE_ENABLE_HA_PROXY": "1",
+    # gRPC's default 4 MB message cap (kept by Ray) failed a 4.5 MB document inside the
+    # ingress; messages between replicas are bounded by the API's own limits, as over Ray's
+    # actor calls, so this is gRPC's own ceiling (2 GiB - 1).
+    "RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH": "2147483647",
+}
 
 
 class ServeConfig(_Section):
@@ -446,7 +456,8 @@ class ServeConfig(_Section):
     route_prefix: str = "/"
     # Environment of every Ray process (Ray Serve's own switches, read when its processes
     # start): set by the local run before Ray starts, and on every Ray container by the chart.
-    env: dict[str, str] = Field(default_factory=dict)
+    # SERVE_TRANSPORT_ENV fills the keys this leaves out.
+    env: dict[str, str] = Field(default_factory=dict, validate_default=True)
     chunker: DeploymentSettings = Field(default_factory=DeploymentSettings)
     dense: DeploymentSettings = Field(default_factory=DeploymentSettings)
     splade: DeploymentSettings = Field(default_factory=DeploymentSettings)
@@ -455,6 +466,37 @@ class ServeConfig(_Section):
     ingress: DeploymentSettings = Field(
         default_factory=lambda: DeploymentSettings(max_ongoing_requests=64)
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_retired_batching(cls, data: Any) -> Any:
+        """``max_batch_size`` / ``batch_wait_timeout_s`` configured Serve's ``@serve.batch``,
+        which the model queues replaced; older files still load, with one warning."""
+        if not isinstance(data, dict):
+            return data
+        retired = [
+            name
+            for name, settings in data.items()
+            if isinstance(settings, dict) and RETIRED_BATCHING & settings.keys()
+        ]
+        if retired:
+            data = {
+                name: {k: v for k, v in data[name].items() if k not in RETIRED_BATCHING}
+                if name in retired
+                else settings
+                for name, settings in data.items()
+            }
+            log.warning(
+                "serve.%s: max_batch_size and batch_wait_timeout_s are no longer used "
+                "(batching is the model queue's: dense.queue, splade.queue, reranker.queue)",
+                "/".join(retired),
+            )
+        return data
+
+    @field_validator("env")
+    @classmethod
+    def _default_transport(cls, env: dict[str, str]) -> dict[str, str]:
+        return {**SERVE_TRANSPORT_ENV, **env}
 
     @model_validator(mode="after")
     def _default_access_logs(self) -> ServeConfig:

@@ -343,10 +343,10 @@ def test_api_metrics_are_exported_by_ray_for_every_replica(http, ingested):
 
 
 def test_the_ingress_calls_every_deployment_over_the_configured_transport(serve_url, serve_config):
-    """The configuration turns on Serve's throughput mode (gRPC between replicas). This test
-    process imported Ray Serve before the local run set that switch, so the handles it built
-    default to Ray actor calls; the ingress replica applies its own environment, and a search
-    works over what it chose."""
+    """Serve's throughput mode (gRPC between replicas) is the configuration's default:
+    config/local.yaml names no transport switch. This test process imported Ray Serve before
+    the local run set that switch, so the handles it built default to Ray actor calls; the
+    ingress replica applies its own environment, and a search works over what it chose."""
     from ray import serve
 
     assert serve_config.serve.env.get("RAY_SERVE_THROUGHPUT_OPTIMIZED") == "1"

@@ -157,11 +157,15 @@ def test_autoscaler_sidecar_can_reach_the_api_server(values):
 @pytest.mark.parametrize("values", VALUES)
 def test_serve_switches_reach_every_ray_process(values):
     """`serve.env` (HAProxy, throughput mode) is read by Ray Serve when its processes start;
-    on a cluster they start from the containers' environment, head and workers alike."""
+    on a cluster they start from the containers' environment, head and workers alike. What
+    reaches them is the environment the application's own configuration resolves to, the
+    transport defaults it fills in included (the chart renders the file, not the model)."""
+    from serve_app.config import SERVE_TRANSPORT_ENV, config_from_dict
+
     service = rendered_rayservice(values)
-    serve_env = (yaml.safe_load(service["spec"]["serveConfigV2"])["applications"][0]["args"]
-                 ["config"].get("serve", {}).get("env", {}))  # fmt: skip
-    assert serve_env, "the cluster configuration turns Serve's throughput switches on"
+    rendered = yaml.safe_load(service["spec"]["serveConfigV2"])["applications"][0]["args"]
+    serve_env = config_from_dict(rendered["config"], "rendered").serve.env
+    assert SERVE_TRANSPORT_ENV.items() <= serve_env.items()
     cluster = service["spec"]["rayClusterConfig"]
     for group in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]:
         for container in group["template"]["spec"]["containers"]:

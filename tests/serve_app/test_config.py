@@ -1,3 +1,7 @@
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,6 +27,39 @@ def test_env_overrides_nested_and_typed():
     )
     assert config.dense.batch_size == 64
     assert config.search.fusion.method == "dbsf"
+
+
+def _serve_switches_under(env: dict[str, str]) -> dict[str, object]:
+    """Ray Serve's own reading of ``env``: its constants, imported in a fresh process."""
+    probe = (
+        "import json; from ray.serve._private import constants as c; print(json.dumps({"
+        "'throughput': c.RAY_SERVE_THROUGHPUT_OPTIMIZED, 'haproxy': c.RAY_SERVE_ENABLE_HA_PROXY,"
+        "'grpc': c.RAY_SERVE_USE_GRPC_BY_DEFAULT,"
+        "'grpc_max': c.RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH}))"
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("RAY_SERVE_")}
+    out = subprocess.run(
+        [sys.executable, "-c", probe], env={**clean, **env}, capture_output=True, text=True,
+        timeout=120, check=True,
+    )  # fmt: skip
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_a_config_that_names_no_serve_switches_runs_the_measured_transport(tmp_path):
+    """A minimal file (the GPU harness's has no ``serve.env``) still gets HAProxy and gRPC
+    between replicas with gRPC's full message size, as Ray Serve itself reads the switches; a
+    key the file sets wins, so Serve's defaults stay one line away."""
+    path = tmp_path / "minimal.yaml"
+    path.write_text("serve:\n  port: 8001\n")
+    switches = _serve_switches_under(load_config(path, environ={}).serve.env)
+    assert switches == {"throughput": True, "haproxy": True, "grpc": True, "grpc_max": 2**31 - 1}
+
+    path.write_text(
+        "serve:\n  env:\n    RAY_SERVE_THROUGHPUT_OPTIMIZED: '0'\n"
+        "    RAY_SERVE_ENABLE_HA_PROXY: '0'\n"
+    )
+    switches = _serve_switches_under(load_config(path, environ={}).serve.env)
+    assert not switches["throughput"] and not switches["haproxy"] and not switches["grpc"]
 
 
 def test_env_overrides_parse_yaml_scalars():
@@ -84,14 +121,19 @@ def test_round_trip_through_dict():
     assert AppConfig.model_validate(config.model_dump()) == config
 
 
-def test_retired_serve_batching_fields_still_load(caplog):
-    from serve_app.config import DeploymentSettings
+def test_retired_serve_batching_fields_still_load_with_one_warning(caplog):
+    from serve_app.config import ServeConfig
 
     with caplog.at_level("WARNING"):
-        settings = DeploymentSettings.model_validate(
-            {"num_replicas": 2, "max_batch_size": 64, "batch_wait_timeout_s": 0.002}
+        serve = ServeConfig.model_validate(
+            {
+                "dense": {"num_replicas": 2, "max_batch_size": 64, "batch_wait_timeout_s": 0.002},
+                "splade": {"max_batch_size": 64},
+                "store": {"num_replicas": 3},
+            }
         )
-    assert settings.num_replicas == 2
-    assert "no longer used" in caplog.text
+    assert (serve.dense.num_replicas, serve.store.num_replicas) == (2, 3)
+    warnings = [r.getMessage() for r in caplog.records if "no longer used" in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].startswith("serve.dense/splade:"), warnings
     with pytest.raises(ValueError, match="max_batch_sizes"):
-        DeploymentSettings.model_validate({"max_batch_sizes": 1})  # typos still fail
+        ServeConfig.model_validate({"dense": {"max_batch_sizes": 1}})  # typos still fail
