@@ -102,6 +102,18 @@ def test_install_script_in_a_clean_venv_builds_the_gpu_app_on_cpu(tmp_path, tiny
     assert f"ray, version {values['rayVersion']}" in install.stdout  # `ray --version` on PATH
     assert "import path ok:" in install.stdout
 
+    # The chart turns on Serve's HAProxy ingress on every Ray container (serve.env): the
+    # image's own environment must give Serve an HAProxy binary that runs.
+    probe = "from ray.serve._private.haproxy import get_haproxy_binary; print(get_haproxy_binary())"
+    found = subprocess.run(
+        [str(venv_python), "-c", probe], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert found.returncode == 0, found.stderr[-3000:]
+    binary = Path(found.stdout.strip().splitlines()[-1])
+    assert binary.is_relative_to(venv), f"HAProxy from outside the image's venv: {binary}"
+    version = subprocess.run([str(binary), "-v"], capture_output=True, text=True, timeout=30)
+    assert version.returncode == 0 and "HAProxy version" in version.stdout, version
+
     config_path = tmp_path / "config.json"
     config_path.write_text(json.dumps(cpu_config(tmp_path, tiny_reranker_dir)))
     built = subprocess.run(
