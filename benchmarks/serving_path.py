@@ -279,11 +279,15 @@ def serve_path(config: AppConfig, args: argparse.Namespace, queries: list[str]) 
         stop()
 
 
-def wait_ready(url: str, timeout_s: float = 180) -> None:
+def wait_ready(url: str, timeout_s: float = 180, process: subprocess.Popen | None = None) -> None:
+    """Until ``url``'s /readyz answers 200; ``process`` (a ``subprocess.Popen`` serving it,
+    if any) exiting first ends the wait at once."""
     import httpx
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise SystemExit(f"the Serve process exited ({process.returncode}) before ready")
         try:
             if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
                 return

@@ -56,9 +56,10 @@ def check_haproxy() -> None:
         get_haproxy_binary()
     except FileNotFoundError as error:
         raise ConfigError(
-            f"serve.env turns on Ray Serve's HAProxy ingress (RAY_SERVE_ENABLE_HA_PROXY=1, the "
-            f"default), and Ray Serve says: {error} Or set serve.env.RAY_SERVE_ENABLE_HA_PROXY: '0' to serve "
-            'through Ray Serve\'s Python proxy (slower: README, "Ray Serve deployments").'
+            "serve.env turns on Ray Serve's HAProxy ingress (RAY_SERVE_ENABLE_HA_PROXY=1, the "
+            f"default), and Ray Serve says: {error} Or set "
+            "serve.env.RAY_SERVE_ENABLE_HA_PROXY: '0' to serve through Ray Serve's Python "
+            'proxy (slower: README, "Ray Serve deployments").'
         ) from None
 
 

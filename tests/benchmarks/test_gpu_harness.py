@@ -16,14 +16,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import psutil
 import pytest
 import yaml
 
+from benchmarks.serving_path import wait_ready
 from serve_app.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,15 +78,10 @@ def serving(cwd: Path, env: dict[str, str], port: int):
         cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 150  # run.sh waits 150 s
-        while time.monotonic() < deadline:
-            assert process.poll() is None, (cwd / f"serve-{port}.log").read_text()[-3000:]
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5).status_code == 200:
-                    break
-            time.sleep(1)
-        else:
-            pytest.fail("the harness's serve step was not ready within 150 s")
+        try:
+            wait_ready(f"http://127.0.0.1:{port}", 150, process)  # run.sh waits 150 s
+        except SystemExit as stopped:
+            pytest.fail(f"{stopped}:\n{(cwd / f'serve-{port}.log').read_text()[-3000:]}")
         yield process
     finally:
         process.send_signal(signal.SIGTERM)  # run.sh: kill $pid
