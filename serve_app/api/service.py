@@ -129,8 +129,13 @@ class RetrievalService:
     # -- named collections and inspection ------------------------------------------------
     async def scope(self, tenant_id: str, collection: str) -> str:
         """The store scope of the tenant's collection; NotFoundError for one it lacks (another
-        tenant's collection of the same name included)."""
-        if not await self.components.index.has_collection(tenant_id, collection):
+        tenant's collection of the same name included).
+
+        Every tenant has its default collection, so only a named one is looked up: on Ray
+        Serve each lookup is a store round trip of its own, outside the query's batch."""
+        if collection != DEFAULT_COLLECTION and not await self.components.index.has_collection(
+            tenant_id, collection
+        ):
             raise NotFoundError(
                 f"collection {collection!r} not found; create it with POST /v1/collections"
             )

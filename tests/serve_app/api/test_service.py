@@ -77,3 +77,42 @@ async def test_uploads_share_the_slots_and_extra_uploads_are_refused(components)
     )
     assert (await service.ingest([doc(99)])).written == ["d99"]  # admitted again
     components.chunker = gate.chunker
+
+
+class RecordingIndex:
+    """The real index, recording which protocol calls the service makes on it."""
+
+    def __init__(self, index) -> None:
+        self.index = index
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str):
+        member = getattr(self.index, name)
+        if not asyncio.iscoroutinefunction(member):
+            return member
+
+        async def recorded(*args, **kwargs):
+            self.calls.append(name)
+            return await member(*args, **kwargs)
+
+        return recorded
+
+
+async def test_a_search_of_the_default_collection_makes_no_collection_lookup(components):
+    """On Ray Serve every index call the service makes is a store round trip of its own,
+    outside the query's coalesced search + fetch; the default collection needs none."""
+    from serve_app.errors import NotFoundError
+    from serve_app.schemas import SearchRequest
+
+    index = components.index
+    recording = RecordingIndex(index)
+    components.index = recording
+    try:
+        service = RetrievalService(components)
+        response = await service.search(SearchRequest(query="word", top_k=3), "t-lookup")
+        assert response.results == [] and recording.calls == []
+        with pytest.raises(NotFoundError, match="collection 'papers' not found"):
+            await service.search(SearchRequest(query="word", collection="papers"), "t-lookup")
+        assert recording.calls == ["has_collection"]
+    finally:
+        components.index = index
