@@ -15,7 +15,7 @@ import re
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -118,11 +118,11 @@ class QueryVectors:
     bm25: SparseVector | None = None
 
 
-@dataclass(frozen=True)
-class Hit:
+class Hit(NamedTuple):
     """A retrieval hit by reference: chunks themselves are fetched only for the final results
     (``ChunkIndex.fetch``), so candidates cost ids and scores, not payloads. ``doc_id`` is
-    empty when the search did not ask for it (``SearchQuery.doc_ids``)."""
+    empty when the search did not ask for it (``SearchQuery.doc_ids``). A named tuple: a
+    search makes one per candidate per strategy, at half a frozen dataclass's cost."""
 
     chunk_id: str
     doc_id: str

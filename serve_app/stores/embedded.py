@@ -63,6 +63,34 @@ def _sparse(indices: list[int], values: list[float]) -> edge.SparseVector:
     return edge.SparseVector(indices=indices, values=values)
 
 
+class IdTexts:
+    """The text of the engine's point ids, each formatted once.
+
+    The engine hands every id back as a ``uuid.UUID``, and a search returns up to
+    ``candidates`` ids per strategy per query, most of them seen before: formatting each one
+    anew cost more than the engine's search itself (``benchmarks/store_hits.py``). Keyed by
+    the UUID's integer (hashed in C); emptied once it holds ``limit`` ids, so it stays a
+    few tens of MB whatever the index holds."""
+
+    def __init__(self, limit: int = 1 << 18) -> None:
+        self.limit = limit
+        self._texts: dict[int, str] = {}
+
+    def __len__(self) -> int:
+        return len(self._texts)
+
+    def __call__(self, point_id: Any) -> str:
+        key = getattr(point_id, "int", None)
+        if key is None:  # an integer or text id: nothing to save
+            return str(point_id)
+        text = self._texts.get(key)
+        if text is None:
+            if len(self._texts) >= self.limit:
+                self._texts.clear()
+            text = self._texts[key] = str(point_id)
+        return text
+
+
 class EdgeBackend:
     """qdrant-edge primitives for every strategy; its payloads are whole chunks."""
 
@@ -75,6 +103,7 @@ class EdgeBackend:
         self.config = config
         self._shard: edge.EdgeShard | None = None
         self._write_lock = threading.Lock()
+        self._id_text = IdTexts()
 
     # -- lifecycle ---------------------------------------------------------------------
     def _edge_config(self, models: IndexModels) -> edge.EdgeConfig:
@@ -297,9 +326,10 @@ class EdgeBackend:
             batch = self.shard.query_batch(
                 edge.QueryBatchRequest([self._request(plans[i]) for i in runnable])  # type: ignore[arg-type]
             )
+            id_text = self._id_text
             for i, points in zip(runnable, batch, strict=True):
                 results[i] = [
-                    Hit(str(p.id), p.payload["doc_id"] if p.payload else "", float(p.score))
+                    Hit(id_text(p.id), p.payload["doc_id"] if p.payload else "", float(p.score))
                     for p in points
                 ]
         return results
@@ -315,7 +345,7 @@ class EdgeBackend:
             return [{} for _ in requests]
         payload: Any = edge.PayloadSelector.Include(fields) if isinstance(fields, list) else True
         records = self.shard.retrieve(wanted, with_payload=payload, with_vector=False)
-        by_id = {str(r.id): dict(r.payload or {}) for r in records}
+        by_id = {self._id_text(r.id): dict(r.payload or {}) for r in records}
         return [
             {i: by_id[i] for i in ids if i in by_id and in_scope(by_id[i], tenant)}
             for tenant, ids in requests

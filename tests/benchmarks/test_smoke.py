@@ -212,3 +212,12 @@ def test_repeated_fields_benchmark(tmp_path):
     assert (
         rows[2]["code"] == "PAYLOAD_TOO_LARGE" and rows[2]["data_dir_mb"] < rows[1]["data_dir_mb"]
     )
+
+
+def test_store_hits_benchmark(tmp_path):
+    out = tmp_path / "store_hits"
+    run("store_hits.py", "--chunks", "200", "--batch", "2", "--repeat", "5", "--out", str(out))
+    report = json.loads(out.with_suffix(".json").read_text())
+    assert report["hits_per_batch"] == 2 * 2 * 100  # both strategies fill their lists
+    assert len(report["timings"]) == 4
+    assert all(row["batch_ms"] > 0 for row in report["timings"].values())

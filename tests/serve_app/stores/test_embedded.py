@@ -98,3 +98,26 @@ async def test_an_interrupted_replace_is_not_unchanged_and_its_retry_removes_the
 
 async def _texts(index, hits):
     return [c.text for c in await index.fetch("t1", [h.chunk_id for h in hits])]
+
+
+def test_id_texts_give_the_canonical_text_of_each_id_and_stay_bounded():
+    import uuid
+
+    from serve_app.stores.embedded import IdTexts
+
+    texts = IdTexts(limit=3)
+    ids = [uuid.uuid5(uuid.NAMESPACE_URL, f"chunk-{i}") for i in range(5)]
+    assert [texts(i) for i in ids] == [str(i) for i in ids]
+    assert len(texts) == 2  # emptied when the fourth id came, then two more
+    again = texts(uuid.UUID(str(ids[4])))  # another object for the same id
+    assert again == str(ids[4]) and again is texts(ids[4])
+    assert texts(7) == "7" and texts("not-a-uuid") == "not-a-uuid"
+
+
+async def test_search_hits_carry_the_ids_the_chunks_were_written_with(index):
+    chunks = [encoded(f"d{i}", 0, f"text {i}", [1, i, 0, 0], {1: 1.0 + i}) for i in range(6)]
+    await index.write_documents("t1", [write(c.chunk.doc_id, [c]) for c in chunks])
+    first = await index.search("dense", query(), 10, "t1")
+    second = await index.search("dense", query(), 10, "t1")  # ids seen before
+    assert sorted(h.chunk_id for h in first) == sorted(c.chunk.id for c in chunks)
+    assert first == second and all(type(h.chunk_id) is str for h in first)
