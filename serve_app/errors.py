@@ -68,6 +68,10 @@ class NotFoundError(ServeAppError):
     status = 404
 
 
+def collection_not_found(name: str) -> NotFoundError:
+    return NotFoundError(f"collection {name!r} not found; create it with POST /v1/collections")
+
+
 class MethodNotAllowedError(ServeAppError):
     code = "METHOD_NOT_ALLOWED"
     status = 405

@@ -6,7 +6,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from serve_app.errors import NotFoundError, ServiceUnavailableError
+from serve_app.errors import NotFoundError, ServiceUnavailableError, collection_not_found
 from serve_app.pipelines.components import Components
 from serve_app.pipelines.ingest import IngestPipeline
 from serve_app.pipelines.search import SearchPipeline
@@ -105,8 +105,14 @@ class RetrievalService:
         return merged
 
     async def search(self, request: SearchRequest, tenant_id: str) -> SearchResponse:
-        key = await self.scope(tenant_id, request.collection)
-        return await self.search_pipeline.search(request, key)
+        """A named collection is confirmed inside the search's own store call, not by a
+        lookup of its own (on Ray Serve a round trip outside the query's batch)."""
+        collection = request.collection
+        return await self.search_pipeline.search(
+            request,
+            scope(tenant_id, collection),
+            confirm=None if collection == DEFAULT_COLLECTION else (tenant_id, collection),
+        )
 
     async def get_document(
         self, tenant_id: str, doc_id: str, collection: str = DEFAULT_COLLECTION
@@ -136,9 +142,7 @@ class RetrievalService:
         if collection != DEFAULT_COLLECTION and not await self.components.index.has_collection(
             tenant_id, collection
         ):
-            raise NotFoundError(
-                f"collection {collection!r} not found; create it with POST /v1/collections"
-            )
+            raise collection_not_found(collection)
         return scope(tenant_id, collection)
 
     async def list_collections(self, tenant_id: str) -> list[dict]:

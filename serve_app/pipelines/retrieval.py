@@ -11,6 +11,7 @@ engine call, a network round trip) is paid once per batch under load.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -25,7 +26,9 @@ from serve_app.stores.base import ChunkIndex, Hit, QueryVectors, SearchQuery
 @dataclass
 class RetrieveSpec:
     """One query's retrieval: candidates per strategy, the resolved fusion, how many fused
-    results to fetch (``top_k``, or the rerank depth)."""
+    results to fetch (``top_k``, or the rerank depth). ``confirm``: (tenant, named
+    collection) that must exist and be ready for the query to run, checked in the same call
+    (None for the default collection, which every tenant has)."""
 
     query: QueryVectors
     strategies: list[Strategy]
@@ -34,6 +37,7 @@ class RetrieveSpec:
     fusion: FusionSpec
     fetch: int
     filters: SearchFilters | None = None
+    confirm: tuple[str, str] | None = None
 
 
 @dataclass
@@ -47,11 +51,13 @@ class Candidate:
 @dataclass
 class Retrieved:
     """Fetched candidates in fused order (a chunk the store no longer holds is left out),
-    the length of the fused list, and the time of each stage."""
+    the length of the fused list, and the time of each stage. ``collection_missing``: the
+    spec's ``confirm`` found no such collection, and nothing was searched."""
 
     candidates: list[Candidate]
     total: int
     timings_ms: dict[str, float] = field(default_factory=dict)
+    collection_missing: bool = False
 
 
 @runtime_checkable
@@ -86,7 +92,24 @@ class IndexRetriever:
         return await self._coalescer.submit(spec)
 
     async def retrieve_many(self, specs: Sequence[RetrieveSpec]) -> list[Retrieved]:
-        """One batched search and one batched fetch for all of ``specs``."""
+        """One batched search and one batched fetch for all of ``specs`` whose collection
+        exists (each distinct named collection of the batch is looked up once)."""
+        confirms = list(dict.fromkeys(s.confirm for s in specs if s.confirm is not None))
+        if confirms:
+            found = await asyncio.gather(*(self.index.has_collection(*c) for c in confirms))
+            missing = {c for c, ok in zip(confirms, found, strict=True) if not ok}
+            if missing:
+                live = [s for s in specs if s.confirm not in missing]
+                answers = iter(await self._search_and_fetch(live) if live else [])
+                return [
+                    Retrieved([], 0, collection_missing=True)
+                    if s.confirm in missing
+                    else next(answers)
+                    for s in specs
+                ]
+        return await self._search_and_fetch(specs)
+
+    async def _search_and_fetch(self, specs: Sequence[RetrieveSpec]) -> list[Retrieved]:
         started = time.perf_counter()
         searched = await self.index.search_batch(
             [

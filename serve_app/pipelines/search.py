@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from serve_app.errors import InvalidInputError
+from serve_app.errors import InvalidInputError, collection_not_found
 from serve_app.pipelines.components import Components
 from serve_app.pipelines.retrieval import RetrieveSpec
 from serve_app.pipelines.timing import StageTimer
@@ -99,7 +99,11 @@ class SearchPipeline:
         )
 
     # -- the request path --------------------------------------------------------------------
-    async def search(self, request: SearchRequest, tenant_id: str) -> SearchResponse:
+    async def search(
+        self, request: SearchRequest, tenant_id: str, confirm: tuple[str, str] | None = None
+    ) -> SearchResponse:
+        """``tenant_id`` is the scope key searched; ``confirm`` a (tenant, named collection)
+        that must exist (``RetrieveSpec.confirm``), else NotFoundError."""
         started = time.perf_counter()
         timer = StageTimer()
         strategies = self.strategies_for(request.strategies)
@@ -125,8 +129,11 @@ class SearchPipeline:
                 fusion=fusion,
                 fetch=depth if rerank else request.top_k,
                 filters=request.filters,
+                confirm=confirm,
             )
         )
+        if retrieved.collection_missing:
+            raise collection_not_found(request.collection)
         timer.timings_ms.update(retrieved.timings_ms)
         candidates = retrieved.candidates
 

@@ -98,21 +98,44 @@ class RecordingIndex:
         return recorded
 
 
-async def test_a_search_of_the_default_collection_makes_no_collection_lookup(components):
-    """On Ray Serve every index call the service makes is a store round trip of its own,
-    outside the query's coalesced search + fetch; the default collection needs none."""
+async def test_a_search_makes_its_store_calls_in_one_retrieval(components):
+    """On Ray Serve every index call the service makes is a store round trip of its own; a
+    search's calls are all inside its retrieval (one coalesced round trip): the default
+    collection needs no lookup, a named one is confirmed there, and one that does not exist
+    is a 404 with nothing searched."""
     from serve_app.errors import NotFoundError
+    from serve_app.pipelines.retrieval import IndexRetriever
     from serve_app.schemas import SearchRequest
 
-    index = components.index
-    recording = RecordingIndex(index)
-    components.index = recording
+    tenant = "t-calls"  # the module's other tests write to the default tenant
+    index, retriever = components.index, components.retriever
+    service_calls, retrieval_calls = RecordingIndex(index), RecordingIndex(index)
+    components.index, components.retriever = service_calls, IndexRetriever(retrieval_calls)
     try:
         service = RetrievalService(components)
-        response = await service.search(SearchRequest(query="word", top_k=3), "t-lookup")
-        assert response.results == [] and recording.calls == []
+        await service.ingest([doc(1).model_copy(update={"tenant_id": tenant})])
+        service_calls.calls.clear()
+        found = await service.search(SearchRequest(query="word", top_k=3), tenant)
+        assert [r.chunk.doc_id for r in found.results] == ["d1"]
+        assert service_calls.calls == [] and retrieval_calls.calls == [
+            "search_batch",
+            "fetch_batch",
+        ]
+
+        retrieval_calls.calls.clear()
         with pytest.raises(NotFoundError, match="collection 'papers' not found"):
-            await service.search(SearchRequest(query="word", collection="papers"), "t-lookup")
-        assert recording.calls == ["has_collection"]
+            await service.search(SearchRequest(query="word", collection="papers"), tenant)
+        assert service_calls.calls == [] and retrieval_calls.calls == ["has_collection"]
+
+        await service.create_collection(tenant, "papers")
+        await service.ingest(
+            [doc(2).model_copy(update={"tenant_id": tenant, "collection": "papers"})]
+        )
+        service_calls.calls.clear()
+        retrieval_calls.calls.clear()
+        named = await service.search(SearchRequest(query="word", collection="papers"), tenant)
+        assert [r.chunk.doc_id for r in named.results] == ["d2"]
+        assert service_calls.calls == []
+        assert retrieval_calls.calls == ["has_collection", "search_batch", "fetch_batch"]
     finally:
-        components.index = index
+        components.index, components.retriever = index, retriever
