@@ -45,6 +45,16 @@ def sparse(rng: np.random.Generator, terms: int, space: int, zipf: bool) -> Spar
     )
 
 
+def query_vectors(rng: np.random.Generator, dense: np.ndarray) -> QueryVectors:
+    """A synthetic query: ``dense`` plus SPLADE-like and BM25-like terms."""
+    return QueryVectors(
+        text="q",
+        dense=dense,
+        splade=sparse(rng, 30, VOCAB, True),
+        bm25=sparse(rng, 8, HASH_SPACE, False),
+    )
+
+
 def unit(rng: np.random.Generator, n: int) -> np.ndarray:
     vectors = rng.standard_normal((n, DIM)).astype(np.float32)
     return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
@@ -98,12 +108,7 @@ async def time_queries(
     out: dict[str, dict[str, float]] = {}
     samples: dict[str, list[float]] = {"dense": [], "splade": [], "bm25": [], "all three": []}
     for q in range(queries):
-        query = QueryVectors(
-            text="q",
-            dense=vectors[q],
-            splade=sparse(rng, 30, VOCAB, True),
-            bm25=sparse(rng, 8, HASH_SPACE, False),
-        )
+        query = query_vectors(rng, vectors[q])
         for strategy in ("dense", "splade", "bm25"):
             start = time.perf_counter()
             await index.search(strategy, query, 100, TENANT)

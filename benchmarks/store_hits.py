@@ -36,10 +36,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.reports import write_report  # noqa: E402
-from benchmarks.scale import DIM, HASH_SPACE, TENANT, VOCAB, build, sparse, unit  # noqa: E402
+from benchmarks.scale import DIM, TENANT, build, query_vectors, unit  # noqa: E402
 from serve_app.config import EmbeddedStoreConfig  # noqa: E402
 from serve_app.stores import qdrant_requests as qr  # noqa: E402
-from serve_app.stores.base import IndexModels, QueryVectors, StrategyQuery  # noqa: E402
+from serve_app.stores.base import IndexModels, StrategyQuery  # noqa: E402
 from serve_app.stores.embedded import EdgeBackend, embedded_index  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -58,12 +58,7 @@ def batch_queries(batch: int, limit: int, rng: np.random.Generator) -> list[Stra
     dense = unit(rng, batch)
     queries = []
     for q in range(batch):
-        vectors = QueryVectors(
-            text="q",
-            dense=dense[q],
-            splade=sparse(rng, 30, VOCAB, True),
-            bm25=sparse(rng, 8, HASH_SPACE, False),
-        )
+        vectors = query_vectors(rng, dense[q])
         for strategy in ("dense", "splade"):
             queries.append(StrategyQuery(strategy, vectors, limit, TENANT, None, False))
     return queries
