@@ -11,7 +11,7 @@ terms rarely match), in one engine call. Medians of ``--repeat`` runs, on one th
 * the same plus each hit's id read (the engine makes a ``uuid.UUID`` when an id is read):
   the floor of any conversion;
 * ``EdgeBackend._query_sync`` (requests built, engine call, hits made) with every id
-  formatted anew by ``str``: the code before ``IdTexts``;
+  formatted anew by ``str``, as before ``IdTexts`` (the ``Hit`` type is today's in both);
 * ``EdgeBackend._query_sync`` as it is (ids through ``IdTexts``, all seen before, as under
   load).
 

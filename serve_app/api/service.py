@@ -28,6 +28,12 @@ ReadinessCheck = Callable[[], Awaitable[None]]
 BatchObserver = Callable[[str, dict], None]
 
 
+def _named(tenant_id: str, collection: str) -> tuple[str, str] | None:
+    """(tenant, collection) to look up, or None for the default collection, which every
+    tenant has (on Ray Serve a lookup is a store round trip)."""
+    return None if collection == DEFAULT_COLLECTION else (tenant_id, collection)
+
+
 def sub_batches(documents: list[Document], size: int, chars: int) -> list[list[Document]]:
     """Consecutive groups of at most ``size`` documents and ``chars`` characters (a document
     longer than ``chars`` alone in its group), in order."""
@@ -109,9 +115,7 @@ class RetrievalService:
         lookup of its own (on Ray Serve a round trip outside the query's batch)."""
         collection = request.collection
         return await self.search_pipeline.search(
-            request,
-            scope(tenant_id, collection),
-            confirm=None if collection == DEFAULT_COLLECTION else (tenant_id, collection),
+            request, scope(tenant_id, collection), confirm=_named(tenant_id, collection)
         )
 
     async def get_document(
@@ -135,13 +139,9 @@ class RetrievalService:
     # -- named collections and inspection ------------------------------------------------
     async def scope(self, tenant_id: str, collection: str) -> str:
         """The store scope of the tenant's collection; NotFoundError for one it lacks (another
-        tenant's collection of the same name included).
-
-        Every tenant has its default collection, so only a named one is looked up: on Ray
-        Serve each lookup is a store round trip of its own, outside the query's batch."""
-        if collection != DEFAULT_COLLECTION and not await self.components.index.has_collection(
-            tenant_id, collection
-        ):
+        tenant's collection of the same name included); only a named one is looked up."""
+        named = _named(tenant_id, collection)
+        if named is not None and not await self.components.index.has_collection(*named):
             raise collection_not_found(collection)
         return scope(tenant_id, collection)
 

@@ -94,20 +94,20 @@ class IndexRetriever:
     async def retrieve_many(self, specs: Sequence[RetrieveSpec]) -> list[Retrieved]:
         """One batched search and one batched fetch for all of ``specs`` whose collection
         exists (each distinct named collection of the batch is looked up once)."""
+        missing = await self._missing_collections(specs)
+        if not missing:
+            return await self._search_and_fetch(specs)
+        live = [s for s in specs if s.confirm not in missing]
+        answers = iter(await self._search_and_fetch(live) if live else [])
+        return [
+            Retrieved([], 0, collection_missing=True) if s.confirm in missing else next(answers)
+            for s in specs
+        ]
+
+    async def _missing_collections(self, specs: Sequence[RetrieveSpec]) -> set[tuple[str, str]]:
         confirms = list(dict.fromkeys(s.confirm for s in specs if s.confirm is not None))
-        if confirms:
-            found = await asyncio.gather(*(self.index.has_collection(*c) for c in confirms))
-            missing = {c for c, ok in zip(confirms, found, strict=True) if not ok}
-            if missing:
-                live = [s for s in specs if s.confirm not in missing]
-                answers = iter(await self._search_and_fetch(live) if live else [])
-                return [
-                    Retrieved([], 0, collection_missing=True)
-                    if s.confirm in missing
-                    else next(answers)
-                    for s in specs
-                ]
-        return await self._search_and_fetch(specs)
+        found = await asyncio.gather(*(self.index.has_collection(*c) for c in confirms))
+        return {c for c, ok in zip(confirms, found, strict=True) if not ok}
 
     async def _search_and_fetch(self, specs: Sequence[RetrieveSpec]) -> list[Retrieved]:
         started = time.perf_counter()

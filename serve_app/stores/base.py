@@ -122,7 +122,8 @@ class Hit(NamedTuple):
     """A retrieval hit by reference: chunks themselves are fetched only for the final results
     (``ChunkIndex.fetch``), so candidates cost ids and scores, not payloads. ``doc_id`` is
     empty when the search did not ask for it (``SearchQuery.doc_ids``). A named tuple: a
-    search makes one per candidate per strategy, at half a frozen dataclass's cost."""
+    search makes one per candidate per strategy, and a tuple is cheaper to make than a
+    frozen dataclass."""
 
     chunk_id: str
     doc_id: str
