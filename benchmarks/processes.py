@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import statistics
+import time
 
 import psutil
 
@@ -54,3 +56,20 @@ def cpu_by_kind(pids: dict[int, str], before: dict[int, float], after: dict[int,
         kind = pids[pid]
         totals[kind] = totals.get(kind, 0.0) + end - before.get(pid, 0.0)
     return totals
+
+
+def host_probe_ms(seconds: float = 1.0) -> float:
+    """Median milliseconds of a fixed pure-Python workload, ``sum(range(10**6))``, on one core,
+    repeated for about ``seconds``.
+
+    The shared cores of the benchmark host run the same code up to twice as fast in one hour
+    as in another, and vary from one minute to the next; timed just before and just after a
+    measurement (while nothing else of the benchmark runs) it says how fast the host was
+    around it, lower being faster. A bracket, not a correction: the load itself is not probed."""
+    samples: list[float] = []
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline or len(samples) < 3:
+        started = time.perf_counter()
+        sum(range(1_000_000))
+        samples.append((time.perf_counter() - started) * 1000)
+    return round(statistics.median(samples), 2)

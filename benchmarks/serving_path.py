@@ -15,8 +15,11 @@ each as a closed loop (throughput at that concurrency) and, with ``--sweep``, as
 steps around it (maximum sustainable QPS: achieved >= 97 % of offered, no errors, P99 < 5 s).
 CPU milliseconds per query come from the kernel's accounting of every process involved
 (this process for the in-process path; every Ray process, by kind, for Serve; the load
-generator reported apart). ``--profile-s`` samples each busy process with py-spy during an
-extra closed-loop window and lists the functions where it spends its own time.
+generator reported apart). Each path reports the host probe timed just before and just after
+its closed loop (``benchmarks.processes.host_probe_ms``: how fast the shared cores ran around
+it, lower is faster), to tell a slow host from slow code between runs made hours apart.
+``--profile-s`` samples each busy process with py-spy during an extra closed-loop window and
+lists the functions where it spends its own time.
 ``--real-models`` keeps the configuration's models (the small real ones) instead.
 """
 
@@ -49,7 +52,12 @@ from benchmarks.load import (  # noqa: E402
     summarise,
     sweep,
 )
-from benchmarks.processes import cpu_by_kind, cpu_seconds, ray_processes  # noqa: E402
+from benchmarks.processes import (  # noqa: E402
+    cpu_by_kind,
+    cpu_seconds,
+    host_probe_ms,
+    ray_processes,
+)
 from benchmarks.rawhttp import RawHttpPool  # noqa: E402
 from benchmarks.reports import write_report  # noqa: E402
 from benchmarks.tiny_models import build_tiny_models  # noqa: E402
@@ -230,7 +238,9 @@ async def in_process_path(config: AppConfig, args: argparse.Namespace, queries: 
     try:
         send = pipeline_sender(SearchPipeline(components), TENANT)
         me = {os.getpid(): "in-process pipeline"}
+        probe = host_probe_ms()
         result = await measure(send, args, queries, me)
+        result["host_probe_ms"] = [probe, host_probe_ms()]
         if args.profile_s:
             folder = Path(tempfile.mkdtemp(prefix="spy-inprocess-"))
             jobs = profile(me, args.profile_s, folder)
@@ -256,7 +266,9 @@ def serve_path(config: AppConfig, args: argparse.Namespace, queries: list[str]) 
         async def run() -> dict:
             pool = RawHttpPool(url)
             try:
+                probe = host_probe_ms()
                 result = await measure(http_sender(pool), args, queries, pids)
+                result["host_probe_ms"] = [probe, host_probe_ms()]
                 if args.profile_s:
                     busy = {
                         p: k for p, k in pids.items() if k.startswith(("replica", "ray::Proxy"))
@@ -302,8 +314,9 @@ def markdown(report: dict) -> str:
         f"# Serving path ({report['models']} encoders, {report['index']['documents']} SciFact "
         f"abstracts, {report['index']['chunks']} chunks, {report['clients']} clients)",
         "",
-        "| path | QPS (closed loop) | p50 ms | p95 ms | CPU ms/query | max sustainable QPS |",
-        "|---|---|---|---|---|---|",
+        "| path | QPS (closed loop) | p50 ms | p95 ms | CPU ms/query | max sustainable QPS "
+        "| host probe ms, before / after |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name in ("in_process", "serve"):
         if name not in report:
@@ -312,7 +325,8 @@ def markdown(report: dict) -> str:
         best = report[name].get("sweep", {}).get("max_sustainable_qps", "-")
         lines.append(
             f"| {name.replace('_', '-')} | {closed['achieved_qps']} | {closed['p50_ms']} | "
-            f"{closed['p95_ms']} | {closed['cpu_ms_per_query']} | {best} |"
+            f"{closed['p95_ms']} | {closed['cpu_ms_per_query']} | {best} | "
+            f"{' / '.join(str(ms) for ms in report[name]['host_probe_ms'])} |"
         )
     for name in ("in_process", "serve"):
         if name not in report:

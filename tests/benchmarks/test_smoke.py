@@ -140,6 +140,7 @@ def test_serving_path_benchmark(tmp_path):
         closed = report[path]["closed_loop"]
         assert closed["achieved_qps"] > 0 and not closed["errors"]
         assert closed["cpu_ms_per_query"] > 0
+        assert len(report[path]["host_probe_ms"]) == 2 and min(report[path]["host_probe_ms"]) > 0
         assert "max_sustainable_qps" in report[path]["sweep"]
     assert any(
         k.startswith("replica")
