@@ -144,13 +144,16 @@ class CpuMeter:
 async def measure(
     send: Send, args: argparse.Namespace, queries: list[str], pids: dict[int, str]
 ) -> dict:
-    """A closed loop at ``--clients`` with CPU accounting, then the optional sweep around it."""
+    """A closed loop at ``--clients`` with CPU accounting, bracketed by the host probe, then
+    the optional sweep around it."""
     runner = LoadRunner(send, queries, request_body(args), args.timeout)
     await runner.closed_loop(args.clients, 2.0, 0.0)  # warm every path once
+    probe = host_probe_ms()
     meter = CpuMeter(pids)
     samples, window = await runner.closed_loop(args.clients, args.duration, 0.0)
     result = {"closed_loop": {**summarise(samples, window, None), "concurrency": args.clients}}
     result["closed_loop"].update(meter.stop(len(samples)))
+    result["host_probe_ms"] = [probe, host_probe_ms()]
     if args.sweep:
         capacity = result["closed_loop"]["achieved_qps"]
         rates = [round(capacity * f, 1) for f in (0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2)]
@@ -238,9 +241,7 @@ async def in_process_path(config: AppConfig, args: argparse.Namespace, queries: 
     try:
         send = pipeline_sender(SearchPipeline(components), TENANT)
         me = {os.getpid(): "in-process pipeline"}
-        probe = host_probe_ms()
         result = await measure(send, args, queries, me)
-        result["host_probe_ms"] = [probe, host_probe_ms()]
         if args.profile_s:
             folder = Path(tempfile.mkdtemp(prefix="spy-inprocess-"))
             jobs = profile(me, args.profile_s, folder)
@@ -266,9 +267,7 @@ def serve_path(config: AppConfig, args: argparse.Namespace, queries: list[str]) 
         async def run() -> dict:
             pool = RawHttpPool(url)
             try:
-                probe = host_probe_ms()
                 result = await measure(http_sender(pool), args, queries, pids)
-                result["host_probe_ms"] = [probe, host_probe_ms()]
                 if args.profile_s:
                     busy = {
                         p: k for p, k in pids.items() if k.startswith(("replica", "ray::Proxy"))

@@ -2,12 +2,11 @@
 
 The serving-path benchmark uses them to measure what the code costs around the models
 (hops, serialisation, validation, the store) rather than the models themselves. One layer,
-hidden size 32: the dense model encodes a batch of 8 SciFact claims in ~3 ms on one core
-(tokenising included). SPLADE's projection onto BERT's 30,522-term vocabulary stays: every
-token of the batch (~180 for 8 claims) times the whole vocabulary, 10-20 ms for the batch on
-one core of the 2-core benchmark host (2026-11-25, varying with the host), so the tiny
-SPLADE still costs 1-2.5 CPU ms a query. Meaningless for quality; the shapes of the outputs
-(a dense vector, a SPLADE vector over BERT's vocabulary) are the real ones.
+hidden size 32. The tiny SPLADE is not free: it still projects every token of a batch onto
+BERT's 30,522-term vocabulary, and a batch of 8 SciFact claims took 23.8 ms on one core of
+the 2-core benchmark host (``python benchmarks/splade_pooling.py --tiny --batches 8``,
+2026-11-25), about 3 CPU ms a query. Meaningless for quality; the shapes of the outputs (a
+dense vector, a SPLADE vector over BERT's vocabulary) are the real ones.
 """
 
 from __future__ import annotations
