@@ -5,6 +5,13 @@ Named vectors: ``dense`` (cosine, HNSW), ``splade`` (sparse dot product) and ``b
 Payload indexes on tenant_id, doc_id and section. One process owns a shard directory. The
 engine's calls block: each primitive is one hop to a worker thread, and a batch of queries
 (``query``) or fetches (``present``/``chunks``) is one engine call.
+
+qdrant-edge has no background optimizer: what its writes leave unoptimized stays so (the
+SciFact index ``serve-app eval`` writes is one appendable segment, where dense search scans
+every vector) until ``EdgeShard.optimize()`` builds the HNSW graph. That call holds the GIL
+for its whole run (``benchmarks/store_optimize.py``: 3.4 s in which no other Python thread
+of the process ran), so it would stall every search of a serving replica; the store runs
+it when it opens an existing index, before it serves.
 """
 
 from __future__ import annotations
@@ -61,6 +68,13 @@ def to_edge_filter(spec: qr.Filter) -> edge.Filter:
 
 def _sparse(indices: list[int], values: list[float]) -> edge.SparseVector:
     return edge.SparseVector(indices=indices, values=values)
+
+
+def _load_optimized(shard_path: Path) -> edge.EdgeShard:
+    """Load a shard and build what its writes left unindexed (see the module's docstring)."""
+    shard = edge.EdgeShard.load(str(shard_path))
+    shard.optimize()
+    return shard
 
 
 class IdTexts:
@@ -141,7 +155,7 @@ class EdgeBackend:
         shard_path = self.path / SHARD_DIR
         try:
             if (shard_path / "segments").exists() or any(shard_path.glob("*")):
-                self._shard = edge.EdgeShard.load(str(shard_path))
+                self._shard = _load_optimized(shard_path)
             else:
                 self._shard = edge.EdgeShard.create(str(shard_path), self._edge_config(models))
                 for field in PAYLOAD_INDEXES:
@@ -164,7 +178,7 @@ class EdgeBackend:
         if not (self.path / META_FILE).exists() or not shard_path.is_dir():
             raise NotFoundError(f"no embedded index at {self.path} (stores.embedded.path)")
         try:
-            self._shard = edge.EdgeShard.load(str(shard_path))
+            self._shard = _load_optimized(shard_path)
         except (OSError, RuntimeError, ValueError) as error:
             raise ServiceUnavailableError(
                 f"cannot open the embedded index at {shard_path}: {error}"

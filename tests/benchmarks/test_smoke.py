@@ -222,3 +222,13 @@ def test_store_hits_benchmark(tmp_path):
     assert report["hits_per_batch"] == 2 * 2 * 100  # both strategies fill their lists
     assert len(report["timings"]) == 4
     assert all(row["batch_ms"] > 0 for row in report["timings"].values())
+
+
+def test_store_optimize_benchmark(tmp_path):
+    out = tmp_path / "store_optimize"
+    run("store_optimize.py", "--chunks", "300", "--batch", "2", "--repeat", "3", "--out", str(out))
+    report = json.loads(out.with_suffix(".json").read_text())
+    assert report["chunks"] == 300 and report["index"] == "synthetic"
+    for shard in ("as_written", "as_opened"):
+        assert report[shard]["points"] == 300 and report[shard]["batch_ms"] > 0
+    assert report["attach_s"] > 0 and report["longest_stall_ms"] > 0

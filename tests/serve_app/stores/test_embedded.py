@@ -8,7 +8,7 @@ from store_helpers import MODELS, encoded, query, write
 from serve_app.config import EmbeddedStoreConfig
 from serve_app.errors import ModelMismatchError
 from serve_app.stores.base import IndexModels
-from serve_app.stores.embedded import embedded_index
+from serve_app.stores.embedded import EdgeBackend, embedded_index
 
 
 @pytest.fixture
@@ -121,3 +121,39 @@ async def test_search_hits_carry_the_ids_the_chunks_were_written_with(index):
     second = await index.search("dense", query(), 10, "t1")  # ids seen before
     assert sorted(h.chunk_id for h in first) == sorted(c.chunk.id for c in chunks)
     assert first == second and all(type(h.chunk_id) is str for h in first)
+
+
+@pytest.mark.parametrize("reopen", ["open", "attach"])
+async def test_opening_an_index_builds_what_its_writes_left_unindexed(tmp_path, reopen):
+    """qdrant-edge optimizes only when asked: an index whose dense vectors the writes left
+    without their HNSW graph gets it when the store opens it, before it serves."""
+    import qdrant_edge as edge
+
+    path = tmp_path / "unoptimized"
+    store = embedded_index(path, EmbeddedStoreConfig())
+    await store.open(MODELS)
+    docs = [
+        write(f"d{n}", [encoded(f"d{n}", 0, f"t{n}", [1, n, 0, 1], {n: 1.0})]) for n in range(200)
+    ]
+    await store.write_documents("t1", docs)
+    await store.close()
+    # The engine's threshold lowered afterwards, so that these 200 points are due a graph.
+    shard_path = str(path / "shard")
+    own = EdgeBackend(path, EmbeddedStoreConfig())._edge_config(MODELS)
+    lowered = edge.EdgeConfig(
+        vectors=own.vectors,
+        sparse_vectors=own.sparse_vectors,
+        optimizers=edge.EdgeOptimizersConfig(indexing_threshold=1),
+    )
+    edge.EdgeShard.load(shard_path, lowered).close()
+    raw = edge.EdgeShard.load(shard_path)
+    written = raw.info()
+    raw.close()
+    assert written.indexed_vectors_count < 3 * written.points_count  # dense not indexed yet
+
+    reopened = embedded_index(path, EmbeddedStoreConfig())
+    await (reopened.open(MODELS) if reopen == "open" else reopened.attach())
+    opened = reopened.backends[0].shard.info()
+    assert opened.indexed_vectors_count == 3 * opened.points_count == 3 * written.points_count
+    assert await reopened.search("dense", query(), 5, "t1")
+    await reopened.close()
