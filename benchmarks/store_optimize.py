@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
-import statistics
 import sys
 import tempfile
 import threading
@@ -42,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.reports import write_report  # noqa: E402
 from benchmarks.scale import DIM, TENANT, build, query_vectors, unit  # noqa: E402
+from benchmarks.store_hits import median_ms  # noqa: E402
 from serve_app.config import EmbeddedStoreConfig  # noqa: E402
 from serve_app.schemas import SparseVector  # noqa: E402
 from serve_app.stores import qdrant_requests as qr  # noqa: E402
@@ -89,17 +89,13 @@ def stored_batch(shard_path: Path, batch: int) -> list[StrategyQuery]:
 def timed_batch(shard: edge.EdgeShard, backend: EdgeBackend, queries: list, repeat: int) -> dict:
     request = edge.QueryBatchRequest([backend._request(qr.query_plan(q)) for q in queries])
     shard.query_batch(request)
-    samples = []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        shard.query_batch(request)
-        samples.append((time.perf_counter() - started) * 1000)
+    batch_ms = median_ms(lambda: shard.query_batch(request), repeat)
     info = shard.info()
     return {
         "segments": info.segments_count,
         "points": info.points_count,
         "indexed_vectors": info.indexed_vectors_count,
-        "batch_ms": round(statistics.median(samples), 3),
+        "batch_ms": round(batch_ms, 3),
     }
 
 

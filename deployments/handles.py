@@ -96,6 +96,9 @@ class _RemoteLanes:
         self, handle: DeploymentHandle, info: dict[str, Any], observe: BatchObserver = _ignore
     ) -> None:
         self.handle = handle
+        # `handle.embed` builds a new handle (DeploymentHandle.options) on every access:
+        # made once here, not once a call (2.4 % of an ingress replica's samples).
+        self._remote = getattr(handle, self.method)
         self.model_id = info["model_id"]
         self.observe = observe
         self._queries: Coalescer[list[str], Any] = Coalescer(
@@ -103,8 +106,7 @@ class _RemoteLanes:
         )
 
     async def _lane(self, mode: Lane, texts: list[str]) -> Any:
-        remote = getattr(self.handle, self.method).remote(mode, texts)
-        vectors, stats = await call(self.deployment, remote)
+        vectors, stats = await call(self.deployment, self._remote.remote(mode, texts))
         self.observe(self.deployment, stats)
         return vectors
 
@@ -144,7 +146,7 @@ class RemoteReranker:
     def __init__(
         self, handle: DeploymentHandle, info: dict[str, Any], observe: BatchObserver = _ignore
     ) -> None:
-        self.handle = handle
+        self._score_many_handle = handle.score_many  # made once: see _RemoteLanes
         self.model_id = info["model_id"]
         self.observe = observe
         self._requests: Coalescer[tuple[str, list[str]], list[float]] = Coalescer(
@@ -152,7 +154,7 @@ class RemoteReranker:
         )
 
     async def _score_many(self, requests: list[tuple[str, list[str]]]) -> list[list[float]]:
-        results = await call("reranker", self.handle.score_many.remote(requests))
+        results = await call("reranker", self._score_many_handle.remote(requests))
         for _, stats in results:
             self.observe("reranker", stats)
         return [scores for scores, _ in results]
@@ -165,13 +167,13 @@ class RemoteRetriever:
     """Search, fusion and fetch in the store replica: one round trip per batch of queries."""
 
     def __init__(self, handle: DeploymentHandle, max_batch: int = 64) -> None:
-        self.handle = handle
+        self._retrieve_many_handle = handle.retrieve_many  # made once: see _RemoteLanes
         self._specs: Coalescer[RetrieveSpec, Retrieved] = Coalescer(
             self._retrieve_many, max_items=max_batch, max_in_flight=IN_FLIGHT
         )
 
     async def _retrieve_many(self, specs: list[RetrieveSpec]) -> list[Retrieved]:
-        return await call("store", self.handle.retrieve_many.remote(specs))
+        return await call("store", self._retrieve_many_handle.remote(specs))
 
     async def retrieve(self, spec: RetrieveSpec) -> Retrieved:
         return await self._specs.submit(spec)

@@ -9,9 +9,9 @@ engine's calls block: each primitive is one hop to a worker thread, and a batch 
 qdrant-edge has no background optimizer: what its writes leave unoptimized stays so (the
 SciFact index ``serve-app eval`` writes is one appendable segment, where dense search scans
 every vector) until ``EdgeShard.optimize()`` builds the HNSW graph. That call holds the GIL
-for its whole run (``benchmarks/store_optimize.py``: 3.4 s in which no other Python thread
-of the process ran), so it would stall every search of a serving replica; the store runs
-it when it opens an existing index, before it serves.
+for its whole run (``benchmarks/store_optimize.py`` on that index: another thread of the
+process held up 2.3-3.4 s), so it would stall every search of a serving replica; the store
+runs it when it opens an existing index, before it serves.
 """
 
 from __future__ import annotations
