@@ -3,6 +3,7 @@ vectors with IDF from the tenant's own chunks, persistence, the model guard of i
 and a replace interrupted between the write and the removal of the old chunks."""
 
 import pytest
+import qdrant_edge as edge
 from store_helpers import MODELS, encoded, query, write
 
 from serve_app.config import EmbeddedStoreConfig
@@ -127,8 +128,6 @@ async def test_search_hits_carry_the_ids_the_chunks_were_written_with(index):
 async def test_opening_an_index_builds_what_its_writes_left_unindexed(tmp_path, reopen):
     """qdrant-edge optimizes only when asked: an index whose dense vectors the writes left
     without their HNSW graph gets it when the store opens it, before it serves."""
-    import qdrant_edge as edge
-
     path = tmp_path / "unoptimized"
     store = embedded_index(path, EmbeddedStoreConfig())
     await store.open(MODELS)
