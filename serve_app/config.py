@@ -119,13 +119,20 @@ def _check_model_len(engine: VllmEngineConfig, max_length: int, section: str) ->
 
 
 class QueueConfig(_Section):
-    """A model's queue (serve_app/encoders/queue.py): one worker thread, queries first.
+    """A model's queue (serve_app/encoders/queue.py): one worker thread per lane.
 
-    ``document_batch_size`` bounds how long a query can wait behind an ingest (one document
-    batch); ``query_batch_size`` caps how many queued queries share one model call."""
+    ``query_batch_size`` caps how many queued queries share one model call.
+    ``document_batch_size``: how many chunk texts one document-lane call takes (unset: the
+    model's own ``batch_size``, so an ingest runs the batches the model is sized for). Where
+    the lanes share one engine (vLLM's offline engine serialises calls) or the cores (a CPU
+    model), it also bounds how long a query can wait behind an ingest: set it lower there."""
 
     query_batch_size: int = Field(default=64, ge=1)
-    document_batch_size: int = Field(default=32, ge=1)
+    document_batch_size: int | None = Field(default=None, ge=1)
+
+    def documents(self, model_batch_size: int) -> int:
+        """Items per document-lane call for a model whose ``batch_size`` is given."""
+        return self.document_batch_size or model_batch_size
 
 
 class DenseConfig(_Section):

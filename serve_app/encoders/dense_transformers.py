@@ -42,7 +42,10 @@ class TransformersDenseEncoder:
         if config.num_threads:
             torch.set_num_threads(config.num_threads)
         self.queue = ModelQueue(
-            "dense", self._run_lane, config.queue.query_batch_size, config.queue.document_batch_size
+            "dense",
+            self._run_lane,
+            config.queue.query_batch_size,
+            config.queue.documents(config.batch_size),
         )
 
     def format_query(self, query: str) -> str:

@@ -63,7 +63,10 @@ class VllmDenseEncoder:
         self.dim = output_dim(config, self.model_dim)
         self._lock = ModelLock()
         self.queue = ModelQueue(
-            "dense", self._run_lane, config.queue.query_batch_size, config.queue.document_batch_size
+            "dense",
+            self._run_lane,
+            config.queue.query_batch_size,
+            config.queue.documents(config.batch_size),
         )
 
     def format_query(self, query: str) -> str:

@@ -194,7 +194,7 @@ class PairQueue:
     def __init__(self, name: str, score_pairs: PairScorer, config: Any) -> None:
         self._score_pairs = score_pairs
         self.queue = ModelQueue(
-            name, self._run, config.query_batch_size, config.document_batch_size
+            name, self._run, config.query_batch_size, config.documents(config.query_batch_size)
         )
 
     def _run(self, _lane: Lane, pairs: list[tuple[str, str]]) -> tuple[list[float], dict]:

@@ -64,7 +64,7 @@ class SpladeEncoder:
             "splade",
             self._run_lane,
             config.queue.query_batch_size,
-            config.queue.document_batch_size,
+            config.queue.documents(config.batch_size),
         )
 
     def encode(self, texts: list[str], top_k: int) -> list[SparseVector]:

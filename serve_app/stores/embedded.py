@@ -2,9 +2,16 @@
 
 Named vectors: ``dense`` (cosine, HNSW), ``splade`` (sparse dot product) and ``bm25``
 (sparse, IDF modifier: the engine keeps document frequencies and applies IDF at query time).
-Payload indexes on tenant_id, doc_id and section. One process owns a shard directory. The
-engine's calls block: each primitive is one hop to a worker thread, and a batch of queries
-(``query``) or fetches (``present``/``chunks``) is one engine call.
+Payload indexes on tenant_id, doc_id and section. One process owns a shard directory. A
+batch of queries (``query``) or fetches (``present``/``chunks``) is one engine call.
+
+The engine's Python binding holds the GIL for the whole of each call (``benchmarks/store_gil.py``:
+another thread of the process gets no tick in while a search or a fetch runs). A worker thread
+therefore buys those calls no concurrency, only two hand-offs per call, each of which waits
+for the GIL behind Ray's own threads in a Serve replica: the search path's calls (``query``,
+``present``, ``chunks``) run inline on the caller's event loop, which they would stall
+just the same from a thread. Writes, scrolls and the rest keep their worker thread (writes
+serialise on a lock of their own there).
 
 qdrant-edge has no background optimizer: what its writes leave unoptimized stays so (the
 SciFact index ``serve-app eval`` writes is one appendable segment, where dense search scans
@@ -349,7 +356,7 @@ class EdgeBackend:
         return results
 
     async def query(self, queries: list[StrategyQuery]) -> list[list[Hit]]:
-        return await asyncio.to_thread(self._query_sync, queries)
+        return self._query_sync(queries)  # inline: see the module's docstring
 
     def _retrieve_sync(
         self, requests: list[tuple[str, list[str]]], fields: list[str] | bool
@@ -366,11 +373,11 @@ class EdgeBackend:
         ]
 
     async def present(self, requests: list[tuple[str, list[str]]]) -> list[set[str]]:
-        found = await asyncio.to_thread(self._retrieve_sync, requests, SCOPE_FIELDS)
+        found = self._retrieve_sync(requests, SCOPE_FIELDS)  # inline, as ``query``
         return [set(f) for f in found]
 
     async def chunks(self, requests: list[tuple[str, list[str]]]) -> list[dict[str, Chunk]]:
-        found = await asyncio.to_thread(self._retrieve_sync, requests, True)
+        found = self._retrieve_sync(requests, True)  # inline, as ``query``
         return [{i: qr.payload_to_chunk(p) for i, p in f.items()} for f in found]
 
     async def count(self, tenant_id: str | None) -> int:

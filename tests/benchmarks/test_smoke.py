@@ -177,6 +177,12 @@ def test_ingest_http_benchmark(tmp_path):
     report = json.loads(out.with_suffix(".json").read_text())
     assert report["http"]["documents"] == 12 and report["http"]["failed_requests"] == 0
     assert report["ceiling"]["slower_chunks_per_s"] > 0 and report["http_over_slower_encoder"] > 0
+    # The yardstick is each encoder's own batched call when both have one (transformers here).
+    ceiling = report["ceiling"]
+    assert ceiling["yardstick"] == "batched" and set(ceiling["batched_chunks_per_s"]) == {
+        "dense",
+        "splade",
+    }
 
 
 def test_query_encoding_benchmark(tmp_path):
@@ -232,3 +238,12 @@ def test_store_optimize_benchmark(tmp_path):
     for shard in ("as_written", "as_opened"):
         assert report[shard]["points"] == 300 and report[shard]["batch_ms"] > 0
     assert report["attach_s"] > 0 and report["longest_stall_ms"] > 0
+
+
+def test_store_gil_benchmark(tmp_path):
+    out = tmp_path / "store_gil"
+    run("store_gil.py", "--chunks", "300", "--fetch", "50", "--seconds", "0.2", "--out", str(out))
+    report = json.loads(out.with_suffix(".json").read_text())
+    assert report["points"] == 300 and report["fetch_points"] == 50
+    assert {"query_batch", "retrieve"} <= set(report["calls"])
+    assert all(row["calls"] > 0 and row["call_ms"] > 0 for row in report["calls"].values())

@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import AutoModel, AutoTokenizer
 
-from serve_app.config import DenseConfig, resolve_model_path
+from serve_app.config import DenseConfig, QueueConfig, resolve_model_path
 from serve_app.encoders.base import DenseEncoder
 from serve_app.encoders.dense_transformers import TransformersDenseEncoder
 from serve_app.errors import ConfigError
@@ -57,6 +57,22 @@ class TestMiniLM:
     async def test_async_api_and_empty(self, minilm):
         assert (await minilm.embed_documents([])).shape == (0, 384)
         assert (await minilm.embed_queries(["x"])).shape == (1, 384)
+
+    @pytest.mark.parametrize(
+        ("queue", "lane_call"), [(QueueConfig(), 20), (QueueConfig(document_batch_size=8), 8)]
+    )
+    async def test_document_lane_runs_the_models_batch_unless_told(
+        self, local_config, queue, lane_call
+    ):
+        encoder = TransformersDenseEncoder(
+            local_config.dense.model_copy(update={"batch_size": 20, "queue": queue})
+        )
+        try:
+            vectors, stats = await encoder.encode_lane("document", [f"text {i}" for i in range(50)])
+        finally:
+            encoder.close()
+        assert vectors.shape == (50, 384)
+        assert stats["batch_size"] == lane_call  # the first lane call of the request
 
 
 class TestQwen3LastToken:
