@@ -1,14 +1,16 @@
 """Ingest through the HTTP API on Ray Serve against each encoder's own batched throughput.
 
     python benchmarks/ingest_http.py [--docs 1000] [--docs-per-request 100] [--clients 4]
-        [--config config/local.yaml] [--url http://127.0.0.1:8000] [--corpus DIR] [--out PATH]
+        [--config config/local.yaml] [--url http://127.0.0.1:8000] [--corpus DIR]
+        [--tokenizer-threads N] [--out PATH]
 
 1. The ceiling, in this process before Serve starts: the SciFact abstracts are chunked as the
    service chunks them, and each encoder alone encodes every chunk text, twice: through its
    document lane (the batches the service runs) and with one blocking ``encode`` call over
    all of them (the model's own batched throughput, as ``../shared/gpu/check_encoders.py``
    measures it); chunks/s per encoder and way. The slower encoder's batched figure is the
-   yardstick.
+   yardstick. ``--tokenizer-threads`` lets these calls tokenize on that many threads (as a
+   model replica does on the CPUs it reserves; ``check_encoders.py`` tokenizes on every core).
 2. The service (``--url``, or started here from ``--config`` on a free port with a fresh data
    directory): ``--clients`` concurrent clients POST the abstracts as JSON, ``--docs-per-request``
    a request; documents/s and chunks/s from the first request sent to the last answer.
@@ -37,6 +39,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from benchmarks.rawhttp import RawHttpPool  # noqa: E402
 from benchmarks.reports import write_report  # noqa: E402
+from deployments.tokenizer_threads import tokenize_on_reserved_cpus  # noqa: E402
 from serve_app.config import AppConfig, load_config  # noqa: E402
 from serve_app.evaluation.beir import load_beir  # noqa: E402
 from serve_app.ports import free_port  # noqa: E402
@@ -148,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--api-key")
     parser.add_argument("--skip-ceiling", action="store_true")
     parser.add_argument("--corpus", type=Path, default=SCIFACT, help="a BEIR folder (SciFact)")
+    parser.add_argument("--tokenizer-threads", type=int, default=1)
     parser.add_argument("--out", type=Path, default=RESULTS / "ingest_http")
     args = parser.parse_args(argv)
 
@@ -163,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     report: dict = {"documents": len(documents), "clients": args.clients}
     report["request_docs"] = args.docs_per_request
     if not args.skip_ceiling:
+        report["tokenizer_threads"] = tokenize_on_reserved_cpus(args.tokenizer_threads)
         report["ceiling"] = asyncio.run(encoder_ceiling(config, documents))
         print("ceiling:", json.dumps(report["ceiling"]), flush=True)
 
@@ -192,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         f"| HTTP documents/s | {report['http']['docs_per_s']} |",
         f"| HTTP chunks/s | {report['http']['chunks_per_s']} |",
         f"| failed requests | {report['http']['failed_requests']} |",
+        f"| tokenizer threads of the encoders-alone calls | {report.get('tokenizer_threads', '-')} |",
     ]
     if "ceiling" in report:
         ceiling = report["ceiling"]

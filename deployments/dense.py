@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 from ray import serve
 
+from deployments.tokenizer_threads import tokenize_on_reserved_cpus
 from serve_app.config import config_from_dict
 from serve_app.encoders.base import DENSE_BACKENDS, LaneDenseEncoder
 from serve_app.encoders.queue import Lane
@@ -23,6 +24,7 @@ class DenseDeployment:
 
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = config_from_dict(config, "serve args")
+        tokenize_on_reserved_cpus(self.config.serve.dense.num_cpus)
         register_builtins()
         encoder = DENSE_BACKENDS.create(self.config.dense.backend, self.config.dense)
         if not isinstance(encoder, LaneDenseEncoder):

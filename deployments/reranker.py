@@ -7,6 +7,7 @@ from typing import Any
 
 from ray import serve
 
+from deployments.tokenizer_threads import tokenize_on_reserved_cpus
 from serve_app.config import config_from_dict
 from serve_app.encoders.base import RERANKER_BACKENDS, ServedReranker
 from serve_app.errors import ConfigError
@@ -17,6 +18,7 @@ from serve_app.pipelines.components import register_builtins
 class RerankerDeployment:
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = config_from_dict(config, "serve args")
+        tokenize_on_reserved_cpus(self.config.serve.reranker.num_cpus)
         register_builtins()
         reranker = RERANKER_BACKENDS.create(self.config.reranker.backend, self.config.reranker)
         if not isinstance(reranker, ServedReranker):

@@ -6,6 +6,7 @@ from typing import Any
 
 from ray import serve
 
+from deployments.tokenizer_threads import tokenize_on_reserved_cpus
 from serve_app.config import config_from_dict
 from serve_app.encoders.queue import Lane
 from serve_app.encoders.splade import SpladeEncoder
@@ -16,6 +17,7 @@ from serve_app.schemas import SparseVector
 class SpladeDeployment:
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = config_from_dict(config, "serve args")
+        tokenize_on_reserved_cpus(self.config.serve.splade.num_cpus)
         self.encoder = SpladeEncoder(self.config.splade)
 
     def info(self) -> dict[str, Any]:
