@@ -4,9 +4,8 @@ The fast tokenizers split a batch over a Rust thread pool (no GIL) only when
 ``TOKENIZERS_PARALLELISM`` allows it, which ``serve-app`` turns off for its processes (the
 library warns, and falls back to one thread, in a process forked after the pool was used).
 A model replica forks nothing, and its document lane tokenizes whole batches: on one
-thread that bounds it, not the GPU
-(SciFact chunks over HTTP on an H200: each encoder replica at one core, the GPU ~10 %
-busy). The library reads the variable at each call and sizes its pool from
+thread that bounds it, not the GPU (SciFact chunks over HTTP on an H200: each encoder
+replica at one core, the GPU 0-22 % busy). The library reads the variable at each call and sizes its pool from
 ``RAYON_NUM_THREADS`` once, at its first parallel call, so this runs before the model loads.
 """
 

@@ -6,7 +6,8 @@ Payload indexes on tenant_id, doc_id and section. One process owns a shard direc
 batch of queries (``query``) or fetches (``present``/``chunks``) is one engine call.
 
 The engine's Python binding holds the GIL for the whole of each call (``benchmarks/store_gil.py``:
-another thread of the process gets no tick in while a search or a fetch runs). A worker thread
+beside back-to-back searches or fetches, another thread of the process that ticks every
+millisecond gets about one tick in per call, between calls). A worker thread
 therefore buys those calls no concurrency, only two hand-offs per call, each of which waits
 for the GIL behind Ray's own threads in a Serve replica: the search path's calls (``query``,
 ``present``, ``chunks``) run inline on the caller's event loop, which they would stall
