@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
 import statistics
 import sys
 import tempfile
@@ -27,23 +26,16 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 import qdrant_edge as edge
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.reports import write_report  # noqa: E402
-from benchmarks.scale import build  # noqa: E402
-from benchmarks.store_optimize import (  # noqa: E402
-    MODELS,
-    Ticker,
-    search_batch,
-    stored_batch,
-)
+from benchmarks.store_optimize import Ticker, prepare_index  # noqa: E402
 from serve_app.config import EmbeddedStoreConfig  # noqa: E402
 from serve_app.stores import qdrant_requests as qr  # noqa: E402
-from serve_app.stores.embedded import SHARD_DIR, EdgeBackend, embedded_index  # noqa: E402
+from serve_app.stores.embedded import EdgeBackend  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 
@@ -78,19 +70,10 @@ def alone_rate(seconds: float) -> float:
 
 
 async def measure(args: argparse.Namespace) -> dict:
-    rng = np.random.default_rng(0)
     config = EmbeddedStoreConfig()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "store"
-        if args.index:
-            shutil.copytree(args.index, path)
-            queries = stored_batch(path / SHARD_DIR, args.batch)
-        else:
-            index = embedded_index(path, config)
-            await index.open(MODELS)
-            await build(index, args.chunks, 1000, rng)
-            await index.close()
-            queries = search_batch(args.batch, rng)
+        _, queries = await prepare_index(path, args)
         backend = EdgeBackend(path, config)
         await backend.attach()
         shard = backend.shard

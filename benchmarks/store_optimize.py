@@ -125,21 +125,25 @@ class Ticker:
         self._thread.join()
 
 
-async def measure(args: argparse.Namespace) -> dict:
+async def prepare_index(path: Path, args: argparse.Namespace) -> tuple[float, list[StrategyQuery]]:
+    """A closed index at ``path`` (a copy of ``args.index``, or ``args.chunks`` synthetic chunks
+    written through the store) and one search batch for it; the build's seconds (0 for a copy)."""
     rng = np.random.default_rng(0)
+    if args.index:
+        shutil.copytree(args.index, path)
+        return 0.0, stored_batch(path / SHARD_DIR, args.batch)
+    index = embedded_index(path, EmbeddedStoreConfig())
+    await index.open(MODELS)
+    build_s = await build(index, args.chunks, 1000, rng)
+    await index.close()
+    return build_s, search_batch(args.batch, rng)
+
+
+async def measure(args: argparse.Namespace) -> dict:
     config = EmbeddedStoreConfig()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "store"
-        if args.index:
-            shutil.copytree(args.index, path)
-            build_s = 0.0
-            queries = stored_batch(path / SHARD_DIR, args.batch)
-        else:
-            index = embedded_index(path, config)
-            await index.open(MODELS)
-            build_s = await build(index, args.chunks, 1000, rng)
-            await index.close()
-            queries = search_batch(args.batch, rng)
+        build_s, queries = await prepare_index(path, args)
         backend = EdgeBackend(path, config)
 
         raw_copy = Path(tmp) / "as-written"
