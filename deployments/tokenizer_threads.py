@@ -1,12 +1,13 @@
-"""A model replica tokenizes on the CPUs Ray reserved for it.
+"""Model and chunker replicas tokenize on the CPUs Ray reserved for them.
 
 The fast tokenizers split a batch over a Rust thread pool (no GIL) only when
 ``TOKENIZERS_PARALLELISM`` allows it, which ``serve-app`` turns off for its processes (the
 library warns, and falls back to one thread, in a process forked after the pool was used).
-A model replica forks nothing, and its document lane tokenizes whole batches: on one
-thread that bounds it, not the GPU (SciFact chunks over HTTP on an H200: each encoder
-replica at one core, the GPU 0-22 % busy). The library reads the variable at each call and sizes its pool from
-``RAYON_NUM_THREADS`` once, at its first parallel call, so this runs before the model loads.
+These replicas fork nothing, and tokenize whole batches (a model's document lane, a
+chunker's ``chunk_many``): on one thread that bounds them, not the GPU (SciFact chunks over
+HTTP on an H200: each encoder replica at one core, the GPU 0-22 % busy). The library reads
+the variable at each call and sizes its pool from ``RAYON_NUM_THREADS`` once, at its first
+parallel call, so this runs before the model loads.
 """
 
 from __future__ import annotations

@@ -29,6 +29,10 @@ class SectionChunker(SlidingWindowChunker):
     def fingerprint(self) -> dict:
         return {**super().fingerprint(), "sentences": self.splitter.model}
 
+    def chunk_batch(self, documents: list[Document]) -> list[list[Chunk]]:
+        """Document by document: sentence packing counts tokens section by section."""
+        return [self.chunk(d) for d in documents]
+
     def chunk(self, document: Document) -> list[Chunk]:
         canonical, blocks = canonical_text(document)
         budget = self.budget(document, [b.chain for b in blocks])

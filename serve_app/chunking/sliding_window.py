@@ -11,7 +11,7 @@ from serve_app.chunking.base import (
     contextual_header,
     make_chunks,
 )
-from serve_app.chunking.tokens import TokenCounter
+from serve_app.chunking.tokens import TokenCounter, token_windows
 from serve_app.schemas import Chunk, Document
 
 
@@ -42,28 +42,50 @@ class SlidingWindowChunker:
 
     async def chunk_many(self, documents: list[Document]) -> list[list[Chunk]]:
         """Chunks of each document, computed off the event loop."""
-        return await asyncio.to_thread(lambda: [self.chunk(d) for d in documents])
+        return await asyncio.to_thread(self.chunk_batch, documents)
 
     def budget(self, document: Document, chains: list[tuple[str, ...]]) -> int:
         """Tokens left for body text once special tokens and the longest header are counted."""
-        header = 0
-        if self.contextual_header:
-            headers = [contextual_header(document.title, c) for c in chains] or [document.title]
-            header = max(self.counter.count(headers)) + 1
-        budget = self.max_tokens - self.counter.reserved - header
-        if budget < 16:
-            raise ValueError(
-                f"document {document.id!r}: header leaves {budget} tokens of {self.max_tokens}"
-            )
-        return budget
+        return self.budgets([document], [chains])[0]
+
+    def budgets(self, documents: list[Document], chains: list[list[tuple[str, ...]]]) -> list[int]:
+        """``budget`` of each document, every header of the batch counted in one call."""
+        headers = [
+            [contextual_header(d.title, c) for c in doc_chains] or [d.title]
+            for d, doc_chains in zip(documents, chains, strict=True)
+        ]
+        counts = iter(
+            self.counter.count([h for hs in headers for h in hs]) if self.contextual_header else []
+        )
+        budgets = []
+        for document, doc_headers in zip(documents, headers, strict=True):
+            header = max(next(counts) for _ in doc_headers) + 1 if self.contextual_header else 0
+            budget = self.max_tokens - self.counter.reserved - header
+            if budget < 16:
+                raise ValueError(
+                    f"document {document.id!r}: header leaves {budget} tokens of {self.max_tokens}"
+                )
+            budgets.append(budget)
+        return budgets
+
+    def chunk_batch(self, documents: list[Document]) -> list[list[Chunk]]:
+        """Blocking: each document's chunks, the batch's bodies tokenized in one call."""
+        canonical = [canonical_text(d) for d in documents]
+        chains = [[b.chain for b in blocks] for _, blocks in canonical]
+        budgets = self.budgets(documents, chains)
+        offsets = self.counter.offsets_many([text for text, _ in canonical])
+        chunks = []
+        for document, (text, blocks), budget, spans_of in zip(
+            documents, canonical, budgets, offsets, strict=True
+        ):
+            overlap = min(self.overlap_tokens, budget - 1)
+            windows = token_windows(spans_of, 0, budget, overlap)
+            spans = [(s, e, block_at(blocks, s).chain, {}) for s, e in windows]
+            chunks.append(make_chunks(document, text, spans))
+        return chunks
 
     def chunk(self, document: Document) -> list[Chunk]:
-        canonical, blocks = canonical_text(document)
-        budget = self.budget(document, [b.chain for b in blocks])
-        overlap = min(self.overlap_tokens, budget - 1)
-        windows = self.counter.windows(canonical, 0, budget, overlap)
-        spans = [(s, e, block_at(blocks, s).chain, {}) for s, e in windows]
-        return make_chunks(document, canonical, spans)
+        return self.chunk_batch([document])[0]
 
 
 @CHUNKERS.register("sliding_window")

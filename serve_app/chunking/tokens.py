@@ -41,22 +41,36 @@ class TokenCounter:
         return [len(ids) for ids in encoded]
 
     def offsets(self, text: str) -> list[tuple[int, int]]:
-        encoded = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-        return [(int(s), int(e)) for s, e in encoded["offset_mapping"]]
+        return self.offsets_many([text])[0]
+
+    def offsets_many(self, texts: list[str]) -> list[list[tuple[int, int]]]:
+        """Each text's token character spans, from one tokenizer call (which a process that
+        allows the tokenizers' thread pool splits over its threads)."""
+        if not texts:
+            return []
+        encoded = self.tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
+        return [[(int(s), int(e)) for s, e in spans] for spans in encoded["offset_mapping"]]
 
     def windows(self, text: str, base: int, size: int, overlap: int) -> list[tuple[int, int]]:
         """Character spans (shifted by ``base``) of token windows of ``size`` with ``overlap``."""
-        offsets = self.offsets(text)
-        if not offsets:
-            return []
-        step = max(1, size - overlap)
-        spans: list[tuple[int, int]] = []
-        start = 0
-        while True:
-            end = min(start + size, len(offsets))
-            s, e = offsets[start][0], offsets[end - 1][1]
-            spans.append((base + s, base + e))
-            if end == len(offsets):
-                break
-            start += step
-        return spans
+        return token_windows(self.offsets(text), base, size, overlap)
+
+
+def token_windows(
+    offsets: list[tuple[int, int]], base: int, size: int, overlap: int
+) -> list[tuple[int, int]]:
+    """Character spans (shifted by ``base``) of windows of ``size`` tokens with ``overlap``,
+    from a text's token spans."""
+    if not offsets:
+        return []
+    step = max(1, size - overlap)
+    spans: list[tuple[int, int]] = []
+    start = 0
+    while True:
+        end = min(start + size, len(offsets))
+        s, e = offsets[start][0], offsets[end - 1][1]
+        spans.append((base + s, base + e))
+        if end == len(offsets):
+            break
+        start += step
+    return spans

@@ -104,6 +104,12 @@ def test_chunking_benchmark(tmp_path, plos_dir):
     report = json.loads(out.with_suffix(".json").read_text())
     assert set(report["chunkers"]) == {"sliding_window", "sections", "imrad"}
     assert all(r["same_ids_on_rechunk"] and r["chunks"] > 0 for r in report["chunkers"].values())
+    out = tmp_path / "chunking_threads"
+    run("chunking.py", "--folder", str(folder), "--out", str(out), "--chunkers", "sliding_window",
+        "--tokenizer-threads", "2", "--batch", "1")  # fmt: skip
+    report = json.loads(out.with_suffix(".json").read_text())
+    assert set(report["chunkers"]) == {"sliding_window"} and report["tokenizer_threads"] == 2
+    assert report["chunkers"]["sliding_window"]["same_ids_on_rechunk"]
 
 
 @pytest.mark.vllm

@@ -29,3 +29,29 @@ def test_crosses_sections(minilm_counter, plos_article):
 def test_rejects_overlap_not_below_size(minilm_counter):
     with pytest.raises(ValueError):
         SlidingWindowChunker(minilm_counter, 32, 32)
+
+
+def test_a_batch_chunks_each_document_as_it_would_alone(minilm_counter, plos_sample):
+    chunker = SlidingWindowChunker(minilm_counter, 128, 16)
+    documents = [
+        *plos_sample,
+        Document(id="short", title="T", text="one two three"),
+    ]
+    batch = chunker.chunk_batch(documents)
+    assert [len(chunks) for chunks in batch] == [len(chunker.chunk(d)) for d in documents]
+    for document, chunks in zip(documents, batch, strict=True):
+        alone = chunker.chunk(document)
+        assert [(c.id, c.char_start, c.char_end, c.heading_chain) for c in chunks] == [
+            (c.id, c.char_start, c.char_end, c.heading_chain) for c in alone
+        ]
+    assert len(batch[-1]) == 1
+
+
+def test_a_header_that_leaves_no_room_names_its_document_in_a_batch(minilm_counter):
+    chunker = SlidingWindowChunker(minilm_counter, 40, 8)
+    documents = [
+        Document(id="fine", title="Short", text="body text " * 50),
+        Document(id="too-long-title", title="word " * 60, text="body"),
+    ]
+    with pytest.raises(ValueError, match="too-long-title"):
+        chunker.chunk_batch(documents)
