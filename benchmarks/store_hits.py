@@ -11,9 +11,11 @@ terms rarely match), in one engine call. Medians of ``--repeat`` runs, on one th
 * the same plus each hit's id read (the engine makes a ``uuid.UUID`` when an id is read):
   the floor of any conversion;
 * ``EdgeBackend._query_sync`` (requests built, engine call, hits made) with every id
-  formatted anew by ``str``, as before ``IdTexts`` (the ``Hit`` type is today's in both);
+  formatted anew by ``str``, as before ``IdTexts``;
+* the engine call with its hits made one at a time, each attribute read in turn (the
+  conversion before ``EdgeBackend._hits``; ids through ``IdTexts``);
 * ``EdgeBackend._query_sync`` as it is (ids through ``IdTexts``, all seen before, as under
-  load).
+  load; the hits made column by column).
 
 Per query and per hit. Prints and writes JSON + Markdown under benchmarks/results/.
 """
@@ -39,7 +41,7 @@ from benchmarks.reports import write_report  # noqa: E402
 from benchmarks.scale import DIM, TENANT, build, query_vectors, unit  # noqa: E402
 from serve_app.config import EmbeddedStoreConfig  # noqa: E402
 from serve_app.stores import qdrant_requests as qr  # noqa: E402
-from serve_app.stores.base import IndexModels, StrategyQuery  # noqa: E402
+from serve_app.stores.base import Hit, IndexModels, StrategyQuery  # noqa: E402
 from serve_app.stores.embedded import EdgeBackend, embedded_index  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -64,6 +66,16 @@ def batch_queries(batch: int, limit: int, rng: np.random.Generator) -> list[Stra
     return queries
 
 
+class FormattedAnew:
+    """``IdTexts`` without its memory: every id formatted by ``str``, as before it."""
+
+    def __call__(self, point_id: object) -> str:
+        return str(point_id)
+
+    def many(self, point_ids: list) -> list[str]:
+        return [str(point_id) for point_id in point_ids]
+
+
 async def measure(args: argparse.Namespace) -> dict:
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as tmp:
@@ -85,16 +97,27 @@ async def measure(args: argparse.Namespace) -> dict:
         def query_sync() -> None:
             backend._query_sync(queries)
 
+        def one_hit_at_a_time() -> None:  # the conversion before the column-wise ``_hits``
+            id_text = backend._id_text
+            for points in shard.query_batch(request):
+                [
+                    Hit(id_text(p.id), p.payload["doc_id"] if p.payload else "", float(p.score))
+                    for p in points
+                ]
+
         id_texts = backend._id_text
-        backend._id_text = str  # type: ignore[assignment]
+        backend._id_text = FormattedAnew()  # type: ignore[assignment]
         anew = median_ms(query_sync, args.repeat)
         backend._id_text = id_texts
         query_sync()  # the ids seen once, as under load
         timings = {
             "engine call": median_ms(lambda: shard.query_batch(request), args.repeat),
             "engine call + ids read": median_ms(ids_read, args.repeat),
-            "_query_sync, ids formatted anew (before)": anew,
-            "_query_sync, ids through IdTexts (now)": median_ms(query_sync, args.repeat),
+            "_query_sync, ids formatted anew": anew,
+            "engine call + hits made one at a time (before)": median_ms(
+                one_hit_at_a_time, args.repeat
+            ),
+            "_query_sync, hits made column by column (now)": median_ms(query_sync, args.repeat),
         }
         await index.close()
     return {

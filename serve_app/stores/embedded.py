@@ -27,6 +27,9 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from collections.abc import Iterable
+from functools import partial
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +60,7 @@ META_FILE = "index_meta.json"
 REGISTRY_FILE = "collections.json"
 SHARD_DIR = "shard"
 _SCROLL_PAGE = 1000
+_new_hit = partial(tuple.__new__, Hit)  # a Hit from a (chunk_id, doc_id, score) tuple
 
 
 # -- translation of the shared Qdrant requests into qdrant-edge's object model ------------
@@ -111,6 +115,18 @@ class IdTexts:
                 self._texts.clear()
             text = self._texts[key] = str(point_id)
         return text
+
+    def many(self, point_ids: list[Any]) -> list[str]:
+        """``[self(i) for i in point_ids]``, with one lookup per id, in a comprehension, when
+        all are ``uuid.UUID``s seen before (the search path under load)."""
+        get = self._texts.get
+        try:
+            texts = [get(point_id.int) for point_id in point_ids]
+        except AttributeError:  # an integer or text id among them
+            return [self(point_id) for point_id in point_ids]
+        if None in texts:
+            return [self(point_id) for point_id in point_ids]
+        return texts
 
 
 class EdgeBackend:
@@ -348,13 +364,21 @@ class EdgeBackend:
             batch = self.shard.query_batch(
                 edge.QueryBatchRequest([self._request(plans[i]) for i in runnable])  # type: ignore[arg-type]
             )
-            id_text = self._id_text
             for i, points in zip(runnable, batch, strict=True):
-                results[i] = [
-                    Hit(id_text(p.id), p.payload["doc_id"] if p.payload else "", float(p.score))
-                    for p in points
-                ]
+                results[i] = self._hits(points, plans[i].with_doc_id)  # type: ignore[union-attr]
         return results
+
+    def _hits(self, points: list[Any], with_doc_id: bool) -> list[Hit]:
+        # Column by column: each attribute read crosses into the engine's binding, and a search
+        # reads up to ``candidates`` hits per strategy per query (``benchmarks/store_hits.py``).
+        ids = self._id_text.many([p.id for p in points])
+        scores = [p.score for p in points]
+        doc_ids: Iterable[str] = (
+            [p.payload["doc_id"] if p.payload else "" for p in points]
+            if with_doc_id
+            else repeat("")
+        )
+        return list(map(_new_hit, zip(ids, doc_ids, scores, strict=False)))  # repeat("")
 
     async def query(self, queries: list[StrategyQuery]) -> list[list[Hit]]:
         return self._query_sync(queries)  # inline: see the module's docstring

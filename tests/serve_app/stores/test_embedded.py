@@ -115,6 +115,21 @@ def test_id_texts_give_the_canonical_text_of_each_id_and_stay_bounded():
     assert texts(7) == "7" and texts("not-a-uuid") == "not-a-uuid"
 
 
+def test_id_texts_of_many_ids_match_one_at_a_time():
+    import uuid
+
+    from serve_app.stores.embedded import IdTexts
+
+    ids = [uuid.uuid5(uuid.NAMESPACE_URL, f"chunk-{i}") for i in range(4)]
+    texts = IdTexts()
+    assert texts.many(ids[:2]) == [str(i) for i in ids[:2]]  # unseen: formatted, kept
+    assert len(texts) == 2
+    seen_and_new = [uuid.UUID(str(ids[0])), ids[2], ids[1]]
+    assert texts.many(seen_and_new) == [str(ids[0]), str(ids[2]), str(ids[1])]
+    assert texts.many([ids[3], 7, "not-a-uuid"]) == [str(ids[3]), "7", "not-a-uuid"]
+    assert texts.many([]) == []
+
+
 async def test_search_hits_carry_the_ids_the_chunks_were_written_with(index):
     chunks = [encoded(f"d{i}", 0, f"text {i}", [1, i, 0, 0], {1: 1.0 + i}) for i in range(6)]
     await index.write_documents("t1", [write(c.chunk.doc_id, [c]) for c in chunks])
