@@ -151,3 +151,33 @@ def test_the_gpu_harness_steps_run_on_this_code(tmp_path, scifact_dir):
         out = run([sys.executable, str(ingest)], tmp_path, env, 300)
     report = json.loads(out.strip().splitlines()[-1])
     assert report["docs"] == DOCS and report["chunks"] >= DOCS, report
+
+
+@pytest.mark.slow
+def test_the_gpu_session_script_runs_on_this_code(tmp_path, scifact_dir):
+    """`benchmarks/gpu_run.sh` (the serving checks of a GPU session) end to end on this CPU,
+    sized down, over the harness's own configuration moved to the CPU as above."""
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    (stage / "gpu.yaml").write_text(yaml.safe_dump(cpu_config(tmp_path / "unused")))
+    small_scifact(stage / "data" / "scifact", scifact_dir)
+    out, work = tmp_path / "out", tmp_path / "work"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_SERVE_")}
+    env.update(
+        PATH=f"{Path(sys.executable).parent}:{env['PATH']}",  # its python3 is this one
+        STAGE=str(stage), WORK=str(work), OUT=str(out), PORT=str(free_port()),
+        DOCS="20", MODEL_CPUS="0.1", CHUNKER_CPUS="0.1", SWEEP_START="5",
+        WARM_S="3", STEP_S="3", RATE_S="3", CONC_S="3", RAY_STOP="0",
+    )  # fmt: skip
+    stdout = run(["bash", str(ROOT / "benchmarks" / "gpu_run.sh")], ROOT, env, 900)
+    assert "done" in stdout.splitlines()[-1]
+    for name in ("chunker1", "chunker4"):
+        http = json.loads((out / f"ingest_{name}.json").read_text())["http"]
+        assert http["documents"] == 20 and http["failed_requests"] == 0
+    assert json.loads((out / "ingest_chunker1.json").read_text())["http_over_slower_encoder"] > 0
+    sweep = json.loads((out / "sweep.json").read_text())
+    assert sweep["max_sustainable_qps"] >= 5
+    for name in ("warm", "conc32", "rate80"):
+        report = json.loads((out / f"{name}.json").read_text())
+        assert report["requests"] > 0 and report["errors"] == {}, name
+    assert "CPU cores used per kind" in stdout and "replica store" in stdout

