@@ -47,13 +47,24 @@ start_serve(){
 stop_serve(){
   kill -INT $SPID; for _ in $(seq 1 20); do kill -0 $SPID 2>/dev/null || break; sleep 1; done
   # Belt and braces on the device; a test leaves other Ray clusters of the machine alone.
-  [ "${RAY_STOP:-1}" = 1 ] && python3 -m ray.scripts.scripts stop --force >/dev/null 2>&1; log stopped; }
+  [ "${RAY_STOP:-1}" = 1 ] && python3 -m ray.scripts.scripts stop --force >/dev/null 2>&1
+  # The next start reuses the port: nothing of this run may still answer on it.
+  for _ in $(seq 1 30); do curl -s -o /dev/null "$URL/readyz" || break; sleep 1; done; log stopped; }
 ingest(){  # $1 label, $2 extra flags
-  $WATCH every 2 15 > $W/cpu_$1.txt 2>&1 & local watch=$!
+  $WATCH every 2 75 > $W/cpu_$1.txt 2>&1 & local watch=$!  # the HTTP phase comes last
+  # py-spy on the ingest's replicas until it ends (idle threads are not sampled, so the
+  # encoders-alone phase before the HTTP one, which runs in the benchmark's process, adds little).
+  local spies="" d pid
+  for d in splade dense chunker; do
+    pid=$(pgrep -f "ServeReplica:[^ ]*:$d" | head -1); [ -n "$pid" ] || continue
+    py-spy record -r 50 -d 300 -f raw -o $W/spy_$1_$d.txt -p "$pid" >/dev/null 2>&1 & spies="$spies $!"
+  done
   timeout 150 python3 $ROOT/benchmarks/ingest_http.py --config gpu.yaml --url "$URL" \
     --corpus data/scifact --docs "$DOCS" --clients 4 --tokenizer-threads 16 --out $W/ingest_$1 $2 \
     2>&1 | grep -E "^(ceiling|http):|^\| "
-  kill $watch 2>/dev/null; grep -v "\] $" $W/cpu_$1.txt | head -8; cp $W/ingest_$1.json "$OUT"/; }
+  kill $watch 2>/dev/null; kill -INT $spies 2>/dev/null; wait $spies 2>/dev/null
+  grep -v "\] $" $W/cpu_$1.txt | tail -8; cp $W/ingest_$1.json "$OUT"/
+  for d in splade dense chunker; do $WATCH spytop $W/spy_$1_$d.txt 10; done; }
 if [[ " $STEPS " == *" ingest "* ]]; then
   rm -rf "$W/data"; start_serve chunker1; ingest chunker1 ""; stop_serve
   rm -rf "$W/data"; SERVE_APP__SERVE__CHUNKER__NUM_CPUS=$CHUNKER_CPUS start_serve chunker4

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -146,6 +147,10 @@ def test_the_gpu_harness_steps_run_on_this_code(tmp_path, scifact_dir):
     script = (HARNESS / "ingest_http.py").read_text()
     assert "http://127.0.0.1:8000" in script
     ingest = tmp_path / "ingest_http.py"
+    # A port of its own: a listener of the serve step's that outlives it by a moment (HAProxy
+    # binds with SO_REUSEPORT) would answer this step's readiness check and requests (seen in
+    # CI: the ingest's first POST answered 401 while its own server was still starting).
+    port = free_port()
     ingest.write_text(script.replace("http://127.0.0.1:8000", f"http://127.0.0.1:{port}"))
     with serving(tmp_path, {**env, "SERVE_APP__STORES__EMBEDDED__PATH": "httpingest"}, port):
         out = run([sys.executable, str(ingest)], tmp_path, env, 300)
@@ -181,3 +186,4 @@ def test_the_gpu_session_script_runs_on_this_code(tmp_path, scifact_dir):
         report = json.loads((out / f"{name}.json").read_text())
         assert report["requests"] > 0 and report["errors"] == {}, name
     assert "CPU cores used per kind" in stdout and "replica store" in stdout
+    assert re.search(r"spy_chunker1_splade\.txt: [1-9]\d* samples", stdout)  # ingest sampled
