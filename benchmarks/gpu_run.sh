@@ -8,20 +8,26 @@
 # them and installs to /tmp/site; the code is this checkout's, through PYTHONPATH.
 #   ingest: HTTP ingest of the 5,183 SciFact abstracts with the chunker replica at 1 CPU,
 #           then again over a fresh index at 4 CPUs (benchmarks/ingest_http.py)
+#   cold:   Serve over that index started twice, the model replicas' start-up warm-up off,
+#           then on: seconds to ready, and COLD_N windows of COLD_S seconds at concurrency 32
+#           from the first request (how a new replica serves its first seconds)
 #   search: Serve over that index, restarted: a 25 s warm-up at concurrency 32, the sweep,
 #           80 % of its maximum for 20 s (P95 < 200 ms checked), concurrency 32 with py-spy
-# Reports go to $OUT (the device tool brings it back), a summary to stdout. Sizes for a smaller
+# cold and search need the index the ingest step leaves in $WORK (the same call, or the same
+# warm machine). Reports go to $OUT (the device tool brings it back), a summary to stdout. Sizes for a smaller
 # machine (tests/benchmarks/test_gpu_harness.py runs it on this CPU): DOCS, MODEL_CPUS,
-# CHUNKER_CPUS, SWEEP_START, and the seconds of each load: WARM_S, STEP_S, RATE_S, CONC_S;
+# CHUNKER_CPUS, SWEEP_START, and the seconds of each load: WARM_S, STEP_S, RATE_S, CONC_S,
+# COLD_S (x COLD_N);
 # and where things are: STAGE (the assembled harness), PORT, WORK;
 # RAY_STOP=0 leaves `ray stop --force` out.
 set -u
 DOCS=${DOCS:-5183} MODEL_CPUS=${MODEL_CPUS:-4} CHUNKER_CPUS=${CHUNKER_CPUS:-4} SWEEP_START=${SWEEP_START:-150}
 WARM_S=${WARM_S:-25} STEP_S=${STEP_S:-8} RATE_S=${RATE_S:-20} CONC_S=${CONC_S:-16}
+COLD_S=${COLD_S:-5} COLD_N=${COLD_N:-4}
 STAGE=${STAGE:-/tmp/stage/b} PORT=${PORT:-8000} W=${WORK:-/tmp/gpu-out}
 ROOT=$(pwd); T0=$(date +%s); OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" "$W"
 URL=http://127.0.0.1:$PORT
-STEPS=${*:-ingest search}
+STEPS=${*:-ingest cold search}
 log(){ echo "[$(( $(date +%s)-T0 ))s] $*"; }
 if [ ! -d "$STAGE" ]; then
   (cd /tmp/stage && cat part.* | tar -x && mv build b) || exit 1
@@ -39,11 +45,12 @@ WATCH="python3 $ROOT/benchmarks/cpu_watch.py"
 log "host probe ms $(python3 -c 'from benchmarks.processes import host_probe_ms as p; print(p())')"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null
 start_serve(){
+  local t0; t0=$(date +%s.%N)
   python3 -m deployments.cli --config gpu.yaml serve --port "$PORT" > $W/serve_$1.log 2>&1 & SPID=$!
   for _ in $(seq 1 150); do
     curl -sf "$URL/readyz" >/dev/null && break
     kill -0 $SPID 2>/dev/null || { tail -20 $W/serve_$1.log; exit 1; }; sleep 1
-  done; log "ready ($1)"; }
+  done; log "ready ($1) after $(python3 -c "import time; print(round(time.time() - $t0, 1))") s"; }
 stop_serve(){
   kill -INT $SPID; for _ in $(seq 1 20); do kill -0 $SPID 2>/dev/null || break; sleep 1; done
   # Belt and braces on the device; a test leaves other Ray clusters of the machine alone.
@@ -70,9 +77,34 @@ if [[ " $STEPS " == *" ingest "* ]]; then
   rm -rf "$W/data"; SERVE_APP__SERVE__CHUNKER__NUM_CPUS=$CHUNKER_CPUS start_serve chunker4
   ingest chunker4 --skip-ceiling; stop_serve
 fi
+L="python3 $ROOT/benchmarks/load.py --url $URL --timeout 8 --queries data/scifact"
+summary(){  # $1 directory, then report names
+  python3 - "$@" <<'PY'
+import json, sys
+for name in sys.argv[2:]:
+    try:
+        r = json.load(open(f"{sys.argv[1]}/{name}.json"))
+    except FileNotFoundError:
+        continue
+    keys = ("achieved_qps", "p50_ms", "p95_ms", "p99_ms", "errors")
+    print(name, {k: r.get(k) for k in keys}, r.get("stage_ms_median"))
+PY
+}
+if [[ " $STEPS " == *" cold "* ]]; then
+  for mode in false true; do
+    SERVE_APP__DENSE__WARMUP=$mode SERVE_APP__SPLADE__WARMUP=$mode start_serve cold_$mode
+    # The replicas write it to their stderr files (deployments/warmup_log.py).
+    grep -h "warm-up: " /tmp/ray/session_latest/logs/worker-*.err 2>/dev/null | sort -u
+    names=""
+    for i in $(seq 1 "$COLD_N"); do
+      $L --concurrency 32 --duration "$COLD_S" --warmup 0 --json $W/cold_${mode}_$i.json >/dev/null 2>&1
+      names="$names cold_${mode}_$i"; cp $W/cold_${mode}_$i.json "$OUT"/
+    done
+    summary $W $names; stop_serve
+  done
+fi
 if [[ " $STEPS " == *" search "* ]]; then
   start_serve search
-  L="python3 $ROOT/benchmarks/load.py --url $URL --timeout 8 --queries data/scifact"
   $L --concurrency 32 --duration "$WARM_S" --warmup 2 --json $W/warm.json >/dev/null 2>&1; log warm
   $L --sweep --sweep-start "$SWEEP_START" --sweep-step 50 --duration "$STEP_S" --warmup 2 --cooldown 1 \
     --json $W/sweep.json 2>&1 | grep "^offered"; log swept
@@ -90,16 +122,7 @@ if [[ " $STEPS " == *" search "* ]]; then
   $L --concurrency 32 --duration "$CONC_S" --warmup 2 --json $W/conc32.json >/dev/null 2>&1
   wait $WATCHING $SPIES; cat $W/cpu_conc.txt; for d in store ingress; do $WATCH spytop $W/spy_$d.txt 12; done
   cp $W/warm.json $W/sweep.json $W/sweep.md $W/conc32.json "$OUT"/; cp $W/rate80.json "$OUT"/ 2>/dev/null
-  python3 - $W <<'PY'
-import json, sys
-for name in ("warm", "rate80", "conc32"):
-    try:
-        r = json.load(open(f"{sys.argv[1]}/{name}.json"))
-    except FileNotFoundError:
-        continue
-    keys = ("achieved_qps", "p50_ms", "p95_ms", "p99_ms", "errors")
-    print(name, {k: r.get(k) for k in keys}, r.get("stage_ms_median"))
-PY
+  summary $W warm rate80 conc32
   stop_serve
 fi
 log done

@@ -8,6 +8,7 @@ import numpy as np
 from ray import serve
 
 from deployments.tokenizer_threads import tokenize_on_reserved_cpus
+from deployments.warmup_log import log_warmup
 from serve_app.config import config_from_dict
 from serve_app.encoders.base import DENSE_BACKENDS, LaneDenseEncoder
 from serve_app.encoders.queue import Lane
@@ -30,6 +31,7 @@ class DenseDeployment:
         if not isinstance(encoder, LaneDenseEncoder):
             raise ConfigError(f"dense.backend {self.config.dense.backend!r} cannot be served")
         self.encoder: LaneDenseEncoder = encoder
+        log_warmup("dense", encoder)
 
     def info(self) -> dict[str, Any]:
         return {

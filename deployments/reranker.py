@@ -8,6 +8,7 @@ from typing import Any
 from ray import serve
 
 from deployments.tokenizer_threads import tokenize_on_reserved_cpus
+from deployments.warmup_log import log_warmup
 from serve_app.config import config_from_dict
 from serve_app.encoders.base import RERANKER_BACKENDS, ServedReranker
 from serve_app.errors import ConfigError
@@ -24,6 +25,7 @@ class RerankerDeployment:
         if not isinstance(reranker, ServedReranker):
             raise ConfigError(f"reranker.backend {self.config.reranker.backend!r} cannot be served")
         self.reranker: ServedReranker = reranker
+        log_warmup("reranker", reranker)
 
     def info(self) -> dict[str, Any]:
         return {"model_id": self.reranker.model_id}

@@ -7,6 +7,7 @@ from typing import Any
 from ray import serve
 
 from deployments.tokenizer_threads import tokenize_on_reserved_cpus
+from deployments.warmup_log import log_warmup
 from serve_app.config import config_from_dict
 from serve_app.encoders.queue import Lane
 from serve_app.encoders.splade import SpladeEncoder
@@ -19,6 +20,7 @@ class SpladeDeployment:
         self.config = config_from_dict(config, "serve args")
         tokenize_on_reserved_cpus(self.config.serve.splade.num_cpus)
         self.encoder = SpladeEncoder(self.config.splade)
+        log_warmup("splade", self.encoder)
 
     def info(self) -> dict[str, Any]:
         return {"model_id": self.encoder.model_id}

@@ -135,7 +135,22 @@ class QueueConfig(_Section):
         return self.document_batch_size or model_batch_size
 
 
-class DenseConfig(_Section):
+class TorchRuntimeConfig(_Section):
+    """How a transformers model meets its device (serve_app/encoders/torch_runtime.py).
+
+    ``warmup`` (true, false or auto): run the batch shapes the model will see (the largest first) before the model
+    takes requests, so a new replica does not pay CUDA's first-use costs (lazily loaded
+    kernels, the caching allocator's growth, pinned buffers) on live traffic. ``auto``: on a
+    GPU only; a CPU model has no such first-use cost worth its start-up time.
+    ``pad_to_multiple_of``: batch widths rounded up to a multiple of this (never past
+    ``max_length``), so a GPU sees a bounded set of shapes that the warm-up covers and
+    tensor-core friendly sizes. Unset: 8 on a GPU, 1 (exact widths) on a CPU."""
+
+    warmup: Literal["auto"] | bool = "auto"
+    pad_to_multiple_of: int | None = Field(default=None, ge=1, le=128)
+
+
+class DenseConfig(TorchRuntimeConfig):
     """``backend`` picks a registered dense encoder: transformers, vllm, vllm-http."""
 
     backend: str = "transformers"
@@ -165,7 +180,7 @@ class DenseConfig(_Section):
         return self
 
 
-class SpladeConfig(_Section):
+class SpladeConfig(TorchRuntimeConfig):
     enabled: bool = True
     model: str = "package:cognition/model"
     max_length: int = Field(default=256, ge=8)
@@ -188,7 +203,7 @@ class Bm25Config(_Section):
     language: str = "english"
 
 
-class RerankerConfig(_Section):
+class RerankerConfig(TorchRuntimeConfig):
     """``backend`` picks a registered reranker: transformers, vllm."""
 
     enabled: bool = False

@@ -36,3 +36,38 @@ def padding_ratio(lengths: list[int], batches: list[list[int]]) -> float:
     """Share of computed positions that are padding (0 = none)."""
     computed = sum(len(b) * max(lengths[i] for i in b) for b in batches if b)
     return 0.0 if computed == 0 else 1.0 - sum(lengths) / computed
+
+
+def padded_width(width: int, multiple: int, max_length: int) -> int:
+    """``width`` rounded up to a multiple of ``multiple``, never past ``max_length`` (the
+    model's position limit as configured) unless ``width`` itself is."""
+    if multiple <= 1:
+        return width
+    return max(width, min(-(-width // multiple) * multiple, max_length))
+
+
+def warmup_shapes(
+    max_length: int, max_batch_tokens: int, batch_size: int, multiple: int
+) -> list[tuple[int, int]]:
+    """(rows, width) batches a model replica should run once before it takes requests.
+
+    What ``token_budget_batches`` can produce, sampled: for widths doubling from 16 to
+    ``max_length`` (each padded as requests will be), the fullest batch the budget allows
+    and batches of 1, 2, 4, ... rows below it, which is where queries fall. The largest
+    batch comes first, so the allocator grows to its peak once, at start.
+    """
+    widths = []
+    width = 16
+    while width < max_length:
+        widths.append(padded_width(width, multiple, max_length))
+        width *= 2
+    widths.append(max_length)
+    shapes: set[tuple[int, int]] = set()
+    for width in dict.fromkeys(widths):
+        fullest = max(1, min(batch_size, max_batch_tokens // width))
+        shapes.add((fullest, width))
+        rows = 1
+        while rows < fullest:
+            shapes.add((rows, width))
+            rows *= 2
+    return sorted(shapes, key=lambda shape: (-shape[0] * shape[1], shape))

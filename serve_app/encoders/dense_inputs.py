@@ -38,6 +38,8 @@ class DenseInputs:
             self.append_id = int(token_id)
         probe = self.tokenizer("a", add_special_tokens=True)["input_ids"]
         self._tokenizer_appends = self.append_id is not None and probe[-1] == self.append_id
+        # An ordinary token to fill the start-up warm-up's batches with.
+        self.warmup_id = int(self.tokenizer("a", add_special_tokens=False)["input_ids"][0])
         pad = self.tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else (self.append_id or 0))
         self._lock = threading.Lock()

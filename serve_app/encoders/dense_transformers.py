@@ -8,10 +8,22 @@ from transformers import AutoModel, AutoTokenizer
 
 from serve_app.config import DenseConfig, resolve_model_path
 from serve_app.encoders.base import DENSE_BACKENDS
-from serve_app.encoders.batching import padding_ratio, token_budget_batches
+from serve_app.encoders.batching import (
+    padded_width,
+    padding_ratio,
+    token_budget_batches,
+    warmup_shapes,
+)
 from serve_app.encoders.dense_inputs import DenseInputs, finish_vectors, output_dim
 from serve_app.encoders.queue import Lane, ModelQueue
-from serve_app.encoders.torch_runtime import resolve_device, resolve_dtype, to_device
+from serve_app.encoders.torch_runtime import (
+    pad_multiple,
+    resolve_device,
+    resolve_dtype,
+    synthetic_batch,
+    to_device,
+    warm_up,
+)
 
 
 class TransformersDenseEncoder:
@@ -41,6 +53,16 @@ class TransformersDenseEncoder:
         self._pad_id = self.inputs.pad_id
         if config.num_threads:
             torch.set_num_threads(config.num_threads)
+        self._multiple = pad_multiple(config.pad_to_multiple_of, self.device)
+        self.warmup = warm_up(
+            "dense",
+            config.warmup,
+            self.device,
+            warmup_shapes(
+                config.max_length, config.max_batch_tokens, config.batch_size, self._multiple
+            ),
+            self._run_shape,
+        )
         self.queue = ModelQueue(
             "dense",
             self._run_lane,
@@ -79,7 +101,9 @@ class TransformersDenseEncoder:
         lengths = [len(x) for x in ids]
         out = np.zeros((len(ids), int(self.model.config.hidden_size)), dtype=np.float32)
         for batch in batches:
-            width = max(lengths[i] for i in batch)
+            width = padded_width(
+                max(lengths[i] for i in batch), self._multiple, self.config.max_length
+            )
             input_ids = torch.full((len(batch), width), self._pad_id, dtype=torch.long)
             mask = torch.zeros((len(batch), width), dtype=torch.long)
             for row, index in enumerate(batch):
@@ -89,6 +113,13 @@ class TransformersDenseEncoder:
             hidden = self.model(input_ids=input_ids, attention_mask=mask).last_hidden_state
             out[batch] = self._pool(hidden.float(), mask).cpu().numpy()
         return finish_vectors(out, self.dim, self.config.normalize)
+
+    def _run_shape(self, rows: int, width: int) -> None:
+        input_ids, mask = to_device(
+            self.device, *synthetic_batch(rows, width, self.inputs.warmup_id, self._pad_id)
+        )
+        hidden = self.model(input_ids=input_ids, attention_mask=mask).last_hidden_state
+        self._pool(hidden.float(), mask).cpu()
 
     def _pool(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         if self.config.pooling == "cls":

@@ -9,9 +9,15 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from serve_app.config import RerankerConfig, resolve_model_path
 from serve_app.encoders.base import RERANKER_BACKENDS
-from serve_app.encoders.batching import padding_ratio, token_budget_batches
+from serve_app.encoders.batching import padding_ratio, token_budget_batches, warmup_shapes
 from serve_app.encoders.queue import PairQueue
-from serve_app.encoders.torch_runtime import resolve_device, resolve_dtype
+from serve_app.encoders.torch_runtime import (
+    pad_multiple,
+    resolve_device,
+    resolve_dtype,
+    synthetic_batch,
+    warm_up,
+)
 
 
 class CrossEncoderReranker:
@@ -33,6 +39,16 @@ class CrossEncoderReranker:
             )
         self.model.to(self.device).eval()
         self._tokenizer_lock = threading.Lock()
+        self._multiple = pad_multiple(config.pad_to_multiple_of, self.device)
+        self.warmup = warm_up(
+            "reranker",
+            config.warmup,
+            self.device,
+            warmup_shapes(
+                config.max_length, config.max_batch_tokens, config.batch_size, self._multiple
+            ),
+            self._run_shape,
+        )
         self.queue = PairQueue("reranker", self.score_pairs, config.queue)
 
     def score_sync(self, query: str, passages: list[str]) -> list[float]:
@@ -59,11 +75,14 @@ class CrossEncoderReranker:
             with self._tokenizer_lock:
                 features = self.tokenizer.pad(
                     {k: [encoded[k][i] for i in batch] for k in encoded},
+                    # Never past max_length: a multiple above it could pass the model's
+                    # position limit.
+                    pad_to_multiple_of=self._multiple if self._multiple > 1 else None,
                     return_tensors="pt",
                 )
-            features = {k: v.to(self.device) for k, v in features.items()}
-            logits = self.model(**features).logits.float().view(-1)
-            for index, value in zip(batch, torch.sigmoid(logits).tolist(), strict=True):
+            if features["input_ids"].shape[1] > self.config.max_length:
+                features = {k: v[:, : self.config.max_length] for k, v in features.items()}
+            for index, value in zip(batch, self._scores(features), strict=True):
                 scores[index] = float(value)
         stats = {
             "batch_size": len(passages),
@@ -72,6 +91,19 @@ class CrossEncoderReranker:
             "padding_ratio": padding_ratio(lengths, batches),
         }
         return scores, stats
+
+    def _scores(self, features: dict[str, torch.Tensor]) -> list[float]:
+        features = {k: v.to(self.device) for k, v in features.items()}
+        return torch.sigmoid(self.model(**features).logits.float().view(-1)).tolist()
+
+    def _run_shape(self, rows: int, width: int) -> None:
+        token_id = int(self.tokenizer("a", add_special_tokens=False)["input_ids"][0])
+        pad_id = int(self.tokenizer.pad_token_id or 0)
+        input_ids, mask = synthetic_batch(rows, width, token_id, pad_id)
+        features = {"input_ids": input_ids, "attention_mask": mask}
+        if "token_type_ids" in self.tokenizer.model_input_names:
+            features["token_type_ids"] = torch.zeros_like(input_ids)
+        self._scores(features)
 
     async def score_with_stats(self, query: str, passages: list[str]) -> tuple[list[float], dict]:
         """Scores through the model queue, plus the batch's statistics."""

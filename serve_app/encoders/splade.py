@@ -10,9 +10,21 @@ import torch.nn.functional as F
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 from serve_app.config import SpladeConfig, resolve_model_path
-from serve_app.encoders.batching import padding_ratio, token_budget_batches
+from serve_app.encoders.batching import (
+    padded_width,
+    padding_ratio,
+    token_budget_batches,
+    warmup_shapes,
+)
 from serve_app.encoders.queue import Lane, ModelQueue
-from serve_app.encoders.torch_runtime import resolve_device, resolve_dtype, to_device
+from serve_app.encoders.torch_runtime import (
+    pad_multiple,
+    resolve_device,
+    resolve_dtype,
+    synthetic_batch,
+    to_device,
+    warm_up,
+)
 from serve_app.errors import ConfigError
 from serve_app.schemas import SparseVector
 
@@ -60,6 +72,16 @@ class SpladeEncoder:
         )
         self._pad_id = int(self.tokenizer.pad_token_id or 0)
         self._tokenizer_lock = threading.Lock()
+        self._multiple = pad_multiple(config.pad_to_multiple_of, self.device)
+        self.warmup = warm_up(
+            "splade",
+            config.warmup,
+            self.device,
+            warmup_shapes(
+                config.max_length, config.max_batch_tokens, config.batch_size, self._multiple
+            ),
+            self._run_shape,
+        )
         self.queue = ModelQueue(
             "splade",
             self._run_lane,
@@ -86,19 +108,17 @@ class SpladeEncoder:
             lengths, self.config.max_batch_tokens, self.config.batch_size
         )
         for batch in batches:
-            width = max(lengths[i] for i in batch)
+            width = padded_width(
+                max(lengths[i] for i in batch), self._multiple, self.config.max_length
+            )
             input_ids = torch.full((len(batch), width), self._pad_id, dtype=torch.long)
             mask = torch.zeros((len(batch), width), dtype=torch.bool)
             for row, index in enumerate(batch):
                 input_ids[row, : lengths[index]] = torch.tensor(ids[index])
                 mask[row, : lengths[index]] = True
-            input_ids, mask = to_device(self.device, input_ids, mask)
-            hidden = self.model(input_ids=input_ids, attention_mask=mask.long()).logits
-            weights = self._pooled_weights(hidden, mask, [lengths[i] for i in batch])
-            k = min(top_k, weights.shape[1])
-            values, indices = torch.topk(weights, k, dim=1)
-            # One copy to the host per batch; rows become vectors by slicing, not loops.
-            values_np, indices_np = values.cpu().numpy(), indices.cpu().numpy()
+            values_np, indices_np = self._top_terms(
+                input_ids, mask, [lengths[i] for i in batch], top_k
+            )
             keep = values_np > self.config.min_weight
             for row, index in enumerate(batch):
                 row_idx = indices_np[row][keep[row]]
@@ -116,6 +136,23 @@ class SpladeEncoder:
             "padding_ratio": padding_ratio(lengths, batches),
         }
         return [v for v in out if v is not None], stats
+
+    def _top_terms(
+        self, input_ids: torch.Tensor, mask: torch.Tensor, lengths: list[int], top_k: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The ``top_k`` largest pooled weights of each row and their term ids, on the host."""
+        input_ids, mask = to_device(self.device, input_ids, mask)
+        hidden = self.model(input_ids=input_ids, attention_mask=mask.long()).logits
+        weights = self._pooled_weights(hidden, mask, lengths)
+        values, indices = torch.topk(weights, min(top_k, weights.shape[1]), dim=1)
+        # One copy to the host per batch; rows become vectors by slicing, not loops.
+        return values.cpu().numpy(), indices.cpu().numpy()
+
+    def _run_shape(self, rows: int, width: int) -> None:
+        token_id = int(self.tokenizer("a", add_special_tokens=False)["input_ids"][0])
+        input_ids, mask = synthetic_batch(rows, width, token_id, self._pad_id)
+        lengths = mask.sum(dim=1).tolist()
+        self._top_terms(input_ids, mask.bool(), lengths, self.config.doc_top_k)
 
     def _pooled_weights(
         self, hidden: torch.Tensor, mask: torch.Tensor, lengths: list[int]

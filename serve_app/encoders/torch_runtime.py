@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
 from serve_app.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -44,3 +50,67 @@ class ModelLock:
 
     def __exit__(self, *exc: object) -> None:
         self._lock.release()
+
+
+def pad_multiple(configured: int | None, device: torch.device) -> int:
+    """Batch widths' multiple: as configured, else 8 on a GPU (a bounded set of shapes for the
+    warm-up to cover; tensor-core sizes) and 1 on a CPU (padding is pure cost there)."""
+    if configured is not None:
+        return configured
+    return 8 if device.type == "cuda" else 1
+
+
+@dataclass(frozen=True)
+class WarmupReport:
+    """What a model's start-up warm-up ran: (rows, width) shapes and each one's seconds."""
+
+    shapes: list[tuple[int, int]]
+    seconds: list[float]
+
+    @property
+    def total_s(self) -> float:
+        return sum(self.seconds)
+
+
+def warm_up(
+    name: str,
+    mode: bool | str,
+    device: torch.device,
+    shapes: list[tuple[int, int]],
+    run: Callable[[int, int], object],
+) -> WarmupReport | None:
+    """Runs ``run(rows, width)`` for each shape when ``mode`` asks for it (true; ``auto``: on
+    a GPU), each finished on the device before the next, and logs what it took."""
+    if mode is False or (mode == "auto" and device.type != "cuda"):
+        return None
+    seconds = []
+    with torch.inference_mode():
+        for rows, width in shapes:
+            start = time.perf_counter()
+            run(rows, width)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            seconds.append(time.perf_counter() - start)
+    report = WarmupReport(shapes=list(shapes), seconds=seconds)
+    log.info(
+        "%s warm-up on %s: %d shapes in %.2f s (first %.1f ms, slowest %.1f ms, last %.1f ms)",
+        name,
+        device,
+        len(shapes),
+        report.total_s,
+        seconds[0] * 1e3,
+        max(seconds) * 1e3,
+        seconds[-1] * 1e3,
+    )
+    return report
+
+
+def synthetic_batch(rows: int, width: int, token_id: int, pad_id: int):
+    """Token ids and attention mask for a warm-up batch: every row full but the last of a
+    multi-row batch, which is half padding, so the padded code paths run too."""
+    input_ids = torch.full((rows, width), token_id, dtype=torch.long)
+    mask = torch.ones((rows, width), dtype=torch.long)
+    if rows > 1:
+        input_ids[-1, width // 2 + 1 :] = pad_id
+        mask[-1, width // 2 + 1 :] = 0
+    return input_ids, mask

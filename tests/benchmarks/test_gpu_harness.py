@@ -172,8 +172,13 @@ def test_the_gpu_session_script_runs_on_this_code(tmp_path, scifact_dir):
         PATH=f"{Path(sys.executable).parent}:{env['PATH']}",  # its python3 is this one
         STAGE=str(stage), WORK=str(work), OUT=str(out), PORT=str(free_port()),
         DOCS="20", MODEL_CPUS="0.1", CHUNKER_CPUS="0.1", SWEEP_START="5",
-        WARM_S="3", STEP_S="3", RATE_S="3", CONC_S="3", RAY_STOP="0",
+        WARM_S="3", STEP_S="3", RATE_S="3", CONC_S="3", COLD_S="2", COLD_N="2", RAY_STOP="0",
     )  # fmt: skip
+    # The start-up warm-up runs the shapes of a model's batch budget: a CPU's, not the GPU's.
+    for model in ("DENSE", "SPLADE"):
+        env.update(
+            {f"SERVE_APP__{model}__BATCH_SIZE": "8", f"SERVE_APP__{model}__MAX_BATCH_TOKENS": "512"}
+        )
     stdout = run(["bash", str(ROOT / "benchmarks" / "gpu_run.sh")], ROOT, env, 900)
     assert "done" in stdout.splitlines()[-1]
     for name in ("chunker1", "chunker4"):
@@ -186,4 +191,12 @@ def test_the_gpu_session_script_runs_on_this_code(tmp_path, scifact_dir):
         report = json.loads((out / f"{name}.json").read_text())
         assert report["requests"] > 0 and report["errors"] == {}, name
     assert "CPU cores used per kind" in stdout and "replica store" in stdout
+    # cold: started without, then with the warm-up (the replicas' stderr files say so)
+    assert re.search(r"ready \(cold_false\) after [\d.]+ s", stdout)
+    warmed = re.findall(r"^(dense|splade) warm-up: (\d+) batch shapes", stdout, re.M)
+    assert sorted(name for name, _ in warmed) == ["dense", "splade"]
+    for mode in ("false", "true"):
+        for i in (1, 2):
+            report = json.loads((out / f"cold_{mode}_{i}.json").read_text())
+            assert report["requests"] > 0 and report["errors"] == {}, (mode, i)
     assert re.search(r"spy_chunker1_splade\.txt: [1-9]\d* samples", stdout)  # ingest sampled

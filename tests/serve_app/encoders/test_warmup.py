@@ -1,0 +1,129 @@
+"""Start-up warm-up and width padding of the transformers encoders: the warm-up runs the
+shapes requests will produce, and padding to a multiple changes no output."""
+
+import numpy as np
+import pytest
+
+from serve_app.config import RerankerConfig
+from serve_app.encoders.batching import padded_width, token_budget_batches, warmup_shapes
+from serve_app.encoders.dense_transformers import TransformersDenseEncoder
+from serve_app.encoders.reranker import CrossEncoderReranker
+from serve_app.encoders.splade import SpladeEncoder
+
+TEXTS = [
+    "cell biology",
+    "Mitochondria make ATP through oxidative phosphorylation in the inner membrane.",
+    "a",
+    "long text about many other things " * 12,
+]
+
+
+def test_padded_width_rounds_up_but_never_past_max_length():
+    assert [padded_width(w, 8, 512) for w in (1, 8, 9, 17, 505, 512)] == [8, 8, 16, 24, 512, 512]
+    assert padded_width(509, 8, 510) == 510  # a multiple past max_length is never made
+    assert padded_width(37, 1, 512) == 37
+
+
+@pytest.mark.parametrize(
+    ("max_length", "budget", "batch_size", "multiple"),
+    [(256, 8192, 32, 8), (512, 16384, 64, 8), (100, 1000, 4, 1), (8, 64, 2, 16)],
+)
+def test_warmup_shapes_are_batches_the_budget_allows_largest_first(
+    max_length, budget, batch_size, multiple
+):
+    shapes = warmup_shapes(max_length, budget, batch_size, multiple)
+    assert len(shapes) == len(set(shapes))
+    for rows, width in shapes:
+        assert 1 <= rows <= batch_size and width <= max_length
+        assert rows == 1 or rows * width <= budget
+        assert width == max_length or width % multiple == 0
+    # The first is the batch token_budget_batches makes of inputs at max_length: the peak.
+    fullest = token_budget_batches([max_length] * (batch_size + 1), budget, batch_size)[0]
+    assert shapes[0] == (len(fullest), max_length)
+    sizes = [rows * width for rows, width in shapes]
+    assert sizes == sorted(sizes, reverse=True)
+    # A lone query of any length up to max_length falls in a warmed width.
+    widths = {width for rows, width in shapes if rows == 1}
+    assert max_length in widths
+
+
+def widths_seen(model) -> list[int]:
+    """The widths of the batches ``model`` is called with from now on."""
+    seen: list[int] = []
+    model.register_forward_pre_hook(
+        lambda _module, _args, kwargs: seen.append(kwargs["input_ids"].shape[1]),
+        with_kwargs=True,
+    )
+    return seen
+
+
+def _dense(local_config, **update):
+    return TransformersDenseEncoder(local_config.dense.model_copy(update=update))
+
+
+def test_warmup_runs_the_shapes_when_asked_and_auto_skips_it_on_a_cpu(local_config):
+    assert _dense(local_config).warmup is None  # auto, on a CPU
+    assert _dense(local_config, warmup=False).warmup is None
+    config = local_config.dense
+    encoder = _dense(local_config, warmup=True, max_length=64, max_batch_tokens=256)
+    assert encoder.warmup is not None
+    assert encoder.warmup.shapes == warmup_shapes(64, 256, config.batch_size, 1)
+    assert len(encoder.warmup.seconds) == len(encoder.warmup.shapes)
+    assert all(s > 0 for s in encoder.warmup.seconds)
+
+
+def test_dense_vectors_do_not_depend_on_the_padding_multiple(local_config, minilm):
+    padded = _dense(local_config, pad_to_multiple_of=16)
+    assert padded._multiple == 16 and minilm._multiple == 1
+    widths = widths_seen(padded.model)
+    assert np.allclose(padded.encode(TEXTS), minilm.encode(TEXTS), atol=2e-5)
+    assert np.allclose(padded.encode(TEXTS[:1]), minilm.encode(TEXTS[:1]), atol=2e-5)
+    assert widths and all(w % 16 == 0 or w == local_config.dense.max_length for w in widths)
+    assert 16 in widths  # "a" and "cell biology" alone would be 3 and 4 wide
+
+
+def test_splade_vectors_do_not_depend_on_the_padding_multiple(local_config, splade):
+    config = local_config.splade.model_copy(update={"pad_to_multiple_of": 16, "warmup": True})
+    padded = SpladeEncoder(config)
+    assert padded.warmup is not None and padded.warmup.shapes[0][1] == config.max_length
+    widths = widths_seen(padded.model)
+    for pack in (True, False):  # the CPU's packed tokens and the GPU's zeroed padding
+        padded._pack_tokens = pack
+        for one, other in zip(padded.encode(TEXTS, 64), splade.encode(TEXTS, 64), strict=True):
+            assert one.indices == other.indices
+            assert one.values == pytest.approx(other.values, abs=1e-5)
+    assert widths and all(w % 16 == 0 for w in widths)
+
+
+def test_reranker_scores_do_not_depend_on_the_padding_multiple(tiny_reranker_dir):
+    def make(**update):
+        return CrossEncoderReranker(
+            RerankerConfig(
+                enabled=True, model=str(tiny_reranker_dir), max_length=60, batch_size=2, **update
+            )
+        )
+
+    exact, padded = make(), make(pad_to_multiple_of=16, warmup=True)
+    assert padded.warmup is not None and padded.warmup.shapes[0] == (2, 60)
+    widths = widths_seen(padded.model)
+    passages = [*TEXTS, "long " * 500]  # truncated to 60: padding it to 64 would pass the limit
+    assert padded.score_sync("what makes ATP", passages) == pytest.approx(
+        exact.score_sync("what makes ATP", passages), abs=1e-5
+    )
+    assert sorted(set(widths)) == [16, 32, 60]
+
+
+@pytest.mark.parametrize(("written", "read"), [("on", True), ("false", False), ("auto", "auto")])
+def test_warmup_reads_as_yaml_writes_it(app_config_factory, written, read):
+    """``warmup: on`` in a YAML file or an env override is YAML's true, not a third word."""
+    import yaml
+
+    config = app_config_factory(splade={"warmup": yaml.safe_load(f"x: {written}")["x"]})
+    assert config.splade.warmup == read
+
+
+def test_warmup_rejects_other_words(app_config_factory):
+    from serve_app.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"dense\.warmup"):
+        app_config_factory(dense={"warmup": "sometimes"})
