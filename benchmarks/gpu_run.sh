@@ -14,7 +14,8 @@
 #   search: Serve over that index, restarted: a 25 s warm-up at concurrency 32, the sweep,
 #           80 % of its maximum for 20 s (P95 < 200 ms checked), concurrency 32 with py-spy
 # cold and search need the index the ingest step leaves in $WORK (the same call, or the same
-# warm machine). Reports go to $OUT (the device tool brings it back), a summary to stdout. Sizes for a smaller
+# warm machine). One device call runs at most 600 s: `ingest cold` fit one (about 5 min on
+# the H100's timings), `search` the next. Reports go to $OUT (the device tool brings it back), a summary to stdout. Sizes for a smaller
 # machine (tests/benchmarks/test_gpu_harness.py runs it on this CPU): DOCS, MODEL_CPUS,
 # CHUNKER_CPUS, SWEEP_START, and the seconds of each load: WARM_S, STEP_S, RATE_S, CONC_S,
 # COLD_S (x COLD_N);
@@ -93,8 +94,9 @@ PY
 if [[ " $STEPS " == *" cold "* ]]; then
   for mode in false true; do
     SERVE_APP__DENSE__WARMUP=$mode SERVE_APP__SPLADE__WARMUP=$mode start_serve cold_$mode
-    # The replicas write it to their stderr files (deployments/warmup_log.py).
-    grep -h "warm-up: " /tmp/ray/session_latest/logs/worker-*.err 2>/dev/null | sort -u
+    # The replicas log to their stderr files (deployments/replica_logging.py).
+    grep -ho '"message": "[a-z]* warm-up: [^"]*' /tmp/ray/session_latest/logs/worker-*.err \
+      2>/dev/null | cut -d'"' -f4 | sort -u
     names=""
     for i in $(seq 1 "$COLD_N"); do
       $L --concurrency 32 --duration "$COLD_S" --warmup 0 --json $W/cold_${mode}_$i.json >/dev/null 2>&1

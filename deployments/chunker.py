@@ -6,6 +6,7 @@ from typing import Any
 
 from ray import serve
 
+from deployments.replica_logging import configure_replica_logging
 from deployments.tokenizer_threads import tokenize_on_reserved_cpus
 from serve_app.config import config_from_dict
 from serve_app.pipelines.components import build_chunker
@@ -15,6 +16,7 @@ from serve_app.schemas import Chunk, Document
 @serve.deployment(name="chunker")
 class ChunkerDeployment:
     def __init__(self, config: dict[str, Any]) -> None:
+        configure_replica_logging()
         self.config = config_from_dict(config, "serve args")
         tokenize_on_reserved_cpus(self.config.serve.chunker.num_cpus)
         # Semantic IMRaD splitting embeds sentences: the chunker then loads the dense model too.

@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 from ray import serve
 
+from deployments.replica_logging import configure_replica_logging
 from deployments.tokenizer_threads import tokenize_on_reserved_cpus
-from deployments.warmup_log import log_warmup
 from serve_app.config import config_from_dict
 from serve_app.encoders.base import DENSE_BACKENDS, LaneDenseEncoder
 from serve_app.encoders.queue import Lane
@@ -24,6 +24,7 @@ class DenseDeployment:
     batch. Returns the vectors and the batch's statistics."""
 
     def __init__(self, config: dict[str, Any]) -> None:
+        configure_replica_logging()
         self.config = config_from_dict(config, "serve args")
         tokenize_on_reserved_cpus(self.config.serve.dense.num_cpus)
         register_builtins()
@@ -31,7 +32,6 @@ class DenseDeployment:
         if not isinstance(encoder, LaneDenseEncoder):
             raise ConfigError(f"dense.backend {self.config.dense.backend!r} cannot be served")
         self.encoder: LaneDenseEncoder = encoder
-        log_warmup("dense", encoder)
 
     def info(self) -> dict[str, Any]:
         return {

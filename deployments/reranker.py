@@ -7,8 +7,8 @@ from typing import Any
 
 from ray import serve
 
+from deployments.replica_logging import configure_replica_logging
 from deployments.tokenizer_threads import tokenize_on_reserved_cpus
-from deployments.warmup_log import log_warmup
 from serve_app.config import config_from_dict
 from serve_app.encoders.base import RERANKER_BACKENDS, ServedReranker
 from serve_app.errors import ConfigError
@@ -18,6 +18,7 @@ from serve_app.pipelines.components import register_builtins
 @serve.deployment(name="reranker")
 class RerankerDeployment:
     def __init__(self, config: dict[str, Any]) -> None:
+        configure_replica_logging()
         self.config = config_from_dict(config, "serve args")
         tokenize_on_reserved_cpus(self.config.serve.reranker.num_cpus)
         register_builtins()
@@ -25,7 +26,6 @@ class RerankerDeployment:
         if not isinstance(reranker, ServedReranker):
             raise ConfigError(f"reranker.backend {self.config.reranker.backend!r} cannot be served")
         self.reranker: ServedReranker = reranker
-        log_warmup("reranker", reranker)
 
     def info(self) -> dict[str, Any]:
         return {"model_id": self.reranker.model_id}

@@ -6,8 +6,8 @@ from typing import Any
 
 from ray import serve
 
+from deployments.replica_logging import configure_replica_logging
 from deployments.tokenizer_threads import tokenize_on_reserved_cpus
-from deployments.warmup_log import log_warmup
 from serve_app.config import config_from_dict
 from serve_app.encoders.queue import Lane
 from serve_app.encoders.splade import SpladeEncoder
@@ -17,10 +17,10 @@ from serve_app.schemas import SparseVector
 @serve.deployment(name="splade")
 class SpladeDeployment:
     def __init__(self, config: dict[str, Any]) -> None:
+        configure_replica_logging()
         self.config = config_from_dict(config, "serve args")
         tokenize_on_reserved_cpus(self.config.serve.splade.num_cpus)
         self.encoder = SpladeEncoder(self.config.splade)
-        log_warmup("splade", self.encoder)
 
     def info(self) -> dict[str, Any]:
         return {"model_id": self.encoder.model_id}

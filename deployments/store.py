@@ -15,6 +15,7 @@ from typing import Any
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
+from deployments.replica_logging import configure_replica_logging
 from serve_app.config import config_from_dict
 from serve_app.errors import InvalidInputError, ModelMismatchError, ServiceUnavailableError
 from serve_app.pipelines.components import index_models
@@ -33,6 +34,7 @@ FORWARDED = tuple(
 @serve.deployment(name="store")
 class StoreDeployment:
     async def __init__(self, config: dict[str, Any], models: DeploymentHandle | dict) -> None:
+        configure_replica_logging()
         self.config = config_from_dict(config, "serve args")
         self.index: ChunkIndex = TOPOLOGIES.create(self.config.stores.topology, self.config)
         self.retriever = IndexRetriever(self.index)

@@ -8,7 +8,7 @@ import logging
 import re
 import time
 import uuid
-from typing import Protocol, TypeVar
+from typing import Protocol, TextIO, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
@@ -46,11 +46,14 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry)
 
 
-def configure_json_logging(level: str = "INFO", access_log: bool = True) -> None:
-    """JSON lines on stderr for ``serve_app``'s loggers. ``access_log=False`` drops the
-    per-request line where the server already writes one (Ray Serve's ingress access log
-    carries the same request id, method, path, status and latency)."""
-    handler = logging.StreamHandler()
+def configure_json_logging(
+    level: str = "INFO", access_log: bool = True, stream: TextIO | None = None
+) -> None:
+    """JSON lines on ``stream`` (default: stderr) for ``serve_app``'s loggers.
+    ``access_log=False`` drops the per-request line where the server already writes one (Ray
+    Serve's ingress access log carries the same request id, method, path, status and
+    latency)."""
+    handler = logging.StreamHandler(stream)
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger("serve_app")
     root.handlers[:] = [handler]

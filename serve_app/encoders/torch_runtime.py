@@ -93,11 +93,12 @@ def warm_up(
             seconds.append(time.perf_counter() - start)
     report = WarmupReport(shapes=list(shapes), seconds=seconds)
     log.info(
-        "%s warm-up on %s: %d shapes in %.2f s (first %.1f ms, slowest %.1f ms, last %.1f ms)",
+        "%s warm-up: %d batch shapes in %.2f s on %s before taking requests "
+        "(first %.1f ms, slowest %.1f ms, last %.1f ms)",
         name,
-        device,
         len(shapes),
         report.total_s,
+        device,
         seconds[0] * 1e3,
         max(seconds) * 1e3,
         seconds[-1] * 1e3,
