@@ -138,10 +138,11 @@ class QueueConfig(_Section):
 class TorchRuntimeConfig(_Section):
     """How a transformers model meets its device (serve_app/encoders/torch_runtime.py).
 
-    ``warmup`` (true, false or auto): run the batch shapes the model will see (the largest first) before the model
-    takes requests, so a new replica does not pay CUDA's first-use costs (lazily loaded
-    kernels, the caching allocator's growth, pinned buffers) on live traffic. ``auto``: on a
-    GPU only; a CPU model has no such first-use cost worth its start-up time.
+    ``warmup`` (true, false or auto): run the batch shapes the model will see (the largest
+    first) before the model takes requests, so a new replica does not pay CUDA's first-use
+    costs (lazily loaded kernels, the caching allocator's growth, pinned buffers) on live
+    traffic. ``auto``: on a GPU only; on a CPU it costs seconds of start-up (MiniLM 7 s at
+    ``config/local.yaml``'s budgets) for no first-use cost seen there.
     ``pad_to_multiple_of``: batch widths rounded up to a multiple of this (never past
     ``max_length``), so a GPU sees a bounded set of shapes that the warm-up covers and
     tensor-core friendly sizes. Unset: 8 on a GPU, 1 (exact widths) on a CPU."""

@@ -12,17 +12,15 @@ from serve_app.encoders.batching import (
     padded_width,
     padding_ratio,
     token_budget_batches,
-    warmup_shapes,
 )
 from serve_app.encoders.dense_inputs import DenseInputs, finish_vectors, output_dim
 from serve_app.encoders.queue import Lane, ModelQueue
 from serve_app.encoders.torch_runtime import (
-    pad_multiple,
     resolve_device,
     resolve_dtype,
+    start_up,
     synthetic_batch,
     to_device,
-    warm_up,
 )
 
 
@@ -53,16 +51,7 @@ class TransformersDenseEncoder:
         self._pad_id = self.inputs.pad_id
         if config.num_threads:
             torch.set_num_threads(config.num_threads)
-        self._multiple = pad_multiple(config.pad_to_multiple_of, self.device)
-        self.warmup = warm_up(
-            "dense",
-            config.warmup,
-            self.device,
-            warmup_shapes(
-                config.max_length, config.max_batch_tokens, config.batch_size, self._multiple
-            ),
-            self._run_shape,
-        )
+        self._multiple, self.warmup = start_up("dense", config, self.device, self._run_shape)
         self.queue = ModelQueue(
             "dense",
             self._run_lane,

@@ -9,14 +9,13 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from serve_app.config import RerankerConfig, resolve_model_path
 from serve_app.encoders.base import RERANKER_BACKENDS
-from serve_app.encoders.batching import padding_ratio, token_budget_batches, warmup_shapes
+from serve_app.encoders.batching import padding_ratio, token_budget_batches
 from serve_app.encoders.queue import PairQueue
 from serve_app.encoders.torch_runtime import (
-    pad_multiple,
     resolve_device,
     resolve_dtype,
+    start_up,
     synthetic_batch,
-    warm_up,
 )
 
 
@@ -39,16 +38,7 @@ class CrossEncoderReranker:
             )
         self.model.to(self.device).eval()
         self._tokenizer_lock = threading.Lock()
-        self._multiple = pad_multiple(config.pad_to_multiple_of, self.device)
-        self.warmup = warm_up(
-            "reranker",
-            config.warmup,
-            self.device,
-            warmup_shapes(
-                config.max_length, config.max_batch_tokens, config.batch_size, self._multiple
-            ),
-            self._run_shape,
-        )
+        self._multiple, self.warmup = start_up("reranker", config, self.device, self._run_shape)
         self.queue = PairQueue("reranker", self.score_pairs, config.queue)
 
     def score_sync(self, query: str, passages: list[str]) -> list[float]:

@@ -14,16 +14,14 @@ from serve_app.encoders.batching import (
     padded_width,
     padding_ratio,
     token_budget_batches,
-    warmup_shapes,
 )
 from serve_app.encoders.queue import Lane, ModelQueue
 from serve_app.encoders.torch_runtime import (
-    pad_multiple,
     resolve_device,
     resolve_dtype,
+    start_up,
     synthetic_batch,
     to_device,
-    warm_up,
 )
 from serve_app.errors import ConfigError
 from serve_app.schemas import SparseVector
@@ -72,16 +70,7 @@ class SpladeEncoder:
         )
         self._pad_id = int(self.tokenizer.pad_token_id or 0)
         self._tokenizer_lock = threading.Lock()
-        self._multiple = pad_multiple(config.pad_to_multiple_of, self.device)
-        self.warmup = warm_up(
-            "splade",
-            config.warmup,
-            self.device,
-            warmup_shapes(
-                config.max_length, config.max_batch_tokens, config.batch_size, self._multiple
-            ),
-            self._run_shape,
-        )
+        self._multiple, self.warmup = start_up("splade", config, self.device, self._run_shape)
         self.queue = ModelQueue(
             "splade",
             self._run_lane,

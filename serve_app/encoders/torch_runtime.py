@@ -7,9 +7,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal, Protocol
 
 import torch
 
+from serve_app.encoders.batching import warmup_shapes
 from serve_app.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -115,3 +117,26 @@ def synthetic_batch(rows: int, width: int, token_id: int, pad_id: int):
         input_ids[-1, width // 2 + 1 :] = pad_id
         mask[-1, width // 2 + 1 :] = 0
     return input_ids, mask
+
+
+class TorchModelSettings(Protocol):
+    """What ``start_up`` reads of a transformers model's configuration section."""
+
+    warmup: Literal["auto"] | bool
+    pad_to_multiple_of: int | None
+    max_length: int
+    max_batch_tokens: int
+    batch_size: int
+
+
+def start_up(
+    name: str,
+    config: TorchModelSettings,
+    device: torch.device,
+    run: Callable[[int, int], object],
+) -> tuple[int, WarmupReport | None]:
+    """A loaded model's batch-width multiple on ``device`` and its warm-up over the shapes
+    its token budget allows (``run(rows, width)`` each), when its configuration asks for one."""
+    multiple = pad_multiple(config.pad_to_multiple_of, device)
+    shapes = warmup_shapes(config.max_length, config.max_batch_tokens, config.batch_size, multiple)
+    return multiple, warm_up(name, config.warmup, device, shapes, run)
