@@ -144,8 +144,8 @@ class TorchRuntimeConfig(_Section):
     traffic. ``auto``: on a GPU only; on a CPU it costs seconds of start-up (MiniLM 7 s at
     ``config/local.yaml``'s budgets) for no first-use cost seen there.
     ``pad_to_multiple_of``: batch widths rounded up to a multiple of this (never past
-    ``max_length``), so a GPU sees a bounded set of shapes that the warm-up covers and
-    tensor-core friendly sizes. Unset: 8 on a GPU, 1 (exact widths) on a CPU."""
+    ``max_length``), so a GPU sees a bounded set of shapes (the warm-up runs a sample of them,
+    at powers of two) and tensor-core friendly sizes. Unset: 8 on a GPU, 1 (exact widths) on a CPU."""
 
     warmup: Literal["auto"] | bool = "auto"
     pad_to_multiple_of: int | None = Field(default=None, ge=1, le=128)
