@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The serving checks of a GPU session, as run on the H100 of 2026-11-26
-# (benchmarks/results/gpu_h100_session13.md): bash benchmarks/gpu_run.sh [ingest] [search]
+# (benchmarks/results/gpu_h100_session13.md, gpu_h100_cold.md):
+# bash benchmarks/gpu_run.sh [ingest|index] [cold] [search]
 #
 # On the GPU machine, from the checkout the device call carries, after the parts of
 # `bash ../shared/gpu/pack.sh` were copied to /tmp/stage (one call each, ../shared/gpu/README.md)
@@ -8,23 +9,27 @@
 # them and installs to /tmp/site; the code is this checkout's, through PYTHONPATH.
 #   ingest: HTTP ingest of the 5,183 SciFact abstracts with the chunker replica at 1 CPU,
 #           then again over a fresh index at 4 CPUs (benchmarks/ingest_http.py)
-#   cold:   Serve over that index started twice, the model replicas' start-up warm-up off,
-#           then on: seconds to ready, and COLD_N windows of COLD_S seconds at concurrency 32
-#           from the first request (how a new replica serves its first seconds)
+#   index:  (not in the default) the chunker-4 ingest alone, without the encoders' ceiling:
+#           the index cold and search need, when device time is short
+#   cold:   Serve over that index started once per COLD_MODES: cudnn (PyTorch's cuDNN
+#           attention on, as before 2026-11-26), default (off), warmup (off, the replicas'
+#           start-up warm-up on): seconds to ready, and COLD_N windows of COLD_S seconds at
+#           concurrency 32 from the first request (how a new replica serves its first seconds)
 #   search: Serve over that index, restarted: a 25 s warm-up at concurrency 32, the sweep,
 #           80 % of its maximum for 20 s (P95 < 200 ms checked), concurrency 32 with py-spy
 # cold and search need the index the ingest step leaves in $WORK (the same call, or the same
-# warm machine). One device call runs at most 600 s: `ingest cold` fit one (about 5 min on
-# the H100's timings), `search` the next. Reports go to $OUT (the device tool brings it back), a summary to stdout. Sizes for a smaller
+# warm machine). One device call runs at most 600 s: `index cold` fit one (about 5 min on
+# the H100), `search` the next. Reports go to $OUT (the device tool brings it back), a
+# summary to stdout. Sizes for a smaller
 # machine (tests/benchmarks/test_gpu_harness.py runs it on this CPU): DOCS, MODEL_CPUS,
 # CHUNKER_CPUS, SWEEP_START, and the seconds of each load: WARM_S, STEP_S, RATE_S, CONC_S,
-# COLD_S (x COLD_N);
+# COLD_S (x COLD_N), COLD_MODES;
 # and where things are: STAGE (the assembled harness), PORT, WORK;
 # RAY_STOP=0 leaves `ray stop --force` out.
 set -u
 DOCS=${DOCS:-5183} MODEL_CPUS=${MODEL_CPUS:-4} CHUNKER_CPUS=${CHUNKER_CPUS:-4} SWEEP_START=${SWEEP_START:-150}
 WARM_S=${WARM_S:-25} STEP_S=${STEP_S:-8} RATE_S=${RATE_S:-20} CONC_S=${CONC_S:-16}
-COLD_S=${COLD_S:-5} COLD_N=${COLD_N:-4}
+COLD_S=${COLD_S:-5} COLD_N=${COLD_N:-4} COLD_MODES=${COLD_MODES:-cudnn default warmup}
 STAGE=${STAGE:-/tmp/stage/b} PORT=${PORT:-8000} W=${WORK:-/tmp/gpu-out}
 ROOT=$(pwd); T0=$(date +%s); OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" "$W"
 URL=http://127.0.0.1:$PORT
@@ -78,6 +83,10 @@ if [[ " $STEPS " == *" ingest "* ]]; then
   rm -rf "$W/data"; SERVE_APP__SERVE__CHUNKER__NUM_CPUS=$CHUNKER_CPUS start_serve chunker4
   ingest chunker4 --skip-ceiling; stop_serve
 fi
+if [[ " $STEPS " == *" index "* ]]; then  # only the index for cold/search: one ingest, no ceiling
+  rm -rf "$W/data"; SERVE_APP__SERVE__CHUNKER__NUM_CPUS=$CHUNKER_CPUS start_serve index
+  ingest index --skip-ceiling; stop_serve
+fi
 L="python3 $ROOT/benchmarks/load.py --url $URL --timeout 8 --queries data/scifact"
 summary(){  # $1 directory, then report names
   python3 - "$@" <<'PY'
@@ -92,8 +101,10 @@ for name in sys.argv[2:]:
 PY
 }
 if [[ " $STEPS " == *" cold "* ]]; then
-  for mode in false true; do
-    SERVE_APP__DENSE__WARMUP=$mode SERVE_APP__SPLADE__WARMUP=$mode start_serve cold_$mode
+  for mode in $COLD_MODES; do  # cudnn: PyTorch's cuDNN attention on; warmup: the warm-up on
+    c=false w=false; [ "$mode" = cudnn ] && c=true; [ "$mode" = warmup ] && w=true
+    SERVE_APP__DENSE__CUDNN_ATTENTION=$c SERVE_APP__SPLADE__CUDNN_ATTENTION=$c \
+      SERVE_APP__DENSE__WARMUP=$w SERVE_APP__SPLADE__WARMUP=$w start_serve cold_$mode
     # The replicas log to their stderr files (deployments/replica_logging.py).
     grep -ho '"message": "[a-z]* warm-up: [^"]*' /tmp/ray/session_latest/logs/worker-*.err \
       2>/dev/null | cut -d'"' -f4 | sort -u

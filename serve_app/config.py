@@ -138,16 +138,25 @@ class QueueConfig(_Section):
 class TorchRuntimeConfig(_Section):
     """How a transformers model meets its device (serve_app/encoders/torch_runtime.py).
 
-    ``warmup`` (true, false or auto): run the batch shapes the model will see (the largest
-    first) before the model takes requests, so a new replica does not pay CUDA's first-use
-    costs (lazily loaded kernels, the caching allocator's growth, pinned buffers) on live
-    traffic. ``auto``: on a GPU only; on a CPU it costs seconds of start-up (MiniLM 7 s at
-    ``config/local.yaml``'s budgets) for no first-use cost seen there.
+    ``cudnn_attention``: let PyTorch choose its cuDNN kernel for the models' attention on a
+    GPU. Off by default: PyTorch builds a cuDNN graph for every new (rows, width) input
+    shape, and a serving replica sees many (on the H100, torch 2.11, 50-500 ms of CPU each; the
+    first seconds after a start ran dense at 85-128 ms a batch against 15 ms, and the
+    warm-up's sample of shapes did not help). Off, PyTorch uses its flash or memory-efficient
+    kernels, which need no per-shape build. The switch is per process: models sharing one
+    (the in-process run) must agree.
+    ``warmup`` (true, false or auto): run a sample of the batch shapes the model will see (the
+    largest first) before the model takes requests, so a new replica pays CUDA's first-use
+    costs (the caching allocator's growth, pinned buffers, lazily loaded kernels) before live
+    traffic. ``auto``: on a GPU only. Default off: with cuDNN attention off, the H100's first
+    5 s after a start without it ran as fast as later ones, and it adds about 4 s to each
+    model replica's start there (MiniLM 7 s on this CPU at ``config/local.yaml``'s budgets).
     ``pad_to_multiple_of``: batch widths rounded up to a multiple of this (never past
     ``max_length``), so a GPU sees a bounded set of shapes (the warm-up runs a sample of them,
     at powers of two) and tensor-core friendly sizes. Unset: 8 on a GPU, 1 (exact widths) on a CPU."""
 
-    warmup: Literal["auto"] | bool = "auto"
+    cudnn_attention: bool = False
+    warmup: Literal["auto"] | bool = False
     pad_to_multiple_of: int | None = Field(default=None, ge=1, le=128)
 
 

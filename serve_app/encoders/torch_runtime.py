@@ -119,9 +119,28 @@ def synthetic_batch(rows: int, width: int, token_id: int, pad_id: int):
     return input_ids, mask
 
 
+_cudnn_attention: dict[str, bool] = {}  # this process's choice, by the model that made it
+
+
+def configure_attention(name: str, cudnn: bool, device: torch.device) -> None:
+    """Allows or forbids PyTorch's cuDNN attention kernel on a GPU (``cudnn_attention``).
+    The switch is process-wide, so a second model asking otherwise is a configuration error."""
+    if device.type != "cuda":
+        return
+    for other, chosen in _cudnn_attention.items():
+        if other != name and chosen != cudnn:
+            raise ConfigError(
+                f"{name}.cudnn_attention is {cudnn} but {other}.cudnn_attention is {chosen}; "
+                "PyTorch's attention switch is per process and these models share one"
+            )
+    _cudnn_attention[name] = cudnn
+    torch.backends.cuda.enable_cudnn_sdp(cudnn)
+
+
 class TorchModelSettings(Protocol):
     """What ``start_up`` reads of a transformers model's configuration section."""
 
+    cudnn_attention: bool
     warmup: Literal["auto"] | bool
     pad_to_multiple_of: int | None
     max_length: int
@@ -135,8 +154,10 @@ def start_up(
     device: torch.device,
     run: Callable[[int, int], object],
 ) -> tuple[int, WarmupReport | None]:
-    """A loaded model's batch-width multiple on ``device`` and its warm-up over the shapes
-    its token budget allows (``run(rows, width)`` each), when its configuration asks for one."""
+    """A loaded model's attention kernels and batch-width multiple on ``device``, and its
+    warm-up over the shapes its token budget allows (``run(rows, width)`` each), when its
+    configuration asks for one."""
+    configure_attention(name, config.cudnn_attention, device)
     multiple = pad_multiple(config.pad_to_multiple_of, device)
     shapes = warmup_shapes(config.max_length, config.max_batch_tokens, config.batch_size, multiple)
     return multiple, warm_up(name, config.warmup, device, shapes, run)

@@ -173,6 +173,7 @@ def test_the_gpu_session_script_runs_on_this_code(tmp_path, scifact_dir):
         STAGE=str(stage), WORK=str(work), OUT=str(out), PORT=str(free_port()),
         DOCS="20", MODEL_CPUS="0.1", CHUNKER_CPUS="0.1", SWEEP_START="5",
         WARM_S="3", STEP_S="3", RATE_S="3", CONC_S="3", COLD_S="2", COLD_N="2", RAY_STOP="0",
+        COLD_MODES="cudnn warmup",  # default is cudnn's twin on a CPU
     )  # fmt: skip
     # The start-up warm-up runs the shapes of a model's batch budget: a CPU's, not the GPU's.
     for model in ("DENSE", "SPLADE"):
@@ -191,11 +192,12 @@ def test_the_gpu_session_script_runs_on_this_code(tmp_path, scifact_dir):
         report = json.loads((out / f"{name}.json").read_text())
         assert report["requests"] > 0 and report["errors"] == {}, name
     assert "CPU cores used per kind" in stdout and "replica store" in stdout
-    # cold: started without, then with the warm-up (the replicas' stderr files say so)
-    assert re.search(r"ready \(cold_false\) after [\d.]+ s", stdout)
+    # cold: started with cuDNN attention allowed, then with the warm-up (the replicas' stderr
+    # files say so; only that start's)
+    assert re.search(r"ready \(cold_cudnn\) after [\d.]+ s", stdout)
     warmed = re.findall(r"^(dense|splade) warm-up: (\d+) batch shapes", stdout, re.M)
     assert sorted(name for name, _ in warmed) == ["dense", "splade"]
-    for mode in ("false", "true"):
+    for mode in ("cudnn", "warmup"):
         for i in (1, 2):
             report = json.loads((out / f"cold_{mode}_{i}.json").read_text())
             assert report["requests"] > 0 and report["errors"] == {}, (mode, i)

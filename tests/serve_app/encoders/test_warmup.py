@@ -3,12 +3,15 @@ shapes requests will produce, and padding to a multiple changes no output."""
 
 import numpy as np
 import pytest
+import torch
 
 from serve_app.config import RerankerConfig
+from serve_app.encoders import torch_runtime
 from serve_app.encoders.batching import padded_width, token_budget_batches, warmup_shapes
 from serve_app.encoders.dense_transformers import TransformersDenseEncoder
 from serve_app.encoders.reranker import CrossEncoderReranker
 from serve_app.encoders.splade import SpladeEncoder
+from serve_app.errors import ConfigError
 
 TEXTS = [
     "cell biology",
@@ -62,7 +65,8 @@ def _dense(local_config, **update):
 
 
 def test_warmup_runs_the_shapes_when_asked_and_auto_skips_it_on_a_cpu(local_config):
-    assert _dense(local_config).warmup is None  # auto, on a CPU
+    assert _dense(local_config).warmup is None  # off by default
+    assert _dense(local_config, warmup="auto").warmup is None  # auto: a GPU only
     assert _dense(local_config, warmup=False).warmup is None
     config = local_config.dense
     encoder = _dense(local_config, warmup=True, max_length=64, max_batch_tokens=256)
@@ -127,3 +131,38 @@ def test_warmup_rejects_other_words(app_config_factory):
 
     with pytest.raises(ConfigError, match=r"dense\.warmup"):
         app_config_factory(dense={"warmup": "sometimes"})
+
+
+@pytest.fixture
+def attention_switch(monkeypatch):
+    """PyTorch's process-wide cuDNN attention flag and the models' record of it, restored."""
+    monkeypatch.setattr(torch_runtime, "_cudnn_attention", {})
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    yield
+    torch.backends.cuda.enable_cudnn_sdp(before)
+
+
+def test_cudnn_attention_is_off_on_a_gpu_unless_asked_for(attention_switch):
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")  # a flag: no GPU needed to set it
+    torch.backends.cuda.enable_cudnn_sdp(True)
+    torch_runtime.configure_attention("dense", False, cpu)
+    assert torch.backends.cuda.cudnn_sdp_enabled()  # a CPU model leaves the GPU switch alone
+    torch_runtime.configure_attention("dense", False, cuda)
+    assert not torch.backends.cuda.cudnn_sdp_enabled()
+    torch_runtime.configure_attention("dense", True, cuda)  # the same model, reconfigured
+    assert torch.backends.cuda.cudnn_sdp_enabled()
+
+
+def test_models_sharing_a_process_must_agree_on_cudnn_attention(attention_switch):
+    cuda = torch.device("cuda")
+    torch_runtime.configure_attention("dense", False, cuda)
+    torch_runtime.configure_attention("reranker", False, cuda)
+    with pytest.raises(ConfigError, match=r"splade\.cudnn_attention is True but dense"):
+        torch_runtime.configure_attention("splade", True, cuda)
+    assert not torch.backends.cuda.cudnn_sdp_enabled()  # the refused model changed nothing
+
+
+def test_cudnn_attention_and_warmup_are_off_by_default(app_config_factory):
+    config = app_config_factory()
+    for section in (config.dense, config.splade, config.reranker):
+        assert section.cudnn_attention is False and section.warmup is False
