@@ -71,3 +71,8 @@ def warmup_shapes(
             shapes.add((rows, width))
             rows *= 2
     return sorted(shapes, key=lambda shape: (-shape[0] * shape[1], shape))
+
+
+def filler_token_id(tokenizer) -> int:
+    """An ordinary token (the first of "a") to fill the start-up warm-up's batches with."""
+    return int(tokenizer("a", add_special_tokens=False)["input_ids"][0])

@@ -9,6 +9,7 @@ import numpy as np
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from serve_app.config import DenseConfig, resolve_model_path
+from serve_app.encoders.batching import filler_token_id
 from serve_app.errors import ConfigError
 
 
@@ -38,8 +39,7 @@ class DenseInputs:
             self.append_id = int(token_id)
         probe = self.tokenizer("a", add_special_tokens=True)["input_ids"]
         self._tokenizer_appends = self.append_id is not None and probe[-1] == self.append_id
-        # An ordinary token to fill the start-up warm-up's batches with.
-        self.warmup_id = int(self.tokenizer("a", add_special_tokens=False)["input_ids"][0])
+        self.warmup_id = filler_token_id(self.tokenizer)
         pad = self.tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else (self.append_id or 0))
         self._lock = threading.Lock()

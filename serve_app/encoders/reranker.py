@@ -9,7 +9,7 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from serve_app.config import RerankerConfig, resolve_model_path
 from serve_app.encoders.base import RERANKER_BACKENDS
-from serve_app.encoders.batching import padding_ratio, token_budget_batches
+from serve_app.encoders.batching import filler_token_id, padding_ratio, token_budget_batches
 from serve_app.encoders.queue import PairQueue
 from serve_app.encoders.torch_runtime import (
     resolve_device,
@@ -38,6 +38,8 @@ class CrossEncoderReranker:
             )
         self.model.to(self.device).eval()
         self._tokenizer_lock = threading.Lock()
+        self._filler_id = filler_token_id(self.tokenizer)
+        self._pad_id = int(self.tokenizer.pad_token_id or 0)
         self._multiple, self.warmup = start_up("reranker", config, self.device, self._run_shape)
         self.queue = PairQueue("reranker", self.score_pairs, config.queue)
 
@@ -87,9 +89,7 @@ class CrossEncoderReranker:
         return torch.sigmoid(self.model(**features).logits.float().view(-1)).tolist()
 
     def _run_shape(self, rows: int, width: int) -> None:
-        token_id = int(self.tokenizer("a", add_special_tokens=False)["input_ids"][0])
-        pad_id = int(self.tokenizer.pad_token_id or 0)
-        input_ids, mask = synthetic_batch(rows, width, token_id, pad_id)
+        input_ids, mask = synthetic_batch(rows, width, self._filler_id, self._pad_id)
         features = {"input_ids": input_ids, "attention_mask": mask}
         if "token_type_ids" in self.tokenizer.model_input_names:
             features["token_type_ids"] = torch.zeros_like(input_ids)

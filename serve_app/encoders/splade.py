@@ -11,6 +11,7 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 from serve_app.config import SpladeConfig, resolve_model_path
 from serve_app.encoders.batching import (
+    filler_token_id,
     padded_width,
     padding_ratio,
     token_budget_batches,
@@ -69,6 +70,7 @@ class SpladeEncoder:
             self.tokenizer.convert_ids_to_tokens(list(range(len(self.tokenizer)))), dtype=object
         )
         self._pad_id = int(self.tokenizer.pad_token_id or 0)
+        self._filler_id = filler_token_id(self.tokenizer)
         self._tokenizer_lock = threading.Lock()
         self._multiple, self.warmup = start_up("splade", config, self.device, self._run_shape)
         self.queue = ModelQueue(
@@ -138,8 +140,7 @@ class SpladeEncoder:
         return values.cpu().numpy(), indices.cpu().numpy()
 
     def _run_shape(self, rows: int, width: int) -> None:
-        token_id = int(self.tokenizer("a", add_special_tokens=False)["input_ids"][0])
-        input_ids, mask = synthetic_batch(rows, width, token_id, self._pad_id)
+        input_ids, mask = synthetic_batch(rows, width, self._filler_id, self._pad_id)
         lengths = mask.sum(dim=1).tolist()
         self._top_terms(input_ids, mask.bool(), lengths, self.config.doc_top_k)
 

@@ -1,5 +1,5 @@
-"""Start-up warm-up and width padding of the transformers encoders: the warm-up runs the
-shapes requests will produce, and padding to a multiple changes no output."""
+"""Start-up of the transformers encoders: the warm-up runs the shapes requests will produce,
+padding to a multiple changes no output, and the cuDNN attention switch is per process."""
 
 import numpy as np
 import pytest
