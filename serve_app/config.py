@@ -140,9 +140,9 @@ class TorchRuntimeConfig(_Section):
 
     ``cudnn_attention``: let PyTorch choose its cuDNN kernel for the models' attention on a
     GPU. Off by default: PyTorch builds a cuDNN graph for every new (rows, width) input
-    shape, and a serving replica sees many (on the H100, torch 2.11, 50-500 ms of CPU each; the
-    first seconds after a start ran dense at 85-128 ms a batch against 15 ms, and the
-    warm-up's sample of shapes did not help). Off, PyTorch uses its flash or memory-efficient
+    shape, and a serving replica sees many (on the H100, torch 2.11: the warm-up's first and
+    last shapes took 46-516 ms; in the first seconds after a start a query's dense stage took
+    a median of 86-128 ms against 15 ms later, and the warm-up's sample of shapes did not help). Off, PyTorch uses its flash or memory-efficient
     kernels, which need no per-shape build. The switch is per process: models sharing one
     (the in-process run) must agree.
     ``warmup`` (true, false or auto): run a sample of the batch shapes the model will see (the
