@@ -19,8 +19,10 @@
 #           80 % of its maximum for 20 s (P95 < 200 ms checked), concurrency 32 with py-spy
 # cold and search need the index the ingest step leaves in $WORK (the same call, or the same
 # warm machine). One device call runs at most 600 s: `index cold` fit one (about 5 min on
-# the H100), `search` the next. Reports go to $OUT (the device tool brings it back), a
-# summary to stdout. Sizes for a smaller
+# the H100), `search` the next. A summary goes to stdout and to $OUT/gpu_run.log; the
+# reports to $OUT/reports.tar, appended after each step (the device tool brings $OUT back, but
+# only a few files and the last 12,000 characters of output: loose reports and a long
+# summary's first lines were lost on 2026-11-26). Sizes for a smaller
 # machine (tests/benchmarks/test_gpu_harness.py runs it on this CPU): DOCS, MODEL_CPUS,
 # CHUNKER_CPUS, SWEEP_START, and the seconds of each load: WARM_S, STEP_S, RATE_S, CONC_S,
 # COLD_S (x COLD_N), COLD_MODES;
@@ -32,6 +34,10 @@ WARM_S=${WARM_S:-25} STEP_S=${STEP_S:-8} RATE_S=${RATE_S:-20} CONC_S=${CONC_S:-1
 COLD_S=${COLD_S:-5} COLD_N=${COLD_N:-4} COLD_MODES=${COLD_MODES:-cudnn default warmup}
 STAGE=${STAGE:-/tmp/stage/b} PORT=${PORT:-8000} W=${WORK:-/tmp/gpu-out}
 ROOT=$(pwd); T0=$(date +%s); OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" "$W"
+exec > >(tee -a "$OUT/gpu_run.log") 2>&1
+bundle(){  # this step's reports into $OUT/reports.tar
+  local f; f=$(cd "$OUT" && ls | grep -v -x -e reports.tar -e gpu_run.log)
+  [ -z "$f" ] || (cd "$OUT" && tar -rf reports.tar --remove-files $f); }
 URL=http://127.0.0.1:$PORT
 STEPS=${*:-ingest cold search}
 log(){ echo "[$(( $(date +%s)-T0 ))s] $*"; }
@@ -81,11 +87,11 @@ ingest(){  # $1 label, $2 extra flags
 if [[ " $STEPS " == *" ingest "* ]]; then
   rm -rf "$W/data"; start_serve chunker1; ingest chunker1 ""; stop_serve
   rm -rf "$W/data"; SERVE_APP__SERVE__CHUNKER__NUM_CPUS=$CHUNKER_CPUS start_serve chunker4
-  ingest chunker4 --skip-ceiling; stop_serve
+  ingest chunker4 --skip-ceiling; stop_serve; bundle
 fi
 if [[ " $STEPS " == *" index "* ]]; then  # only the index for cold/search: one ingest, no ceiling
   rm -rf "$W/data"; SERVE_APP__SERVE__CHUNKER__NUM_CPUS=$CHUNKER_CPUS start_serve index
-  ingest index --skip-ceiling; stop_serve
+  ingest index --skip-ceiling; stop_serve; bundle
 fi
 L="python3 $ROOT/benchmarks/load.py --url $URL --timeout 8 --queries data/scifact"
 summary(){  # $1 directory, then report names
@@ -114,7 +120,7 @@ if [[ " $STEPS " == *" cold "* ]]; then
       names="$names cold_${mode}_$i"; cp $W/cold_${mode}_$i.json "$OUT"/
     done
     summary $W $names; stop_serve
-  done
+  done; bundle
 fi
 if [[ " $STEPS " == *" search "* ]]; then
   start_serve search
@@ -136,6 +142,6 @@ if [[ " $STEPS " == *" search "* ]]; then
   wait $WATCHING $SPIES; cat $W/cpu_conc.txt; for d in store ingress; do $WATCH spytop $W/spy_$d.txt 12; done
   cp $W/warm.json $W/sweep.json $W/sweep.md $W/conc32.json "$OUT"/; cp $W/rate80.json "$OUT"/ 2>/dev/null
   summary $W warm rate80 conc32
-  stop_serve
+  stop_serve; bundle
 fi
 log done

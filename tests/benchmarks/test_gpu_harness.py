@@ -17,6 +17,7 @@ import re
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -195,6 +196,11 @@ def test_the_gpu_session_script_runs_on_this_code(tmp_path, scifact_dir):
         )
     stdout = run(["bash", str(ROOT / "benchmarks" / "gpu_run.sh")], ROOT, env, 900)
     assert "done" in stdout.splitlines()[-1]
+    # What comes back from a device: the log of the summary and one archive of the reports.
+    assert sorted(p.name for p in out.iterdir()) == ["gpu_run.log", "reports.tar"]
+    assert (out / "gpu_run.log").read_text() == stdout
+    with tarfile.open(out / "reports.tar") as archive:
+        archive.extractall(out, filter="data")
     for name in ("chunker1", "chunker4"):
         http = json.loads((out / f"ingest_{name}.json").read_text())["http"]
         assert http["documents"] == 20 and http["failed_requests"] == 0
