@@ -34,7 +34,7 @@ WARM_S=${WARM_S:-25} STEP_S=${STEP_S:-8} RATE_S=${RATE_S:-20} CONC_S=${CONC_S:-1
 COLD_S=${COLD_S:-5} COLD_N=${COLD_N:-4} COLD_MODES=${COLD_MODES:-cudnn default warmup}
 STAGE=${STAGE:-/tmp/stage/b} PORT=${PORT:-8000} W=${WORK:-/tmp/gpu-out}
 ROOT=$(pwd); T0=$(date +%s); OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" "$W"
-exec > >(tee -a "$OUT/gpu_run.log") 2>&1
+exec > >(tee -a "$OUT/gpu_run.log") 2>&1; TEE=$!
 bundle(){  # this step's reports into $OUT/reports.tar
   local f; f=$(cd "$OUT" && ls | grep -v -x -e reports.tar -e gpu_run.log)
   [ -z "$f" ] || (cd "$OUT" && tar -rf reports.tar --remove-files $f); }
@@ -145,3 +145,5 @@ if [[ " $STEPS " == *" search "* ]]; then
   stop_serve; bundle
 fi
 log done
+# The log complete before the script ends (bash does not wait for a process substitution).
+exec >&- 2>&-; wait $TEE 2>/dev/null || true
