@@ -18,6 +18,9 @@ CPU milliseconds per query come from the kernel's accounting of every process in
 generator reported apart). Each path reports the host probe timed just before and just after
 its closed loop (``benchmarks.processes.host_probe_ms``: how fast the shared cores ran around
 it, lower is faster), to tell a slow host from slow code between runs made hours apart.
+The Serve path also reports how many queries shared each model call over its warm-up and
+closed loop (``benchmarks.model_calls``: the ingress's batch sizes from Ray's metrics, read
+after their export, about 11 s).
 ``--profile-s`` samples each busy process with py-spy during an extra closed-loop window and
 lists the functions where it spends its own time.
 ``--real-models`` keeps the configuration's models (the small real ones) instead.
@@ -34,6 +37,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,6 +55,13 @@ from benchmarks.load import (  # noqa: E402
     load_queries,
     summarise,
     sweep,
+)
+from benchmarks.model_calls import (  # noqa: E402
+    Reading,
+    export_wait_s,
+    per_call,
+    ray_metrics_text,
+    read_totals,
 )
 from benchmarks.processes import (  # noqa: E402
     cpu_by_kind,
@@ -142,11 +153,18 @@ class CpuMeter:
 
 
 async def measure(
-    send: Send, args: argparse.Namespace, queries: list[str], pids: dict[int, str]
+    send: Send,
+    args: argparse.Namespace,
+    queries: list[str],
+    pids: dict[int, str],
+    read_batches: Callable[[], Reading] | None = None,
 ) -> dict:
     """A closed loop at ``--clients`` with CPU accounting, bracketed by the host probe, then
-    the optional sweep around it."""
+    the optional sweep around it. With ``read_batches`` (the model calls' sizes so far, read
+    from the metrics), how many queries shared each model call over the warm-up and the
+    closed loop (the same load), read once the metrics have been exported."""
     runner = LoadRunner(send, queries, request_body(args), args.timeout)
+    calls_before = read_batches() if read_batches else None
     await runner.closed_loop(args.clients, 2.0, 0.0)  # warm every path once
     probe = host_probe_ms()
     meter = CpuMeter(pids)
@@ -154,6 +172,9 @@ async def measure(
     result = {"closed_loop": {**summarise(samples, window, None), "concurrency": args.clients}}
     result["closed_loop"].update(meter.stop(len(samples)))
     result["host_probe_ms"] = [probe, host_probe_ms()]
+    if read_batches is not None and calls_before is not None:
+        await asyncio.sleep(export_wait_s())
+        result["model_calls"] = per_call(calls_before, read_batches())
     if args.sweep:
         capacity = result["closed_loop"]["achieved_qps"]
         rates = [round(capacity * f, 1) for f in (0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2)]
@@ -267,7 +288,9 @@ def serve_path(config: AppConfig, args: argparse.Namespace, queries: list[str]) 
         async def run() -> dict:
             pool = RawHttpPool(url)
             try:
-                result = await measure(http_sender(pool), args, queries, pids)
+                result = await measure(
+                    http_sender(pool), args, queries, pids, lambda: read_totals(ray_metrics_text())
+                )
                 if args.profile_s:
                     busy = {
                         p: k for p, k in pids.items() if k.startswith(("replica", "ray::Proxy"))
@@ -339,6 +362,10 @@ def markdown(report: dict) -> str:
             f"Load generator: {closed['load_generator_cpu_ms_per_query']} CPU ms per query",
             "Stage medians (ms): " + json.dumps(closed["stage_ms_median"]),
         ]
+        if "model_calls" in report[name]:
+            lines.append(
+                "Model calls (warm-up + closed loop): " + json.dumps(report[name]["model_calls"])
+            )
         for process, functions in report[name].get("profile", {}).items():
             lines += ["", f"Own time, {process}:", ""]
             lines += [f"- {f['share']:.1%} {f['function']}" for f in functions]

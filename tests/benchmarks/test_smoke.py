@@ -153,6 +153,13 @@ def test_serving_path_benchmark(tmp_path):
         for k in report["serve"]["closed_loop"]["cpu_ms_per_query_by_process"]
     )
     assert report["serve"]["profile"], "py-spy sampled no replica"
+    # Read back from Ray's metrics agent: every search calls both encoders, and concurrent
+    # searches (4 clients) never make more calls than queries.
+    calls = report["serve"]["model_calls"]
+    assert set(calls) == {"dense", "splade"}
+    for model in calls.values():
+        assert model["calls"] > 0 and model["queries_per_call"] >= 1
+        assert sum(model["calls_by_size"].values()) == model["calls"]
 
 
 def test_search_during_ingest_benchmark(tmp_path, plos_dir):
