@@ -16,7 +16,8 @@
 #           start-up warm-up on): seconds to ready, and COLD_N windows of COLD_S seconds at
 #           concurrency 32 from the first request (how a new replica serves its first seconds)
 #   search: Serve over that index, restarted: a 25 s warm-up at concurrency 32, the sweep,
-#           80 % of its maximum for 20 s (P95 < 200 ms checked), concurrency 32 with py-spy
+#           80 % of its maximum for 20 s (P95 < 200 ms checked; the queries per model call
+#           over it, benchmarks/model_calls.py), concurrency 32 with py-spy
 # cold and search need the index the ingest step leaves in $WORK (the same call, or the same
 # warm machine). One device call runs at most 600 s: `index cold` fit one (about 5 min on
 # the H100), `search` the next. A summary goes to stdout and to $OUT/gpu_run.log; the
@@ -128,7 +129,10 @@ if [[ " $STEPS " == *" search "* ]]; then
   $L --sweep --sweep-start "$SWEEP_START" --sweep-step 50 --duration "$STEP_S" --warmup 2 --cooldown 1 \
     --json $W/sweep.json 2>&1 | grep "^offered"; log swept
   R=$(python3 -c "import json; print(int(json.load(open('$W/sweep.json'))['max_sustainable_qps'] * 0.8))")
+  # How many queries shared each model call at that rate (the ingress's metrics, via Ray).
+  C="python3 $ROOT/benchmarks/model_calls.py"; $C --save $W/calls0.json || log "model calls: no reading"
   [ "$R" -gt 0 ] && $L --rate "$R" --duration "$RATE_S" --warmup 2 --check-p95-ms 200 --json $W/rate80.json 2>&1 | tail -3
+  $C --since $W/calls0.json --json $W/calls_rate80.json || log "model calls: no reading"
   # Cores and py-spy over the middle of the closed loop (4 s in, 8 s long when CONC_S is 16).
   DELAY=$(( 2 + CONC_S / 8 )) SPAN=$(( CONC_S / 2 > 0 ? CONC_S / 2 : 1 ))
   $WATCH window $DELAY $SPAN > $W/cpu_conc.txt 2>&1 & WATCHING=$!
@@ -140,7 +144,7 @@ if [[ " $STEPS " == *" search "* ]]; then
   done
   $L --concurrency 32 --duration "$CONC_S" --warmup 2 --json $W/conc32.json >/dev/null 2>&1
   wait $WATCHING $SPIES; cat $W/cpu_conc.txt; for d in store ingress; do $WATCH spytop $W/spy_$d.txt 12; done
-  cp $W/warm.json $W/sweep.json $W/sweep.md $W/conc32.json "$OUT"/; cp $W/rate80.json "$OUT"/ 2>/dev/null
+  cp $W/warm.json $W/sweep.json $W/sweep.md $W/conc32.json "$OUT"/; cp $W/rate80.json $W/calls_rate80.json "$OUT"/ 2>/dev/null
   summary $W warm rate80 conc32
   stop_serve; bundle
 fi

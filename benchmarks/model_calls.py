@@ -108,3 +108,59 @@ def export_wait_s() -> float:
     import ray
 
     return ray._config.metrics_report_interval_ms() / 1000 + 1.5
+
+
+def main(argv: list[str] | None = None) -> int:
+    """From a shell, beside a running service: ``--save FILE`` keeps a reading now;
+    ``--since FILE`` waits for Ray's export, then prints (and with ``--json``, writes) the
+    calls made since that reading. Connects to the machine's running Ray cluster."""
+    import argparse
+    import json
+    import time
+    from pathlib import Path
+
+    import ray
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--save", type=Path)
+    mode.add_argument("--since", type=Path)
+    parser.add_argument("--address", default="auto")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    ray.init(address=args.address, logging_level="ERROR", log_to_driver=False)
+    try:
+        if args.save:
+            args.save.write_text(json.dumps(_jsonable(read_totals(ray_metrics_text()))))
+            return 0
+        time.sleep(export_wait_s())
+        before = _from_json(json.loads(args.since.read_text()))
+        calls = per_call(before, read_totals(ray_metrics_text()))
+    finally:
+        ray.shutdown()
+    print("model calls:", json.dumps(calls))
+    if args.json:
+        args.json.write_text(json.dumps(calls, indent=1))
+    return 0
+
+
+def _jsonable(reading: Reading) -> dict:
+    models = {
+        name: {"calls": m["calls"], "buckets": {str(b): n for b, n in m["buckets"].items()}}
+        for name, m in reading["models"].items()
+    }
+    return {"searches": reading["searches"], "models": models}
+
+
+def _from_json(data: dict) -> Reading:
+    models = {
+        name: {"calls": m["calls"], "buckets": {float(b): n for b, n in m["buckets"].items()}}
+        for name, m in data["models"].items()
+    }
+    return {"searches": data["searches"], "models": models}
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())

@@ -212,6 +212,10 @@ def test_the_gpu_session_script_runs_on_this_code(tmp_path, scifact_dir):
         report = json.loads((out / f"{name}.json").read_text())
         assert report["requests"] > 0 and report["errors"] == {}, name
     assert "CPU cores used per kind" in stdout and "replica store" in stdout
+    # Queries per model call over the 80 % run, read back from Ray's metrics agent.
+    calls = json.loads((out / "calls_rate80.json").read_text())
+    assert set(calls) == {"dense", "splade"} and "model calls:" in stdout
+    assert all(c["calls"] > 0 and c["queries_per_call"] >= 1 for c in calls.values()), calls
     # cold: started with cuDNN attention allowed, then with the warm-up (the replicas' stderr
     # files say so; only that start's)
     assert re.search(r"ready \(cold_cudnn\) after [\d.]+ s", stdout)
