@@ -55,7 +55,8 @@ def read_totals(prometheus_text: str) -> Reading:
 
 def per_call(before: Reading, after: Reading) -> dict[str, dict[str, Any]]:
     """Between two readings: each model's calls, the searches per call, and the calls by
-    size (``"3-4": n``: calls of 3 or 4 queries)."""
+    the size of the model batch that ran them (``"3-4": n``; a call's own size, or more where
+    the replica's queue joined calls, of several ingress replicas say, into one batch)."""
     searches = after["searches"] - before["searches"]
     out: dict[str, dict[str, Any]] = {}
     for name, end in sorted(after["models"].items()):
