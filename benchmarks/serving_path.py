@@ -164,7 +164,7 @@ async def measure(
     from the metrics), how many queries shared each model call over the warm-up and the
     closed loop (the same load), read once the metrics have been exported."""
     runner = LoadRunner(send, queries, request_body(args), args.timeout)
-    calls_before = read_batches() if read_batches else None
+    calls_before = read_batches() if read_batches else {}
     await runner.closed_loop(args.clients, 2.0, 0.0)  # warm every path once
     probe = host_probe_ms()
     meter = CpuMeter(pids)
@@ -172,7 +172,7 @@ async def measure(
     result = {"closed_loop": {**summarise(samples, window, None), "concurrency": args.clients}}
     result["closed_loop"].update(meter.stop(len(samples)))
     result["host_probe_ms"] = [probe, host_probe_ms()]
-    if read_batches is not None and calls_before is not None:
+    if read_batches:
         await asyncio.sleep(export_wait_s())
         result["model_calls"] = per_call(calls_before, read_batches())
     if args.sweep:

@@ -150,8 +150,9 @@ class TorchRuntimeConfig(_Section):
     costs (the caching allocator's growth, pinned buffers, lazily loaded kernels) before live
     traffic. ``auto``: on a GPU only. Default off: with cuDNN attention off, the H100's first
     5 s after a start ran as fast as later ones without it, and with it no faster than the
-    later windows' spread (one run each); it adds 0.6 s to a model replica's start there with cuDNN off, 4 s with it on
-    (MiniLM 7 s on this CPU at ``config/local.yaml``'s budgets).
+    later windows' spread (one run each); it adds 0.6 s to a model replica's start there
+    with cuDNN off, 4 s with it on (MiniLM 7 s on this CPU at ``config/local.yaml``'s
+    budgets).
     ``pad_to_multiple_of``: batch widths rounded up to a multiple of this (never past
     ``max_length``), so a GPU sees a bounded set of shapes (the warm-up runs a sample of them,
     at powers of two) and tensor-core friendly sizes. Unset: 8 on a GPU, 1 (exact widths) on a CPU."""
