@@ -18,10 +18,6 @@
 #   search: Serve over that index, restarted: a 25 s warm-up at concurrency 32, the sweep,
 #           80 % of its maximum for 20 s (P95 < 200 ms checked; the queries per model call
 #           over it, benchmarks/model_calls.py), concurrency 32 with py-spy
-#   collector: (not in the default) Serve restarted once per GC_MODES (off: Python's collector
-#           defaults in the replicas; on: serve.collector's, frozen after start), a GC_WARM_S
-#           warm-up at concurrency 32, then GC_N runs of RATE_S at RATE (default 80 % of the
-#           search step's maximum, so after search in the same call or on the same warm machine)
 # cold and search need the index the ingest step leaves in $WORK (the same call, or the same
 # warm machine). One device call runs at most 600 s: `index cold` fit one (about 5 min on
 # the H100), `search` the next. A summary goes to stdout and to $OUT/gpu_run.log; the
@@ -30,14 +26,13 @@
 # summary's first lines were lost on 2026-11-26). Sizes for a smaller
 # machine (tests/benchmarks/test_gpu_harness.py runs it on this CPU): DOCS, MODEL_CPUS,
 # CHUNKER_CPUS, SWEEP_START, and the seconds of each load: WARM_S, STEP_S, RATE_S, CONC_S,
-# COLD_S (x COLD_N), COLD_MODES, GC_WARM_S, GC_N, GC_MODES, RATE;
+# COLD_S (x COLD_N), COLD_MODES;
 # and where things are: STAGE (the assembled harness), PORT, WORK;
 # RAY_STOP=0 leaves `ray stop --force` out.
 set -u
 DOCS=${DOCS:-5183} MODEL_CPUS=${MODEL_CPUS:-4} CHUNKER_CPUS=${CHUNKER_CPUS:-4} SWEEP_START=${SWEEP_START:-150}
 WARM_S=${WARM_S:-25} STEP_S=${STEP_S:-8} RATE_S=${RATE_S:-20} CONC_S=${CONC_S:-16}
 COLD_S=${COLD_S:-5} COLD_N=${COLD_N:-4} COLD_MODES=${COLD_MODES:-cudnn default warmup}
-GC_MODES=${GC_MODES:-off on} GC_N=${GC_N:-2} GC_WARM_S=${GC_WARM_S:-15}
 STAGE=${STAGE:-/tmp/stage/b} PORT=${PORT:-8000} W=${WORK:-/tmp/gpu-out}
 ROOT=$(pwd); T0=$(date +%s); OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" "$W"
 exec > >(tee -a "$OUT/gpu_run.log") 2>&1; TEE=$!
@@ -152,28 +147,6 @@ if [[ " $STEPS " == *" search "* ]]; then
   cp $W/warm.json $W/sweep.json $W/sweep.md $W/conc32.json "$OUT"/; cp $W/rate80.json $W/calls_rate80.json "$OUT"/ 2>/dev/null
   summary $W warm rate80 conc32
   stop_serve; bundle
-fi
-if [[ " $STEPS " == *" collector "* ]]; then
-  # The replicas' garbage-collector settings (serve.collector) alternated at one rate: Serve
-  # restarted per mode, a warm-up, then GC_N runs at RATE (default 80 % of the search step's
-  # sweep, from $WORK): off = Python's defaults, on = frozen after start + gen0 50,000.
-  R=${RATE:-$(python3 -c "import json; print(int(json.load(open('$W/sweep.json'))['max_sustainable_qps'] * 0.8))")}
-  names=""
-  for mode in $GC_MODES; do
-    f=true t=50000; [ "$mode" = off ] && f=false t=0
-    SERVE_APP__SERVE__COLLECTOR__FREEZE_AFTER_START=$f SERVE_APP__SERVE__COLLECTOR__GEN0_THRESHOLD=$t \
-      start_serve gc_$mode
-    # What each replica applied (its stderr file says so; only this start's).
-    grep -ho '"message": "collector: [^"]*' /tmp/ray/session_latest/logs/worker-*.err 2>/dev/null \
-      | cut -d'"' -f4 | sed "s/^/gc_$mode: /"
-    $L --concurrency 32 --duration "$GC_WARM_S" --warmup 2 --json $W/gc_${mode}_warm.json >/dev/null 2>&1
-    for i in $(seq 1 "$GC_N"); do
-      $L --rate "$R" --duration "$RATE_S" --warmup 2 --json $W/gc_${mode}_$i.json >/dev/null 2>&1
-      names="$names gc_${mode}_$i"; cp $W/gc_${mode}_$i.json "$OUT"/
-    done
-    stop_serve
-  done
-  log "collector modes at $R qps"; summary $W $names; bundle
 fi
 log done
 # The log complete before the script ends (bash does not wait for a process substitution).

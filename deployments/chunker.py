@@ -8,7 +8,6 @@ from ray import serve
 
 from deployments.replica_logging import configure_replica_logging
 from deployments.tokenizer_threads import tokenize_on_reserved_cpus
-from serve_app.collector import settle_collector
 from serve_app.config import config_from_dict
 from serve_app.pipelines.components import build_chunker
 from serve_app.schemas import Chunk, Document
@@ -27,7 +26,6 @@ class ChunkerDeployment:
 
             dense = DENSE_BACKENDS.create(self.config.dense.backend, self.config.dense)
         self.chunker = build_chunker(self.config, dense)
-        settle_collector(self.config.serve.collector)
 
     def fingerprint(self) -> dict:
         return self.chunker.fingerprint()

@@ -9,7 +9,6 @@ from ray import serve
 
 from deployments.replica_logging import configure_replica_logging
 from deployments.tokenizer_threads import tokenize_on_reserved_cpus
-from serve_app.collector import settle_collector
 from serve_app.config import config_from_dict
 from serve_app.encoders.base import DENSE_BACKENDS, LaneDenseEncoder
 from serve_app.encoders.queue import Lane
@@ -33,7 +32,6 @@ class DenseDeployment:
         if not isinstance(encoder, LaneDenseEncoder):
             raise ConfigError(f"dense.backend {self.config.dense.backend!r} cannot be served")
         self.encoder: LaneDenseEncoder = encoder
-        settle_collector(self.config.serve.collector)
 
     def info(self) -> dict[str, Any]:
         return {

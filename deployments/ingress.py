@@ -24,7 +24,6 @@ from deployments.replica_logging import configure_replica_logging
 from serve_app.api.app import create_app
 from serve_app.api.observability import Metrics
 from serve_app.api.service import ReadinessCheck, RetrievalService
-from serve_app.collector import settle_collector
 from serve_app.config import config_from_dict
 from serve_app.encoders.bm25 import Bm25Encoder
 from serve_app.pipelines.components import Components
@@ -97,7 +96,6 @@ class IngressDeployment:
         if reranker is not None:
             checks["reranker"] = _ping("reranker", reranker)
         self.service = RetrievalService(components, checks)
-        settle_collector(self.config.serve.collector)
 
     def transports(self) -> dict[str, str]:
         """How this replica calls each deployment ("grpc" or "actor"); for operators and tests."""

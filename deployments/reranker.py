@@ -9,7 +9,6 @@ from ray import serve
 
 from deployments.replica_logging import configure_replica_logging
 from deployments.tokenizer_threads import tokenize_on_reserved_cpus
-from serve_app.collector import settle_collector
 from serve_app.config import config_from_dict
 from serve_app.encoders.base import RERANKER_BACKENDS, ServedReranker
 from serve_app.errors import ConfigError
@@ -27,7 +26,6 @@ class RerankerDeployment:
         if not isinstance(reranker, ServedReranker):
             raise ConfigError(f"reranker.backend {self.config.reranker.backend!r} cannot be served")
         self.reranker: ServedReranker = reranker
-        settle_collector(self.config.serve.collector)
 
     def info(self) -> dict[str, Any]:
         return {"model_id": self.reranker.model_id}

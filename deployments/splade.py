@@ -8,7 +8,6 @@ from ray import serve
 
 from deployments.replica_logging import configure_replica_logging
 from deployments.tokenizer_threads import tokenize_on_reserved_cpus
-from serve_app.collector import settle_collector
 from serve_app.config import config_from_dict
 from serve_app.encoders.queue import Lane
 from serve_app.encoders.splade import SpladeEncoder
@@ -22,7 +21,6 @@ class SpladeDeployment:
         self.config = config_from_dict(config, "serve args")
         tokenize_on_reserved_cpus(self.config.serve.splade.num_cpus)
         self.encoder = SpladeEncoder(self.config.splade)
-        settle_collector(self.config.serve.collector)
 
     def info(self) -> dict[str, Any]:
         return {"model_id": self.encoder.model_id}

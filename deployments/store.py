@@ -16,7 +16,6 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from deployments.replica_logging import configure_replica_logging
-from serve_app.collector import settle_collector
 from serve_app.config import config_from_dict
 from serve_app.errors import InvalidInputError, ModelMismatchError, ServiceUnavailableError
 from serve_app.pipelines.components import index_models
@@ -45,7 +44,6 @@ class StoreDeployment:
             dense = await models.info.remote()
             self.models = index_models(self.config, dense["model_id"], int(dense["dim"]))
         await self.index.open(self.models)
-        settle_collector(self.config.serve.collector)
 
     def info(self) -> dict[str, Any]:
         return {"strategies": list(self.index.strategies), "models": self.models.as_dict()}

@@ -467,21 +467,6 @@ class DeploymentSettings(_Section):
     graceful_shutdown_timeout_s: float | None = Field(default=None, gt=0)
 
 
-class CollectorSettings(_Section):
-    """Python's cyclic garbage collector in every replica, set when the replica has started.
-
-    A replica holds a few hundred thousand long-lived objects (Ray, torch, the models, the
-    index's caches) that each full collection walks again, while the hot path allocates and
-    frees many short-lived ones; a full collection then stalls every request the replica
-    holds. ``freeze_after_start`` moves what start-up built out of the collector's reach
-    (``gc.freeze``); ``gen0_threshold`` is how many new container objects trigger a young
-    collection (Python's default 700; 0 keeps it). Cycles are still collected, less often.
-    """
-
-    freeze_after_start: bool = True
-    gen0_threshold: int = Field(default=50_000, ge=0)
-
-
 # Ray Serve's switches for the transport this service is measured on (README, "Serving
 # path"): HAProxy in front of the ingress replicas, gRPC between replicas, user code on the
 # replica's main loop. Serve's own defaults (its Python proxy, Ray actor calls) cost several
@@ -515,7 +500,6 @@ class ServeConfig(_Section):
     ingress: DeploymentSettings = Field(
         default_factory=lambda: DeploymentSettings(max_ongoing_requests=64)
     )
-    collector: CollectorSettings = Field(default_factory=CollectorSettings)
 
     @model_validator(mode="before")
     @classmethod
