@@ -10,7 +10,7 @@ hide its queue (no coordinated omission). Closed loop (``--concurrency``): N cli
 sending its next request when the last one returns. The first ``--warmup`` seconds are sent
 but not counted. ``--sweep`` raises the offered rate step by step; the maximum sustainable
 QPS is the highest offered rate with achieved >= 97 % of offered, no errors and P99 < 5 s,
-every lower step included (a step that passes above a failed one is reported, not counted);
+every lower step included (the sweep stops at the first step that fails);
 the achieved rate is the pace the replies came at (``completion_window``), so latency alone
 does not count against a step.
 Each request is a SearchRequest (RRF, no rerank by default) with a query drawn in turn from
@@ -236,9 +236,9 @@ def sweep_rates(start: float, step: float, factor: float, maximum: float) -> lis
 async def sweep(
     runner: LoadRunner, rates: list[float], duration_s: float, warmup_s: float, cooldown_s: float
 ) -> dict:
-    """Open loop at each rate in turn until two in a row are unsustainable."""
+    """Open loop at each rate in turn, up to the first unsustainable step: a step above it
+    cannot move the maximum (``max_sustainable``) and would start behind that step's queue."""
     points = []
-    failures_in_a_row = 0
     for rate in rates:
         samples, window = await runner.open_loop(rate, duration_s, warmup_s)
         point = summarise(samples, window, rate)
@@ -250,10 +250,9 @@ async def sweep(
             f"{'' if point['sustainable'] else '  <- not sustainable'}",
             flush=True,
         )
-        failures_in_a_row = 0 if point["sustainable"] else failures_in_a_row + 1
-        if failures_in_a_row >= 2:
+        await asyncio.sleep(cooldown_s)  # let the step's queue drain
+        if not point["sustainable"]:
             break
-        await asyncio.sleep(cooldown_s)  # let the previous step's queue drain
     best = max_sustainable(points)
     summary = dict(next(p for p in points if p["offered_qps"] == best)) if best else {}
     return {**summary, "mode": "sweep", "max_sustainable_qps": best, "points": points}

@@ -9,6 +9,7 @@ from benchmarks.load import (
     max_sustainable,
     summarise,
     sustainable,
+    sweep,
 )
 
 
@@ -68,3 +69,11 @@ def test_a_step_that_passes_above_a_failed_one_does_not_raise_the_maximum():
     assert max_sustainable(points) == 250
     assert max_sustainable(points[:3]) == 250
     assert max_sustainable([{"offered_qps": 150, "sustainable": False}, *points]) == 0.0
+
+
+async def test_the_sweep_stops_at_the_first_step_the_server_cannot_hold(capsys):
+    runner = LoadRunner(capacity(40), ["q"], {}, timeout_s=10)
+    report = await sweep(runner, [10, 20, 80, 20], 1.0, 0.2, 0.0)
+    assert [p["offered_qps"] for p in report["points"]] == [10, 20, 80]
+    assert report["max_sustainable_qps"] == 20
+    assert "80.00 qps" in capsys.readouterr().out
