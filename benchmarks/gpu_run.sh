@@ -2,7 +2,7 @@
 # The serving checks of a GPU session, as run on the H100 of 2026-11-26
 # (benchmarks/results/gpu_h100_session13.md, gpu_h100_cold.md; index + search again on
 # 2026-11-27, gpu_h100_collector.md):
-# bash benchmarks/gpu_run.sh [ingest|index] [cold] [search]
+# bash benchmarks/gpu_run.sh [ingest|index] [cold] [search] [store]
 #
 # On the GPU machine, from the checkout the device call carries, after the parts of
 # `bash ../shared/gpu/pack.sh` were copied to /tmp/stage (one call each, ../shared/gpu/README.md)
@@ -20,19 +20,23 @@
 #   search: Serve over that index, restarted: a 25 s warm-up at concurrency 32, the sweep,
 #           80 % of its maximum for 20 s (P95 < 200 ms checked; the queries per model call
 #           over it, benchmarks/model_calls.py), concurrency 32 with py-spy
-# cold and search need the index the ingest step leaves in $WORK (the same call, or the same
+#   store:  (not in the default) Serve stopped, the store's work for a query in this process
+#           over the same index (benchmarks/store_retrieve.py: CPU ms per query in batches of
+#           1, 4 and 16, a cProfile): the store replica's ceiling on this host without Serve
+# cold, search and store need the index the ingest step leaves in $WORK (the same call, or the same
 # warm machine). One device call runs at most 600 s: `index cold` fit one (about 5 min on
 # the H100), `search` the next. A summary goes to stdout and to $OUT/gpu_run.log; the
 # reports to $OUT/reports.tar, appended after each step (the device tool brings $OUT back, but
 # only a few files and the last 12,000 characters of output: loose reports and a long
 # summary's first lines were lost on 2026-11-26). Sizes for a smaller
 # machine (tests/benchmarks/test_gpu_harness.py runs it on this CPU): DOCS, MODEL_CPUS,
-# CHUNKER_CPUS, SWEEP_START, and the seconds of each load: WARM_S, STEP_S, RATE_S, CONC_S,
+# CHUNKER_CPUS, SWEEP_START, SWEEP_STEP, and the seconds of each load: WARM_S, STEP_S, RATE_S, CONC_S,
 # COLD_S (x COLD_N), COLD_MODES;
 # and where things are: STAGE (the assembled harness), PORT, WORK;
 # RAY_STOP=0 leaves `ray stop --force` out.
 set -u
 DOCS=${DOCS:-5183} MODEL_CPUS=${MODEL_CPUS:-4} CHUNKER_CPUS=${CHUNKER_CPUS:-4} SWEEP_START=${SWEEP_START:-150}
+SWEEP_STEP=${SWEEP_STEP:-50} STORE_S=${STORE_S:-8}
 WARM_S=${WARM_S:-25} STEP_S=${STEP_S:-8} RATE_S=${RATE_S:-20} CONC_S=${CONC_S:-16}
 COLD_S=${COLD_S:-5} COLD_N=${COLD_N:-4} COLD_MODES=${COLD_MODES:-cudnn default warmup}
 STAGE=${STAGE:-/tmp/stage/b} PORT=${PORT:-8000} W=${WORK:-/tmp/gpu-out}
@@ -128,7 +132,7 @@ fi
 if [[ " $STEPS " == *" search "* ]]; then
   start_serve search
   $L --concurrency 32 --duration "$WARM_S" --warmup 2 --json $W/warm.json >/dev/null 2>&1; log warm
-  $L --sweep --sweep-start "$SWEEP_START" --sweep-step 50 --duration "$STEP_S" --warmup 2 --cooldown 1 \
+  $L --sweep --sweep-start "$SWEEP_START" --sweep-step "$SWEEP_STEP" --duration "$STEP_S" --warmup 2 --cooldown 1 \
     --json $W/sweep.json 2>&1 | grep "^offered"; log swept
   R=$(python3 -c "import json; print(int(json.load(open('$W/sweep.json'))['max_sustainable_qps'] * 0.8))")
   # How many queries shared each model call at that rate (the ingress's metrics, via Ray).
@@ -149,6 +153,11 @@ if [[ " $STEPS " == *" search "* ]]; then
   cp $W/warm.json $W/sweep.json $W/sweep.md $W/conc32.json "$OUT"/; cp $W/rate80.json $W/calls_rate80.json "$OUT"/ 2>/dev/null
   summary $W warm rate80 conc32
   stop_serve; bundle
+fi
+if [[ " $STEPS " == *" store "* ]]; then
+  python3 $ROOT/benchmarks/store_retrieve.py --config gpu.yaml --queries data/scifact \
+    --duration "$STORE_S" --profile --out $W/store_retrieve 2>&1 | grep -E "^(\||- |Host)"
+  cp $W/store_retrieve.json $W/store_retrieve.md "$OUT"/; bundle; log stored
 fi
 log done
 # The log complete before the script ends (bash does not wait for a process substitution).

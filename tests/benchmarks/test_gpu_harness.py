@@ -187,6 +187,7 @@ def test_the_gpu_session_script_runs_on_this_code(tmp_path, scifact_dir):
         STAGE=str(stage), WORK=str(work), OUT=str(out), PORT=str(free_port()),
         DOCS="20", MODEL_CPUS="0.1", CHUNKER_CPUS="0.1", SWEEP_START="5",
         WARM_S="3", STEP_S="3", RATE_S="3", CONC_S="3", COLD_S="2", COLD_N="2", RAY_STOP="0",
+        STORE_S="0.5",
         COLD_MODES="cudnn warmup",  # default is cudnn's twin on a CPU
     )  # fmt: skip
     # The start-up warm-up runs the shapes of a model's batch budget: a CPU's, not the GPU's.
@@ -194,7 +195,8 @@ def test_the_gpu_session_script_runs_on_this_code(tmp_path, scifact_dir):
         env.update(
             {f"SERVE_APP__{model}__BATCH_SIZE": "8", f"SERVE_APP__{model}__MAX_BATCH_TOKENS": "512"}
         )
-    stdout = run(["bash", str(ROOT / "benchmarks" / "gpu_run.sh")], ROOT, env, 900)
+    steps = ["ingest", "cold", "search", "store"]
+    stdout = run(["bash", str(ROOT / "benchmarks" / "gpu_run.sh"), *steps], ROOT, env, 900)
     assert "done" in stdout.splitlines()[-1]
     # What comes back from a device: the log of the summary and one archive of the reports.
     assert sorted(p.name for p in out.iterdir()) == ["gpu_run.log", "reports.tar"]
@@ -226,3 +228,7 @@ def test_the_gpu_session_script_runs_on_this_code(tmp_path, scifact_dir):
             report = json.loads((out / f"cold_{mode}_{i}.json").read_text())
             assert report["requests"] > 0 and report["errors"] == {}, (mode, i)
     assert re.search(r"spy_chunker1_splade\.txt: [1-9]\d* samples", stdout)  # ingest sampled
+    # store: the same index searched in the script's own process, Serve stopped
+    store = json.loads((out / "store_retrieve.json").read_text())
+    assert store["chunks"] > 0 and [w["batch"] for w in store["windows"]] == [1, 4, 16]
+    assert all(w["queries"] > 0 for w in store["windows"]) and store["profile"]

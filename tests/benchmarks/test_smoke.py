@@ -243,6 +243,28 @@ def test_store_hits_benchmark(tmp_path):
     assert all(row["batch_ms"] > 0 for row in report["timings"].values())
 
 
+def test_store_retrieve_benchmark(tmp_path):
+    out = tmp_path / "store_retrieve"
+    args = ("--index-docs", "20", "--max-queries", "6", "--batch", "1,3", "--duration", "0.5")
+    config = str(tiny_config(tmp_path))
+    run(
+        "store_retrieve.py",
+        "--config",
+        config,
+        *args,
+        "--warmup",
+        "0.2",
+        "--profile",
+        "--out",
+        str(out),
+    )
+    report = json.loads(out.with_suffix(".json").read_text())
+    assert report["chunks"] > 0 and report["queries"] == 6
+    assert [w["batch"] for w in report["windows"]] == [1, 3]
+    assert all(w["queries"] > 0 and w["cpu_ms_per_query"] > 0 for w in report["windows"])
+    assert report["profile"] and out.with_suffix(".md").is_file()
+
+
 def test_store_optimize_benchmark(tmp_path):
     out = tmp_path / "store_optimize"
     run("store_optimize.py", "--chunks", "300", "--batch", "2", "--repeat", "3", "--out", str(out))
