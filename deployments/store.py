@@ -41,9 +41,9 @@ class StoreDeployment:
         self.index: ChunkIndex = TOPOLOGIES.create(self.config.stores.topology, self.config)
         self.retriever = IndexRetriever(self.index)
         # The calls of every ingress replica, merged: what arrives while a batch runs goes
-        # into the next as one search and one fetch (in process, a query alone costs ~1.4x
-        # its share of a batch of 4: ``benchmarks/store_retrieve.py``). The embedded engine
-        # runs inline, one batch at a time; a server store overlaps a few round trips.
+        # into the next as one search and one fetch (a query alone costs 1.2-1.6x its share
+        # of a batch of 4: ``benchmarks/store_retrieve.py``). The embedded engine runs
+        # inline, one batch at a time; a server store overlaps a few round trips.
         in_flight = 1 if self.config.stores.topology == "embedded" else 4
         self._calls: Coalescer[list[RetrieveSpec], Sequence[Retrieved]] = Coalescer(
             concatenating(self.retriever.retrieve_many), max_items=16, max_in_flight=in_flight
