@@ -41,12 +41,14 @@ class StoreDeployment:
         self.index: ChunkIndex = TOPOLOGIES.create(self.config.stores.topology, self.config)
         self.retriever = IndexRetriever(self.index)
         # The calls of every ingress replica, merged: what arrives while a batch runs goes
-        # into the next as one search and one fetch (a query alone costs 1.2-1.6x its share
+        # into the next as one search and one fetch (a query alone costs 1.3-1.6x its share
         # of a batch of 4: ``benchmarks/store_retrieve.py``). The embedded engine runs
-        # inline, one batch at a time; a server store overlaps a few round trips.
+        # inline, one batch at a time; a server store overlaps a few round trips. At most 4
+        # calls a batch (each ingress replica keeps 2 in flight, of up to 64 queries): a
+        # batch runs inline, so its size bounds how long the replica's loop is held.
         in_flight = 1 if self.config.stores.topology == "embedded" else 4
         self._calls: Coalescer[list[RetrieveSpec], Sequence[Retrieved]] = Coalescer(
-            concatenating(self.retriever.retrieve_many), max_items=16, max_in_flight=in_flight
+            concatenating(self.retriever.retrieve_many), max_items=4, max_in_flight=in_flight
         )
         if isinstance(models, dict):
             self.models = IndexModels(**models)
