@@ -15,10 +15,13 @@ from typing import NoReturn
 import httpx
 import psutil
 
+from deployments.instance import INSTANCE_ENV, SETUP_HOOK, Instance, isolate
+from serve_app.api.observability import METRICS_URL_ENV
 from serve_app.config import AppConfig
 from serve_app.errors import ConfigError
 from serve_app.loaders.base import iter_files
 from serve_app.ports import free_port
+from serve_app.stores.ownership import OWNER_URL_ENV
 
 log = logging.getLogger(__name__)
 
@@ -28,11 +31,12 @@ LEFTOVER_WAIT_S = 2.0
 """How long the processes Ray started may take to exit after ``ray.shutdown`` before a kill."""
 STOP_BOUND_S = GRACEFUL_SHUTDOWN_S + 3.0
 """How long the local run's whole stop may take before Ray's processes are killed."""
+_started: list[Instance] = []
 
 
 def start(config: AppConfig, num_cpus: int | None = None) -> str:
     """Start Ray and the application; returns the base URL once every deployment is up."""
-    start_serve(config, num_cpus)
+    instance = start_serve(config, num_cpus)
     from ray import serve
 
     from deployments.app import build_app_from_config
@@ -43,7 +47,9 @@ def start(config: AppConfig, num_cpus: int | None = None) -> str:
         route_prefix=config.serve.route_prefix,
         blocking=False,
     )
-    return f"http://{config.serve.host}:{config.serve.port}"
+    url = f"http://{config.serve.host}:{config.serve.port}"
+    wait_until_own_app_answers(url, instance.id)
+    return url
 
 
 def check_haproxy() -> None:
@@ -63,7 +69,7 @@ def check_haproxy() -> None:
         ) from None
 
 
-def start_serve(config: AppConfig, num_cpus: int | None = None) -> None:
+def start_serve(config: AppConfig, num_cpus: int | None = None) -> Instance:
     """Start Ray and Serve (its proxies on ``config.serve``'s host and port), no application.
 
     Serve's switches (``config.serve.env``) are set before this module imports Ray: Serve
@@ -73,20 +79,17 @@ def start_serve(config: AppConfig, num_cpus: int | None = None) -> None:
     from serve_app.api.auth import check_exposure
 
     check_exposure(config.api.auth, config.serve.host)  # before Ray: refuse an open API now
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # local only; a cluster keeps Ray's auth
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     # Ray Serve reads its switches when its processes start: they inherit this environment.
     for key, value in config.serve.env.items():
         os.environ.setdefault(key, value)
-    chosen_ports: list[str] = []
     if os.environ.get("RAY_SERVE_ENABLE_HA_PROXY") == "1":
         check_haproxy()
-        # HAProxy's stats and Prometheus listeners have fixed default ports (8404, 9101) on
-        # every interface; on one machine take free ones, so two runs (or tests) never collide.
-        for key in ("RAY_SERVE_HAPROXY_STATS_PORT", "RAY_SERVE_HAPROXY_METRICS_PORT"):
-            if key not in os.environ:
-                os.environ[key] = str(free_port())
-                chosen_ports.append(key)
+    instance = isolate(config.serve.host)
+    url = f"http://{config.serve.host}:{config.serve.port}"
+    os.environ.setdefault(OWNER_URL_ENV, url)  # named by the index's lock (stores.ownership)
+    metrics_port = free_port()
+    os.environ.setdefault(METRICS_URL_ENV, f"http://127.0.0.1:{metrics_port}/metrics")
     import ray
     from ray import serve
 
@@ -96,10 +99,38 @@ def start_serve(config: AppConfig, num_cpus: int | None = None) -> None:
             include_dashboard=False,
             log_to_driver=False,
             configure_logging=False,
+            runtime_env={"worker_process_setup_hook": SETUP_HOOK},
+            _metrics_export_port=metrics_port,
         )
     serve.start(http_options={"host": config.serve.host, "port": config.serve.port})
-    for key in chosen_ports:  # Ray's processes have them; a run started from here picks anew
-        os.environ.pop(key, None)
+    _started.append(instance)
+    # Ray's processes have them; a run started from this process later chooses anew.
+    for key in instance.environment:
+        if key != INSTANCE_ENV:
+            os.environ.pop(key, None)
+    return instance
+
+
+def wait_until_own_app_answers(url: str, instance_id: str, timeout_s: float = 60.0) -> None:
+    """Return once ``/readyz`` at ``url`` answers ready from this run's own app (its instance
+    id), not from whatever else answered on that address meanwhile."""
+    deadline = time.monotonic() + timeout_s
+    seen = "nothing"
+    with httpx.Client(timeout=2.0) as client:
+        while time.monotonic() < deadline:
+            try:
+                answer = client.get(f"{url}/readyz")
+                body = answer.json()
+                if body.get("instance") == instance_id and body.get("ready"):
+                    return
+                seen = f"{answer.status_code} {body}"
+            except (httpx.HTTPError, ValueError) as error:
+                seen = f"{type(error).__name__}: {error}"
+            time.sleep(0.2)
+    raise ConfigError(
+        f"{url}/readyz did not answer ready for this run (instance {instance_id}) within "
+        f"{timeout_s:g} s; last answer: {seen}"
+    )
 
 
 def stop(graceful_s: float = GRACEFUL_SHUTDOWN_S) -> None:
@@ -115,6 +146,8 @@ def stop(graceful_s: float = GRACEFUL_SHUTDOWN_S) -> None:
         _drain_serve(graceful_s)
     ray.shutdown()
     _kill_leftovers(started_here)
+    while _started:
+        _started.pop().remove_files()
 
 
 def _kill_leftovers(processes: list[psutil.Process]) -> None:

@@ -22,7 +22,8 @@ def deployment_options(settings: DeploymentSettings) -> dict[str, Any]:
         "max_ongoing_requests": settings.max_ongoing_requests,
         "health_check_period_s": 10,
         "health_check_timeout_s": 30,
-        "logging_config": {"enable_access_log": settings.access_log},
+        # JSON lines: a field of a request (its id, its path) cannot forge another field.
+        "logging_config": {"enable_access_log": settings.access_log, "encoding": "JSON"},
     }
     for drain in ("graceful_shutdown_wait_loop_s", "graceful_shutdown_timeout_s"):
         if getattr(settings, drain) is not None:  # unset: Serve's own default

@@ -46,6 +46,8 @@ async def _ingest(config: AppConfig, args: argparse.Namespace) -> int:
     files = list(iter_files(args.paths))
     if not files:
         raise ServeAppError("no supported files found in the given paths")
+    if args.url:
+        return await _ingest_through(args, files)
     documents, errors = [], []
     for path in files:
         try:
@@ -92,6 +94,48 @@ async def _ingest(config: AppConfig, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _ingest_through(args: argparse.Namespace, files: list[Path]) -> int:
+    """Upload the files to the running service at ``--url`` (it loads, chunks and encodes
+    them), ``--batch-size`` files a request; the tenant is the credential's."""
+    client = _client(args)
+    path = (
+        "/v1/documents"
+        if args.collection == "default"
+        else (f"/v1/collections/{args.collection}/documents")
+    )
+    totals = {"written": 0, "unchanged": 0, "chunks": 0}
+    try:
+        with _progress(len(files), "upload", "file") as bar:
+            for start in range(0, len(files), args.batch_size):
+                group = files[start : start + args.batch_size]
+                parts = [
+                    ("files", (p.name, p.read_bytes(), "application/octet-stream")) for p in group
+                ]
+                answer = await client.call("POST", path, files=parts)
+                totals["written"] += len(answer["written"])
+                totals["unchanged"] += len(answer["unchanged"])
+                totals["chunks"] += answer["chunks_written"]
+                bar.update(len(group))
+    finally:
+        await client.close()
+    print(
+        f"files: {len(files)} uploaded to {args.url} ({totals['written']} written, "
+        f"{totals['unchanged']} unchanged); chunks written: {totals['chunks']}"
+    )
+    return 0
+
+
+def _client(args: argparse.Namespace):
+    from serve_app.client import ServiceClient
+
+    if getattr(args, "tenant", None) not in (None, "default"):
+        raise InvalidInputError(
+            "--tenant does not apply with --url: the service takes the tenant from the "
+            f"credential (${args.api_key_env})"
+        )
+    return ServiceClient(args.url, os.environ.get(args.api_key_env), args.timeout_s)
+
+
 # -- search ----------------------------------------------------------------------------------
 def _format_results(response) -> str:
     strategies = response.strategies
@@ -126,6 +170,7 @@ def _format_results(response) -> str:
 async def _search(config: AppConfig, args: argparse.Namespace) -> int:
     from serve_app.pipelines.components import build_components
     from serve_app.pipelines.search import SearchPipeline
+    from serve_app.stores.base import scope
 
     request = SearchRequest(
         query=args.query,
@@ -134,9 +179,26 @@ async def _search(config: AppConfig, args: argparse.Namespace) -> int:
         fusion=FusionSpec(method=args.fusion) if args.fusion else None,
         rerank=True if args.rerank else None,
     )
+    if args.url:
+        from serve_app.schemas import SearchResponse
+
+        client = _client(args)
+        body = request.model_dump(exclude_none=True)
+        body["collection"] = args.collection
+        try:
+            response = SearchResponse.model_validate(
+                await client.call("POST", "/v1/search", json=body)
+            )
+        finally:
+            await client.close()
+        print(response.model_dump_json(indent=2) if args.json else _format_results(response))
+        return 0
     components = await build_components(config)
     try:
-        response = await SearchPipeline(components).search(request, args.tenant)
+        request.collection = args.collection
+        response = await SearchPipeline(components).search(
+            request, scope(args.tenant, args.collection)
+        )
     finally:
         await components.close()
     print(response.model_dump_json(indent=2) if args.json else _format_results(response))
@@ -228,7 +290,17 @@ async def _inspect(config: AppConfig, args: argparse.Namespace) -> int:
 
     if args.collection and not args.tenant:
         raise InvalidInputError("--collection needs --tenant")
-    report = await inspect_stores(config, args.tenant, args.collection)
+    if args.url:
+        from serve_app.client import ServiceClient
+
+        client = ServiceClient(args.url, os.environ.get(args.api_key_env), args.timeout_s)
+        query = {k: v for k, v in (("tenant", args.tenant), ("collection", args.collection)) if v}
+        try:
+            report = await client.call("GET", "/v1/admin/inspect", params=query)
+        finally:
+            await client.close()
+    else:
+        report = await inspect_stores(config, args.tenant, args.collection)
     print(json.dumps(report, indent=2, default=str) if args.json else format_report(report))
     return 0
 
@@ -269,6 +341,20 @@ def _mcp_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=8765, help="streamable HTTP port")
 
 
+def _service_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--url``: go through a running service's HTTP API instead of opening the index, which
+    that service holds (one process owns an embedded index)."""
+    parser.add_argument(
+        "--url", help="a running service (e.g. http://127.0.0.1:8000): use its HTTP API"
+    )
+    parser.add_argument(
+        "--api-key-env",
+        default="SERVE_APP_API_KEY",
+        help="environment variable holding the API key sent with --url",
+    )
+    parser.add_argument("--timeout-s", type=float, default=900.0, help="bound of each request")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="serve-app", description=__doc__)
     parser.add_argument(
@@ -282,6 +368,8 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument("--tenant", default="default")
     ingest.add_argument("--batch-size", type=int, default=16)
     ingest.add_argument("--skip-invalid", action="store_true")
+    ingest.add_argument("--collection", default="default", help="a named collection")
+    _service_arguments(ingest)
 
     search = sub.add_parser("search", help="hybrid search")
     search.add_argument("query")
@@ -291,6 +379,8 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--rerank", action="store_true")
     search.add_argument("--tenant", default="default")
     search.add_argument("--json", action="store_true", help="print the SearchResponse as JSON")
+    search.add_argument("--collection", default="default", help="a named collection")
+    _service_arguments(search)
 
     evaluate = sub.add_parser("eval", help="nDCG@10, Recall@100, MRR@10 on a BEIR folder")
     evaluate.add_argument("--beir", required=True, help="BEIR-layout folder")
@@ -307,6 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--tenant", help="only this tenant (default: every tenant)")
     inspect.add_argument("--collection", help="only this collection of --tenant")
     inspect.add_argument("--json", action="store_true", help="print the report as JSON")
+    _service_arguments(inspect)
 
     validate = sub.add_parser(
         "validate",
@@ -352,6 +443,9 @@ def main(
 ) -> int:
     """Entry point; ``parser``/``commands`` let the Serve layer add its own subcommands."""
     commands = commands or COMMANDS
+    for stream in (sys.stdout, sys.stderr):  # a line is seen when it is printed, piped or not
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(line_buffering=True)
     args = (parser or build_parser()).parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     _quiet_libraries()

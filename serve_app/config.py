@@ -25,7 +25,7 @@ from pydantic import (
 )
 
 from serve_app.errors import ConfigError
-from serve_app.schemas import STRATEGIES, FusionMethod, Strategy
+from serve_app.schemas import STRATEGIES, FusionMethod, Strategy, TenantId
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ CONFIG_ENV = "SERVE_APP_CONFIG"
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class LimitsConfig(_Section):
@@ -44,6 +44,12 @@ class LimitsConfig(_Section):
     # chunks. Document.repeated_chars() counts them.
     max_repeated_chars: int = Field(default=16_384, ge=1)
     max_documents_per_request: int = Field(default=1000, ge=1)
+    # What one upload may cost the encoders, counted after chunking and before any encoding
+    # (413 with the counts): a pathological document (deeply nested Markdown quotes, say)
+    # can make several times the chunks its size suggests. Each chunk is at most
+    # chunker.max_tokens tokens, so these also bound the tokens encoded.
+    max_chunks_per_document: int = Field(default=5_000, ge=1)
+    max_chunks_per_request: int = Field(default=20_000, ge=1)
     max_file_bytes: int = Field(default=50_000_000, ge=1)  # each uploaded file
     max_pdf_pages: int = Field(default=2000, ge=1)
     # Uploaded files are parsed in loader_workers processes per ingress replica; a file not
@@ -366,7 +372,7 @@ class ApiKeyConfig(_Section):
 
     name: str = ""
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-    tenant_id: str = Field(pattern=r"^[A-Za-z0-9_.:-]+$")
+    tenant_id: TenantId
     # ``admin``: operator reads across tenants (GET /v1/admin/inspect); never a default.
     scopes: list[Literal["read", "write", "admin"]] = Field(
         default_factory=lambda: ["read", "write"]
@@ -401,7 +407,7 @@ class AuthConfig(_Section):
     (``serve_app.api.auth.check_exposure``), so offline commands load any config."""
 
     mode: Literal["none", "required"] = "required"
-    anonymous_tenant: str = "default"
+    anonymous_tenant: TenantId = "default"
     api_keys: list[ApiKeyConfig] = Field(default_factory=list)
     jwt: JwtConfig = Field(default_factory=JwtConfig)
 

@@ -16,9 +16,13 @@ class ServeAppError(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+        self.details: dict | None = None  # structured facts for the client (error.details)
 
-    def to_dict(self) -> dict[str, str]:
-        return {"code": self.code, "message": self.message}
+    def to_dict(self) -> dict:
+        out: dict = {"code": self.code, "message": self.message}
+        if self.details is not None:
+            out["details"] = self.details
+        return out
 
 
 class InvalidInputError(ServeAppError):
@@ -32,6 +36,12 @@ class RequestSchemaError(InvalidInputError):
     """A request that does not match the API's schema (a field's type, range or presence)."""
 
     status = 422
+
+
+class InvalidHeaderError(InvalidInputError):
+    """A request header whose value is not text (not UTF-8, or with control characters)."""
+
+    code = "INVALID_HEADER"
 
 
 class UnsupportedFormatError(InvalidInputError):
@@ -88,9 +98,22 @@ class ModelMismatchError(ConflictError):
     """Ingest or search with a model other than the one the index was built with."""
 
 
+class IndexInUseError(ConflictError):
+    """An embedded index that another process holds (``stores.ownership``)."""
+
+    code = "INDEX_IN_USE"
+
+
 class ServiceUnavailableError(ServeAppError):
     code = "SERVICE_UNAVAILABLE"
     status = 503
+
+
+class StoreUnavailableError(ServiceUnavailableError):
+    """A store that cannot serve or write right now (its engine refused, its server is
+    unreachable); readiness reports the store failing until it works again."""
+
+    code = "STORE_UNAVAILABLE"
 
 
 class TimeoutExceededError(ServeAppError):

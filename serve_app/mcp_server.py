@@ -15,16 +15,14 @@ from __future__ import annotations
 import argparse
 import mimetypes
 import os
-import uuid
 from pathlib import Path
 from typing import Any
 
-import anyio
-import httpx
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, ConfigDict, Field
 
+from serve_app.client import ApiCallError, ServiceClient
 from serve_app.schemas import DEFAULT_COLLECTION, FUSION_METHODS, STRATEGIES
 
 
@@ -39,57 +37,18 @@ class DocumentInput(BaseModel):
     metadata: dict[str, str | int | float | bool] = Field(default_factory=dict)
 
 
-class ServiceClient:
-    """The service's HTTP API, one bounded request at a time per tool call."""
+class ToolClient:
+    """The service's API for the tools: an API error becomes a tool error carrying the API's
+    code, message and request id."""
 
     def __init__(self, url: str, api_key: str | None, timeout_s: float) -> None:
-        self.url = url.rstrip("/")
-        self.api_key = api_key
-        self.timeout_s = timeout_s
-        self._http: httpx.AsyncClient | None = None
-
-    @property
-    def http(self) -> httpx.AsyncClient:
-        if self._http is None:  # created on the server's own event loop
-            headers = {"X-API-Key": self.api_key} if self.api_key else {}
-            self._http = httpx.AsyncClient(
-                base_url=self.url, headers=headers, timeout=self.timeout_s + 1
-            )
-        return self._http
+        self.client = ServiceClient(url, api_key, timeout_s, request_prefix="mcp")
 
     async def call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-        request_id = f"mcp-{uuid.uuid4().hex[:16]}"
-        headers = {
-            "X-Request-ID": request_id,
-            "X-Request-Timeout-Ms": str(int(self.timeout_s * 1000)),
-        }
         try:
-            with anyio.fail_after(self.timeout_s):
-                response = await self.http.request(method, path, headers=headers, **kwargs)
-        except TimeoutError:
-            raise ToolError(
-                f"TIMEOUT: the service did not answer {method} {path} within "
-                f"{self.timeout_s:g}s (request id {request_id})"
-            ) from None
-        except httpx.HTTPError as error:
-            raise ToolError(
-                f"SERVICE_UNAVAILABLE: cannot reach the service at {self.url}: {error} "
-                f"(request id {request_id})"
-            ) from None
-        if response.status_code >= 400:
-            raise ToolError(_api_error(response, request_id))
-        return response.json()
-
-
-def _api_error(response: httpx.Response, request_id: str) -> str:
-    """``CODE: message (request id ...)`` from the API's error envelope."""
-    try:
-        error = response.json()["error"]
-        code, message = error["code"], error["message"]
-        request_id = error.get("request_id") or request_id
-    except (ValueError, KeyError, TypeError):
-        code, message = f"HTTP_{response.status_code}", response.text[:300]
-    return f"{code}: {message} (request id {request_id})"
+            return await self.client.call(method, path, **kwargs)
+        except ApiCallError as error:
+            raise ToolError(str(error)) from None
 
 
 def _collection_path(collection: str) -> str:
@@ -115,7 +74,7 @@ def _hit(rank: int, hit: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def build_server(service: ServiceClient) -> MCPServer:
+def build_server(service: ToolClient) -> MCPServer:
     server = MCPServer(
         "serve-app",
         instructions=(
@@ -206,7 +165,7 @@ def build_server(service: ServiceClient) -> MCPServer:
 def run(args: argparse.Namespace) -> int:
     """Serve until the client goes (stdio) or the process is stopped; arguments from
     ``serve-app mcp`` (serve_app/cli.py)."""
-    service = ServiceClient(args.url, os.environ.get(args.api_key_env), args.timeout_s)
+    service = ToolClient(args.url, os.environ.get(args.api_key_env), args.timeout_s)
     server = build_server(service)
     if args.transport == "stdio":
         server.run("stdio")

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
+import unicodedata
 from collections.abc import Iterator
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Strategy = Literal["bm25", "splade", "dense"]
 STRATEGIES: tuple[Strategy, ...] = ("bm25", "splade", "dense")
@@ -29,20 +31,79 @@ FilterValue = (
 # refused by the engine, so keys are plain identifiers.
 MetadataKey = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")]
 Metadata = dict[MetadataKey, MetadataValue]
+
+
+def printable_id(value: str) -> str:
+    """``value`` unless it holds a character of Unicode's "other" categories: control (NUL,
+    ESC), format (the bidirectional overrides such as U+202E, zero-width joiners), surrogate,
+    private use or unassigned. Ids are echoed in logs, terminals and UIs, where such a
+    character hides or reorders what follows it."""
+    for position, char in enumerate(value):
+        if unicodedata.category(char).startswith("C"):
+            raise ValueError(
+                f"ids must be printable: U+{ord(char):04X} at position {position} is a "
+                "control, format or unassigned character"
+            )
+    return value
+
+
 # Ids appear in URLs and payload filters: keep them printable and bounded.
-DocumentId = Annotated[str, Field(min_length=1, max_length=512, pattern=r"^[^\s/?#][^\s?#]*$")]
+DocumentId = Annotated[
+    str,
+    Field(min_length=1, max_length=512, pattern=r"^[^\s/?#][^\s?#]*$"),
+    AfterValidator(printable_id),
+]
 TENANT_PATTERN = r"^[A-Za-z0-9_.:-]+$"
-TenantId = Annotated[str, Field(min_length=1, max_length=128, pattern=TENANT_PATTERN)]
+TENANT_MAX_LENGTH = 128
+_TENANT_RE = re.compile(rf"[A-Za-z0-9_.:-]{{1,{TENANT_MAX_LENGTH}}}")
+
+
+def valid_tenant_id(value: object) -> str:
+    """``value`` if it is a tenant id, else ValueError: the one rule every credential source
+    (API key, JWT claim, anonymous tenant) and every scope key goes through. A tenant id can
+    hold no ``/``, so no tenant id names another tenant's collection."""
+    if not isinstance(value, str) or not _TENANT_RE.fullmatch(value):
+        shown = repr(value)[:40] if isinstance(value, str) else type(value).__name__
+        raise ValueError(
+            f"not a tenant id: {shown} (1-{TENANT_MAX_LENGTH} characters of A-Z a-z 0-9 _ . : -)"
+        )
+    return value
+
+
+TenantId = Annotated[
+    str,
+    Field(min_length=1, max_length=TENANT_MAX_LENGTH, pattern=TENANT_PATTERN),
+    AfterValidator(valid_tenant_id),
+]
 
 DEFAULT_TENANT = "default"
 # A named corpus inside a tenant; part of every chunk's payload and filter, like the tenant.
 COLLECTION_PATTERN = r"^[a-z0-9][a-z0-9_-]*$"
-CollectionName = Annotated[str, Field(min_length=1, max_length=64, pattern=COLLECTION_PATTERN)]
+COLLECTION_MAX_LENGTH = 64
+_COLLECTION_RE = re.compile(rf"[a-z0-9][a-z0-9_-]{{0,{COLLECTION_MAX_LENGTH - 1}}}")
+
+
+def valid_collection_name(value: object) -> str:
+    """``value`` if it is a collection name, else ValueError."""
+    if not isinstance(value, str) or not _COLLECTION_RE.fullmatch(value):
+        shown = repr(value)[:40] if isinstance(value, str) else type(value).__name__
+        raise ValueError(
+            f"not a collection name: {shown} (1-{COLLECTION_MAX_LENGTH} characters of a-z 0-9 "
+            "_ -, starting with a letter or digit)"
+        )
+    return value
+
+
+CollectionName = Annotated[
+    str,
+    Field(min_length=1, max_length=COLLECTION_MAX_LENGTH, pattern=COLLECTION_PATTERN),
+    AfterValidator(valid_collection_name),
+]
 DEFAULT_COLLECTION = "default"
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=False)
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=False, allow_inf_nan=False)
 
 
 class Section(_Strict):

@@ -388,6 +388,9 @@ async def _check_store(config, backend, dense, checks, index_models) -> None:  #
         await backend.attach()
         described = await backend.describe()
     except ServeAppError as error:
+        if error.code == "INDEX_IN_USE":  # a running service holds it: never open it beside
+            checks.not_run("store", where, f"{backend.name}: {error.message}")
+            return
         missing = error.code == "NOT_FOUND"  # reached, but no index under the alias
         checks.add(
             "store",

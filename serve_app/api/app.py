@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse
+from fastapi.staticfiles import StaticFiles
 from pydantic import TypeAdapter
 
 from serve_app import __version__
@@ -58,7 +61,10 @@ def create_app(
         version=__version__,
         responses=errors.openapi_responses(),
         lifespan=lifespan,
+        docs_url=None,  # FastAPI's pages load Swagger UI from a CDN: served from here instead
+        redoc_url=None,
     )
+    _offline_docs(app)
     app.state.service = service
     app.state.metrics = metrics or Metrics()
     app.state.loaders = pool
@@ -74,6 +80,27 @@ def create_app(
         RequestEnvelope, metrics=app.state.metrics, set_request_id_header=set_request_id_header
     )
     return app
+
+
+def _offline_docs(app: FastAPI) -> None:
+    """``/docs``: Swagger UI from the ``swagger-ui-bundle`` package, so the page works with no
+    network (a local run, an air-gapped cluster)."""
+    import swagger_ui_bundle
+
+    app.mount(
+        "/docs/assets", StaticFiles(directory=swagger_ui_bundle.swagger_ui_path), name="docs-assets"
+    )
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs(request: Request) -> HTMLResponse:
+        root = request.scope.get("root_path", "")
+        return get_swagger_ui_html(
+            openapi_url=f"{root}{app.openapi_url}",
+            title=f"{app.title} - Swagger UI",
+            swagger_js_url=f"{root}/docs/assets/swagger-ui-bundle.js",
+            swagger_css_url=f"{root}/docs/assets/swagger-ui.css",
+            swagger_favicon_url=f"{root}/docs/assets/favicon-32x32.png",
+        )
 
 
 def _document_upload_schema(app: FastAPI) -> None:

@@ -12,6 +12,8 @@ import jwt
 
 from serve_app.config import AuthConfig, is_loopback
 from serve_app.errors import ConfigError, ForbiddenError, UnauthenticatedError
+from serve_app.schemas import DEFAULT_COLLECTION, valid_tenant_id
+from serve_app.stores.base import ScopeKey
 
 __all__ = [
     "Authenticator",
@@ -29,9 +31,20 @@ DEFAULT_JWT_SCOPES = frozenset({"read"})
 
 @dataclass(frozen=True)
 class Principal:
+    """Who a request acts for. Every credential source (API key, JWT, the anonymous local
+    tenant) makes one here, so every tenant passes the same check (``valid_tenant_id``):
+    ValueError for any other string."""
+
     tenant_id: str
     subject: str
     scopes: frozenset[str]
+
+    def __post_init__(self) -> None:
+        valid_tenant_id(self.tenant_id)
+
+    def scope(self, collection: str | None = DEFAULT_COLLECTION) -> ScopeKey:
+        """The scope key of one of this principal's collections (None: all of them)."""
+        return ScopeKey(self.tenant_id, collection)
 
     def require(self, scope: str) -> None:
         if scope not in self.scopes:
@@ -138,4 +151,9 @@ class Authenticator:
             scopes = frozenset(raw_scopes)
         else:
             raise UnauthenticatedError(f"token claim '{settings.scope_claim}' is not a scope list")
-        return Principal(tenant, str(claims.get("sub", "jwt")), scopes)
+        try:
+            return Principal(tenant, str(claims.get("sub", "jwt")), scopes)
+        except ValueError as error:
+            raise UnauthenticatedError(
+                f"token's '{settings.tenant_claim}' claim is {error}"
+            ) from None

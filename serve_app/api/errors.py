@@ -75,7 +75,7 @@ def error_response(error: ServeAppError, headers: dict[str, str] | None = None) 
     box = ERROR_CODE.get(None)
     if box is not None:
         box["code"] = error.code
-    body = {"error": {"code": error.code, "message": error.message, "request_id": REQUEST_ID.get()}}
+    body = {"error": {**error.to_dict(), "request_id": REQUEST_ID.get()}}
     if error.status == 401:
         headers = {"WWW-Authenticate": "Bearer", **(headers or {})}
     return JSONResponse(body, status_code=error.status, headers=headers)

@@ -15,7 +15,7 @@ from typing import Any
 from serve_app.api.auth import Authenticator
 from serve_app.api.errors import ERROR_CODE, error_response, for_status
 from serve_app.api.observability import REQUEST_ID, Metrics, Stopwatch, request_id_from
-from serve_app.errors import PayloadTooLargeError, ServeAppError
+from serve_app.errors import InvalidHeaderError, PayloadTooLargeError, ServeAppError
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -31,6 +31,19 @@ def _header(scope: Scope, name: bytes) -> str | None:
     for key, value in scope.get("headers", ()):
         if key.lower() == name:
             return value.decode("latin-1")
+    return None
+
+
+def undecodable_header(scope: Scope) -> str | None:
+    """The name of the first header whose value is not UTF-8 text without control characters
+    (tab aside), None when every one is."""
+    for key, value in scope.get("headers", ()):
+        try:
+            text = value.decode("utf-8")
+        except UnicodeDecodeError:
+            return key.decode("latin-1")
+        if any((ord(c) < 32 and c != "\t") or ord(c) == 127 for c in text):
+            return key.decode("latin-1")
     return None
 
 
@@ -62,7 +75,8 @@ class RequestEnvelope:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        request_id = request_id_from(_header(scope, b"x-request-id"))
+        bad_header = undecodable_header(scope)
+        request_id = request_id_from(None if bad_header else _header(scope, b"x-request-id"))
         token = REQUEST_ID.set(request_id)
         box: dict[str, str] = {}
         code_token = ERROR_CODE.set(box)
@@ -86,7 +100,15 @@ class RequestEnvelope:
             await send(message)
 
         try:
-            await self.app(scope, receive, send_wrapper)
+            if bad_header is not None:
+                await _send_error(
+                    send_wrapper,
+                    InvalidHeaderError(
+                        f"header {bad_header!r} is not UTF-8 text without control characters"
+                    ),
+                )
+            else:
+                await self.app(scope, receive, send_wrapper)
         except Exception:
             log.exception("unhandled error")
             if not started:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from serve_app.schemas import DocumentId, Metadata, ScoredChunk, Section, Strategy
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class DocumentIn(_Body):
@@ -100,6 +102,9 @@ class ErrorDetail(_Body):
     code: str
     message: str
     request_id: str
+    # Structured facts where an error has them: for a failed upload, the ids its finished
+    # sub-batches wrote ("written") or found unchanged ("unchanged").
+    details: dict[str, Any] | None = None
 
 
 class ErrorEnvelope(_Body):
@@ -109,3 +114,4 @@ class ErrorEnvelope(_Body):
 class ReadyResponse(_Body):
     ready: bool
     checks: dict[str, str]
+    instance: str | None = None  # a local run's id (two runs on one machine never share one)

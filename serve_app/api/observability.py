@@ -15,14 +15,19 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 T_co = TypeVar("T_co", covariant=True)
 
 REQUEST_ID: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
-_VALID_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_VALID_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+INSTANCE_ENV = "SERVE_APP_INSTANCE_ID"
+"""A local run's id (``deployments.instance``): every replica inherits it; ``/readyz`` says it."""
+METRICS_URL_ENV = "SERVE_APP_METRICS_URL"
+"""Where a local run's metrics are exported (Ray's metrics agent); ``/metrics`` serves them."""
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
 def request_id_from(header: str | None) -> str:
-    """The client's X-Request-ID when it is sane, else a fresh one."""
-    if header and _VALID_ID.match(header):
+    """The client's X-Request-ID when it is sane (1-128 of ``A-Za-z0-9._:-``), else a fresh
+    one: the id is echoed in headers and written in every log line of the request."""
+    if header and _VALID_ID.fullmatch(header):
         return header
     return uuid.uuid4().hex
 

@@ -6,9 +6,14 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from serve_app.errors import NotFoundError, ServiceUnavailableError, collection_not_found
+from serve_app.errors import (
+    NotFoundError,
+    ServeAppError,
+    ServiceUnavailableError,
+    collection_not_found,
+)
 from serve_app.pipelines.components import Components
-from serve_app.pipelines.ingest import IngestPipeline
+from serve_app.pipelines.ingest import ChunkBudget, IngestPipeline
 from serve_app.pipelines.search import SearchPipeline
 from serve_app.schemas import (
     DEFAULT_COLLECTION,
@@ -52,6 +57,30 @@ def sub_batches(documents: list[Document], size: int, chars: int) -> list[list[D
     return groups
 
 
+def _partial_failure(failure: BaseExceptionGroup, done: list[IngestResult]) -> BaseException:
+    """The error of a failed upload, naming what its finished sub-batches wrote: they stay
+    written (each document whole); the rest of the request wrote nothing."""
+    errors = failure.exceptions
+    error = next((e for e in errors if isinstance(e, ServeAppError)), errors[0])
+    if isinstance(error, asyncio.CancelledError):
+        return error
+    if not isinstance(error, ServeAppError):
+        return error
+    written = [doc for part in done for doc in part.written]
+    unchanged = [doc for part in done for doc in part.unchanged]
+    error.details = {**(error.details or {}), "written": written, "unchanged": unchanged}
+    if written or unchanged:
+        error.message += (
+            f"; {len(written)} documents of this request were written and {len(unchanged)} "
+            "were unchanged before the failure (error.details); nothing else was written: "
+            "retry the request (unchanged documents are skipped)"
+        )
+    else:
+        error.message += "; nothing of this request was written"
+    error.args = (error.message,)
+    return error
+
+
 class RetrievalService:
     def __init__(
         self, components: Components, checks: dict[str, ReadinessCheck] | None = None
@@ -92,14 +121,27 @@ class RetrievalService:
 
         async def one(batch: list[Document]) -> IngestResult:
             async with slots:
-                return await self.ingest_pipeline.ingest(batch)
+                result = await self.ingest_pipeline.ingest(batch, budget)
+            done.append(result)
+            return result
 
+        done: list[IngestResult] = []
+        budget = ChunkBudget(self.config.limits.max_chunks_per_request)
         self._uploads += 1
         try:
             batches = sub_batches(documents, api.ingest_batch_size, api.ingest_batch_chars)
-            parts = await asyncio.gather(*(one(b) for b in batches))
+            # A TaskGroup, not gather: the first failure (or the request's cancellation)
+            # cancels every other sub-batch, so nothing of a failed request is written after
+            # its answer. A sub-batch cancelled inside its store write is rolled back or
+            # finished whole by the store (stores/index.py); none is left half-written.
+            async with asyncio.TaskGroup() as group:
+                for batch in batches:
+                    group.create_task(one(batch))
+        except BaseExceptionGroup as failure:
+            raise _partial_failure(failure, done) from None
         finally:
             self._uploads -= 1
+        parts = done
         merged = IngestResult(documents=len(documents))
         for part in parts:
             merged.chunks_written += part.chunks_written

@@ -24,10 +24,21 @@ def _text(element: etree._Element) -> str:
 
 def load_html(data: bytes, name: str) -> dict:
     text = decode_text(data, name)
+    parser = lxml.html.HTMLParser()
     try:
-        root = lxml.html.document_fromstring(text)
+        root = lxml.html.document_fromstring(text, parser=parser)
     except (etree.ParserError, ValueError) as error:
         raise MalformedDocumentError(f"{name}: malformed HTML ({error})") from None
+    # libxml2 stops at a fatal error (elements nested deeper than its limit of 256, say) and
+    # returns what it parsed so far: everything after that point would be lost unseen.
+    fatal = [e for e in parser.error_log if e.level == etree.ErrorLevels.FATAL]
+    if fatal:
+        first = fatal[0]
+        raise MalformedDocumentError(
+            f"{name}: the HTML parser stopped at line {first.line}, column {first.column}: "
+            f"{first.message.strip()}; the rest of the document would be lost, so none of it "
+            "is indexed (elements may nest at most 255 deep)"
+        )
     for element in list(root.iter(*_DROP)):
         element.drop_tree()
     title = ""

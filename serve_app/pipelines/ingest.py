@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 
 from serve_app.chunking.base import contextual_header, document_hash, versioned_chunk_id
 from serve_app.errors import InvalidInputError, PayloadTooLargeError
@@ -25,6 +26,26 @@ def encoding_text(chunk: Chunk, with_header: bool) -> str:
         return chunk.text
     header = contextual_header(chunk.title, chunk.heading_chain)
     return f"{header}\n{chunk.text}" if header else chunk.text
+
+
+@dataclass
+class ChunkBudget:
+    """The chunks one request may make (``limits.max_chunks_per_request``); each of its
+    sub-batches draws on it after chunking, before encoding."""
+
+    limit: int
+    used: int = 0
+
+    def draw(self, count: int, max_tokens: int) -> None:
+        if self.used + count > self.limit:
+            error = PayloadTooLargeError(
+                f"this request makes more than {self.limit} chunks ({self.used + count} so "
+                f"far, up to {max_tokens} tokens each to encode), over the limit of "
+                f"{self.limit} (limits.max_chunks_per_request); send fewer documents a request"
+            )
+            error.details = {"chunks": self.used + count, "limit": self.limit}
+            raise error
+        self.used += count
 
 
 class IngestPipeline:
@@ -62,7 +83,11 @@ class IngestPipeline:
                     f"{limits.max_repeated_chars} (limits.max_repeated_chars)"
                 )
 
-    async def ingest(self, documents: list[Document]) -> IngestResult:
+    async def ingest(
+        self, documents: list[Document], budget: ChunkBudget | None = None
+    ) -> IngestResult:
+        """Index ``documents``; ``budget`` is the request's chunk allowance when this is one
+        sub-batch of a larger request."""
         self.validate(documents)
         timer = StageTimer()
         started = time.perf_counter()
@@ -88,7 +113,7 @@ class IngestPipeline:
             result.timings_ms = timer.timings_ms
             return result
         writes = await self.build_writes(
-            [(d, h) for _, changed in plans for d, h in changed], timer
+            [(d, h) for _, changed in plans for d, h in changed], timer, budget
         )
         by_key = {(tenant, w.doc_id): w for w, tenant in writes}
 
@@ -108,13 +133,18 @@ class IngestPipeline:
         return result
 
     async def build_writes(
-        self, documents: list[tuple[Document, str]], timer: StageTimer | None = None
+        self,
+        documents: list[tuple[Document, str]],
+        timer: StageTimer | None = None,
+        budget: ChunkBudget | None = None,
     ) -> list[tuple[DocumentWrite, str]]:
         """Chunk and encode documents (with their content hashes) into store writes, each
-        paired with its store scope (tenant and collection). Nothing touches the store."""
+        paired with its store scope (tenant and collection). Nothing touches the store. The
+        chunk limits are checked between chunking and encoding (PayloadTooLargeError)."""
         timer = timer or StageTimer()
         docs = [d for d, _ in documents]
         per_doc = await timer.run("chunk", self.components.chunker.chunk_many, docs)
+        self._check_chunk_counts(docs, per_doc, budget)
         encoded = await self._encode([c for chunks in per_doc for c in chunks], timer)
         writes, position = [], 0
         for (document, content_hash), chunks in zip(documents, per_doc, strict=True):
@@ -131,6 +161,27 @@ class IngestPipeline:
                 )
             )
         return writes
+
+    def _check_chunk_counts(
+        self, docs: list[Document], per_doc: list[list[Chunk]], budget: ChunkBudget | None
+    ) -> None:
+        limits, max_tokens = self.config.limits, self.config.chunker.max_tokens
+        for document, chunks in zip(docs, per_doc, strict=True):
+            if len(chunks) > limits.max_chunks_per_document:
+                error = PayloadTooLargeError(
+                    f"document {document.id!r} makes {len(chunks)} chunks (up to {max_tokens} "
+                    f"tokens each to encode), over the limit of "
+                    f"{limits.max_chunks_per_document} (limits.max_chunks_per_document)"
+                )
+                error.details = {
+                    "document": document.id,
+                    "chunks": len(chunks),
+                    "limit": limits.max_chunks_per_document,
+                }
+                raise error
+        (budget or ChunkBudget(limits.max_chunks_per_request)).draw(
+            sum(len(c) for c in per_doc), max_tokens
+        )
 
     async def _encode(self, chunks: list[Chunk], timer: StageTimer) -> list[EncodedChunk]:
         texts = [encoding_text(c, self.config.chunker.contextual_header) for c in chunks]

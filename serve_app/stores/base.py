@@ -27,6 +27,8 @@ from serve_app.schemas import (
     SearchFilters,
     SparseVector,
     Strategy,
+    valid_collection_name,
+    valid_tenant_id,
 )
 
 PAYLOAD_SCHEMA = 2
@@ -39,33 +41,60 @@ PAYLOAD_INDEXES = ("tenant_id", "collection", "doc_id", "section")
 
 _REGISTRY_NAMESPACE = uuid.UUID("5b0f7c8e-2f4e-4d6a-9a51-6c0f2f3a9e11")
 
-SCOPE_SEPARATOR = "/"
-ALL_COLLECTIONS = "*"
+@dataclass(frozen=True, slots=True)
+class ScopeKey:
+    """What every store call is scoped by: one tenant and one of its collections, or every
+    collection of the tenant (``collection`` None; inspection only).
+
+    A structured value, not a string convention: both parts are checked on construction
+    (``valid_tenant_id``, ``valid_collection_name``), and nothing parses a string into a scope,
+    so no string (a token claim ``tenA/proj``, say) can address another tenant's collection.
+    """
+
+    tenant: str
+    collection: str | None = DEFAULT_COLLECTION
+
+    def __post_init__(self) -> None:
+        valid_tenant_id(self.tenant)
+        if self.collection is not None:
+            valid_collection_name(self.collection)
+
+    @classmethod
+    def of(cls, value: ScopeKey | str) -> ScopeKey:
+        """``value`` itself, or a bare tenant id taken whole as that tenant's ``default``
+        collection (checked like any tenant id; never split)."""
+        return value if isinstance(value, ScopeKey) else cls(value)
+
+    @property
+    def every_collection(self) -> bool:
+        return self.collection is None
+
+    def __str__(self) -> str:
+        """For logs and the chunk-id owner (``chunking.base.chunk_id``): the tenant for its
+        ``default`` collection, ``tenant/collection`` otherwise, ``tenant/*`` for all. Neither
+        part can hold a ``/``, so the text is unambiguous; it is never parsed back."""
+        if self.collection == DEFAULT_COLLECTION:
+            return self.tenant
+        return f"{self.tenant}/{self.collection or '*'}"
 
 
-def scope(tenant_id: str, collection: str = DEFAULT_COLLECTION) -> str:
-    """The key every store call is scoped by: the tenant for its ``default`` collection, else
-    ``tenant/collection`` (neither a tenant id nor a collection name can hold a ``/``);
-    ``tenant/*`` means every collection of the tenant (inspection only)."""
-    if collection == DEFAULT_COLLECTION:
-        return tenant_id
-    return f"{tenant_id}{SCOPE_SEPARATOR}{collection}"
+def scope(tenant_id: str, collection: str | None = DEFAULT_COLLECTION) -> ScopeKey:
+    """The scope key of a tenant's collection (None: every collection of the tenant)."""
+    return ScopeKey(tenant_id, collection)
 
 
-def scope_parts(key: str) -> tuple[str, str | None]:
-    """(tenant, collection) of a scope key; collection None for ``tenant/*``."""
-    tenant, _, collection = key.partition(SCOPE_SEPARATOR)
-    if not collection:
-        return tenant, DEFAULT_COLLECTION
-    return tenant, None if collection == ALL_COLLECTIONS else collection
+def scope_parts(key: ScopeKey | str) -> tuple[str, str | None]:
+    """(tenant, collection) of a scope key; collection None for every collection."""
+    key = ScopeKey.of(key)
+    return key.tenant, key.collection
 
 
-def payload_scope(payload: dict[str, Any]) -> str:
+def payload_scope(payload: dict[str, Any]) -> ScopeKey:
     """The scope key of a stored chunk's payload."""
     return scope(payload["tenant_id"], payload.get("collection") or DEFAULT_COLLECTION)
 
 
-def in_scope(payload: dict[str, Any], key: str) -> bool:
+def in_scope(payload: dict[str, Any], key: ScopeKey | str) -> bool:
     tenant, collection = scope_parts(key)
     if payload.get("tenant_id") != tenant:
         return False

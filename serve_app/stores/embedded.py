@@ -36,7 +36,12 @@ from typing import Any
 import qdrant_edge as edge
 
 from serve_app.config import AppConfig, EmbeddedStoreConfig
-from serve_app.errors import ModelMismatchError, NotFoundError, ServiceUnavailableError
+from serve_app.errors import (
+    ModelMismatchError,
+    NotFoundError,
+    ServiceUnavailableError,
+    StoreUnavailableError,
+)
 from serve_app.schemas import Chunk, Strategy
 from serve_app.stores import qdrant_requests as qr
 from serve_app.stores.base import (
@@ -55,6 +60,7 @@ from serve_app.stores.base import (
     states_from_payloads,
 )
 from serve_app.stores.index import StoreIndex
+from serve_app.stores.ownership import IndexOwnership
 
 META_FILE = "index_meta.json"
 REGISTRY_FILE = "collections.json"
@@ -142,6 +148,8 @@ class EdgeBackend:
         self._shard: edge.EdgeShard | None = None
         self._write_lock = threading.Lock()
         self._id_text = IdTexts()
+        self._ownership = IndexOwnership(self.path)
+        self._write_failure: str | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
     def _edge_config(self, models: IndexModels) -> edge.EdgeConfig:
@@ -163,7 +171,15 @@ class EdgeBackend:
         )
 
     def _open_sync(self, models: IndexModels) -> None:
-        self.path.mkdir(parents=True, exist_ok=True)
+        self._ownership.acquire()  # before reading a file of the index: see stores.ownership
+        try:
+            self._open_owned(models)
+        except BaseException:
+            self._shard = None
+            self._ownership.release()
+            raise
+
+    def _open_owned(self, models: IndexModels) -> None:
         meta_path = self.path / META_FILE
         if meta_path.exists():
             stored = json.loads(meta_path.read_text())
@@ -201,9 +217,11 @@ class EdgeBackend:
         shard_path = self.path / SHARD_DIR
         if not (self.path / META_FILE).exists() or not shard_path.is_dir():
             raise NotFoundError(f"no embedded index at {self.path} (stores.embedded.path)")
+        self._ownership.acquire()
         try:
             self._shard = _load_optimized(shard_path)
-        except (OSError, RuntimeError, ValueError) as error:
+        except Exception as error:
+            self._ownership.release()
             raise ServiceUnavailableError(
                 f"cannot open the embedded index at {shard_path}: {error}"
             ) from None
@@ -219,22 +237,41 @@ class EdgeBackend:
 
     def _close_sync(self) -> None:
         with self._write_lock:
-            if self._shard is not None:
-                self._shard.flush()
-                self._shard.close()
-                self._shard = None
+            try:
+                if self._shard is not None:
+                    self._shard.flush()
+                    self._shard.close()
+                    self._shard = None
+            finally:
+                self._ownership.release()
 
     async def close(self) -> None:
         await asyncio.to_thread(self._close_sync)
 
     async def healthy(self) -> bool:
-        return self._shard is not None
+        """Open, and its last write went through: an engine that refused a write (its files
+        changed under it, a full disk) is not ready until a write succeeds again."""
+        return self._shard is not None and self._write_failure is None
 
     # -- writes --------------------------------------------------------------------------
-    def _update(self, operation: edge.UpdateOperation) -> None:
+    def _engine_write(self, write: Any) -> Any:
+        """``write()`` under the write lock; an engine error becomes STORE_UNAVAILABLE (503,
+        readiness failing), not an internal error."""
+        shard = self.shard
         with self._write_lock:
-            self.shard.update(operation)
-            self.shard.flush()
+            try:
+                result = write(shard)
+                shard.flush()
+            except Exception as error:
+                self._write_failure = str(error)
+                raise StoreUnavailableError(
+                    f"the embedded index at {self.path} refused a write: {error}"
+                ) from None
+        self._write_failure = None
+        return result
+
+    def _update(self, operation: edge.UpdateOperation) -> None:
+        self._engine_write(lambda shard: shard.update(operation))
 
     def _upsert_sync(self, writes: list[DocumentWrite]) -> None:
         points = []
@@ -267,12 +304,14 @@ class EdgeBackend:
 
     def _delete_where_sync(self, spec: qr.Filter) -> int:
         selector = to_edge_filter(spec)
-        with self._write_lock:
-            count = self.shard.count(edge.CountRequest(exact=True, filter=selector))
+
+        def delete(shard: edge.EdgeShard) -> int:
+            count = shard.count(edge.CountRequest(exact=True, filter=selector))
             if count:
-                self.shard.update(edge.UpdateOperation.delete_points_by_filter(selector))
-                self.shard.flush()
-        return count
+                shard.update(edge.UpdateOperation.delete_points_by_filter(selector))
+            return count
+
+        return self._engine_write(delete)
 
     async def delete_documents(self, tenant_id: str, doc_ids: list[str]) -> int:
         return await asyncio.to_thread(self._delete_documents_sync, tenant_id, doc_ids)

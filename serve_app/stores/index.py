@@ -35,7 +35,6 @@ from serve_app.errors import (
 )
 from serve_app.schemas import DEFAULT_COLLECTION, Chunk, DocumentInfo, SearchFilters, Strategy
 from serve_app.stores.base import (
-    ALL_COLLECTIONS,
     SCOPE_FIELDS,
     Backend,
     ChunkBackend,
@@ -43,6 +42,7 @@ from serve_app.stores.base import (
     Hit,
     IndexModels,
     QueryVectors,
+    ScopeKey,
     SearchQuery,
     Snapshots,
     StrategyQuery,
@@ -348,7 +348,7 @@ class StoreIndex:
         collections, or one collection. Pages through the payloads of the selection."""
         selector = None
         if tenant_id is not None:
-            selector = scope(tenant_id, collection or ALL_COLLECTIONS)
+            selector = scope(tenant_id, collection)
         reports = await asyncio.gather(*(self._inspect_one(b, selector) for b in self.backends))
         registry = await self._registry(tenant_id)
         binding = reports[0][0].get("binding")
@@ -364,7 +364,7 @@ class StoreIndex:
                 if (tenant_id is None or tenant == tenant_id) and collection in (None, name):
                     per_scope.setdefault(key, {"chunks": {}, "documents": {}})
         collections = []
-        for key in sorted(per_scope):
+        for key in sorted(per_scope, key=_scope_order):
             tenant, name = scope_parts(key)
             record = registry.get(tenant, {}).get(name or "")
             collections.append(
@@ -526,3 +526,8 @@ def _retrieve_result(task: asyncio.Task[Any]) -> None:
 def _log_failure(task: asyncio.Task[Any]) -> None:
     if not task.cancelled() and task.exception() is not None:
         log.warning("store recovery failed: %s", task.exception())
+
+
+def _scope_order(key: ScopeKey) -> tuple[str, bool, str]:
+    """Tenants in order, each one's ``default`` collection first."""
+    return key.tenant, key.collection != DEFAULT_COLLECTION, key.collection or ""

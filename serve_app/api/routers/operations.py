@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
+
+import httpx
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse, Response
 
 from serve_app.api import deps
 from serve_app.api.models import ReadyResponse
-from serve_app.api.observability import Metrics
+from serve_app.api.observability import INSTANCE_ENV, METRICS_URL_ENV, Metrics
 from serve_app.api.service import RetrievalService
-from serve_app.errors import NotFoundError
+from serve_app.errors import NotFoundError, ServiceUnavailableError
 
 router = APIRouter()
 
@@ -25,15 +28,29 @@ async def readyz(service: RetrievalService = Depends(deps.service)) -> JSONRespo
     the server log only."""
     checks = await service.readiness()
     ready = all(v == "ok" for v in checks.values())
-    return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
+    body = {"ready": ready, "checks": checks, "instance": os.environ.get(INSTANCE_ENV)}
+    return JSONResponse(body, status_code=200 if ready else 503)
 
 
 @router.get("/metrics", response_class=Response)
 async def metrics_endpoint(metrics: Metrics = Depends(deps.metrics)) -> Response:
+    """The service's metrics: its own registry in process; on Ray Serve, a local run's Ray
+    metrics export (fetched from it); in a cluster, where to scrape them instead."""
     text = metrics.render()
-    if text is None:
+    if text is not None:
+        return Response(text, media_type="text/plain; version=0.0.4")
+    exported = os.environ.get(METRICS_URL_ENV)
+    if not exported:
         raise NotFoundError(
             "this service exports its metrics through Ray: scrape the metrics port (8080) of "
             "every Ray node (the chart's PodMonitor does), not this endpoint"
         )
-    return Response(text, media_type="text/plain; version=0.0.4")
+    try:
+        async with httpx.AsyncClient(timeout=5.0) as client:
+            answer = await client.get(exported)
+            answer.raise_for_status()
+    except httpx.HTTPError as error:
+        raise ServiceUnavailableError(
+            f"this run's metrics are exported at {exported}, which did not answer: {error}"
+        ) from None
+    return Response(answer.content, media_type=answer.headers.get("content-type", "text/plain"))

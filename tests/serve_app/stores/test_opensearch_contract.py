@@ -16,7 +16,7 @@ from store_helpers import MODELS, encoded, opensearch_config, query, write
 from serve_app.errors import ServeAppError
 from serve_app.schemas import SearchFilters
 from serve_app.stores import opensearch_bodies as bodies
-from serve_app.stores.base import IndexModels
+from serve_app.stores.base import IndexModels, scope
 from serve_app.stores.index import StoreIndex
 from serve_app.stores.opensearch_store import OpenSearchBackend
 
@@ -59,7 +59,7 @@ async def _workflow(opensearch_url) -> None:
     (backend,) = index.backends
     await backend.scroll_payloads("t1", ["tenant_id"], None, 2)  # StoreIndex.count's pages
     await index.create_collection("t1", "papers")
-    await index.write_documents("t1/papers", [write("d1", chunks[:1])])
+    await index.write_documents(scope("t1", "papers"), [write("d1", chunks[:1])])
     await index.inspect("t1")
     await index.delete_collection("t1", "papers")
     await index.delete_document("t1", "d1")

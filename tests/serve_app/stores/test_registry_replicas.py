@@ -17,7 +17,7 @@ import pytest
 from store_helpers import make_store, opensearch_config, write
 
 from serve_app.errors import ConfigError, ConflictError, NotFoundError
-from serve_app.stores.base import registry_key
+from serve_app.stores.base import registry_key, scope
 from serve_app.testing.store_contract import MODELS, encoded
 from tests.support.qdrant_rest_double import QdrantRestDouble
 
@@ -120,7 +120,7 @@ async def test_a_collection_being_deleted_cannot_be_created_again_until_it_is_go
     ):
         await first.create_collection("t", "papers")
         chunk = encoded("d1", 0, "alpha", [1, 0, 0, 0], {1: 1.0}, tenant="t", collection="papers")
-        await first.write_documents("t/papers", [write("d1", [chunk])])
+        await first.write_documents(scope("t", "papers"), [write("d1", [chunk])])
         key = registry_key("t", "papers")
         record = await first.chunk_store.registry_record(key)
         await first.chunk_store.update_registry_record(key, {**record, "state": "deleting"})
@@ -128,7 +128,7 @@ async def test_a_collection_being_deleted_cannot_be_created_again_until_it_is_go
             await second.create_collection("t", "papers")
         assert not await second.has_collection("t", "papers")
         assert await second.delete_collection("t", "papers") == 1  # a retry finishes it
-        assert await first.count("t/papers") == 0
+        assert await first.count(scope("t", "papers")) == 0
         # an update of a record that is gone does not bring it back
         assert not await first.chunk_store.update_registry_record(key, record)
         assert await names(first, "t") == ["default"]

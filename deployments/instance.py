@@ -1,0 +1,113 @@
+"""What keeps two local runs on one machine apart: ports, files and Ray's own credentials.
+
+Ray Serve's defaults assume one Serve instance per machine: its fallback proxy (the backup
+server behind HAProxy while the app starts) listens on 8500, HAProxy keeps its configuration
+and admin socket under ``/tmp/haproxy-serve``, replicas take direct-ingress ports from 30000,
+HAProxy's stats and Prometheus listeners use fixed ports on every interface, and Ray's
+autoscaler and dashboard export metrics on fixed ports. A second run would reach the first
+one's proxy through its own HAProxy (seen: searches answered with the other run's
+documents while the new run started). Here every run gets its own ports and files, its
+HAProxy's listeners bind the loopback address, and Ray's token authentication is on with a
+token of the run's own, so the processes of one run refuse calls from any other.
+
+Ray's core processes (GCS, raylets, workers, their agents) bind their gRPC servers on every
+interface, which no Ray setting changes (``src/ray/rpc/grpc_server.cc``); the token is what
+keeps them closed to anything but this run.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+
+from serve_app.api.observability import INSTANCE_ENV
+from serve_app.ports import free_port
+
+ADMIN_HOST_ENV = "SERVE_APP_HAPROXY_ADMIN_HOST"
+SETUP_HOOK = "deployments.instance.bind_haproxy_admin_listeners"
+_PORT_RANGE = 64  # direct-ingress ports a run may hand its replicas
+
+_HAPROXY_LISTENERS = (
+    ("bind :{{ config.metrics_port }}", "bind {host}:{{{{ config.metrics_port }}}}"),
+    ("bind *:{{ config.stats_port }}", "bind {host}:{{{{ config.stats_port }}}}"),
+)
+
+
+@dataclass
+class Instance:
+    """One local run: its id, the environment it set and the folder it owns."""
+
+    id: str
+    files: str
+    environment: dict[str, str] = field(default_factory=dict)
+
+    def remove_files(self) -> None:
+        shutil.rmtree(self.files, ignore_errors=True)
+
+
+def isolate(host: str, environ: os._Environ[str] | dict[str, str] = os.environ) -> Instance:
+    """Set this run's ports, files and Ray credentials in ``environ`` (Ray's processes
+    inherit them); a variable the user set keeps its value."""
+    files = tempfile.mkdtemp(prefix="serve-app-")  # short: it holds Unix sockets
+    http_base, grpc_base = free_port(), free_port()
+    chosen = {
+        INSTANCE_ENV: secrets.token_hex(8),
+        ADMIN_HOST_ENV: host,
+        # Ray's token authentication, with a token only this run's processes know.
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN": secrets.token_hex(32),
+        "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": str(free_port()),
+        "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT": str(free_port()),
+        "RAY_SERVE_HAPROXY_STATS_PORT": str(free_port()),
+        "RAY_SERVE_HAPROXY_METRICS_PORT": str(free_port()),
+        "RAY_SERVE_HAPROXY_CONFIG_FILE_LOC": f"{files}/haproxy.cfg",
+        "RAY_SERVE_HAPROXY_SOCKET_PATH": f"{files}/admin.sock",
+        "RAY_SERVE_HAPROXY_SERVER_STATE_BASE": files,
+        "RAY_SERVE_HAPROXY_SERVER_STATE_FILE": f"{files}/server-state",
+        "RAY_SERVE_HAPROXY_METRICS_SOCKET_PATH": f"{files}/metrics.sock",
+        "RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT": str(http_base),
+        "RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT": str(http_base + _PORT_RANGE),
+        "RAY_SERVE_DIRECT_INGRESS_MIN_GRPC_PORT": str(grpc_base),
+        "RAY_SERVE_DIRECT_INGRESS_MAX_GRPC_PORT": str(grpc_base + _PORT_RANGE),
+        "AUTOSCALER_METRIC_PORT": str(free_port()),
+        "DASHBOARD_METRIC_PORT": str(free_port()),
+    }
+    if environ.get("RAY_AUTH_MODE", "token") != "token":  # the user chose: keep it
+        del chosen["RAY_AUTH_MODE"], chosen["RAY_AUTH_TOKEN"]
+    applied = {}
+    for key, value in chosen.items():
+        if key not in environ:
+            environ[key] = value
+            applied[key] = value
+    return Instance(environ[INSTANCE_ENV], files, applied)
+
+
+def haproxy_template(template: str, host: str) -> str:
+    """Ray Serve's HAProxy configuration with its stats and Prometheus listeners on ``host``
+    instead of every interface; ValueError when the template no longer has them as this
+    expects (a Ray upgrade), so the run stops rather than exposing them."""
+    for listener, replacement in _HAPROXY_LISTENERS:
+        if replacement.format(host=host) in template:
+            continue  # already bound here (the hook ran before in this process)
+        if listener not in template:
+            raise ValueError(
+                f"Ray Serve's HAProxy template has no {listener!r}: deployments/instance.py "
+                "cannot bind HAProxy's stats and metrics listeners to the service's host"
+            )
+        template = template.replace(listener, replacement.format(host=host))
+    return template
+
+
+def bind_haproxy_admin_listeners() -> None:
+    """Ray's ``worker_process_setup_hook`` for a local run: every worker (Serve's HAProxy
+    manager among them) renders HAProxy's configuration with the admin listeners on the
+    run's host (Ray Serve has no setting for their address)."""
+    host = os.environ.get(ADMIN_HOST_ENV)
+    if not host or host in ("0.0.0.0", "::"):
+        return
+    from ray.serve._private import haproxy
+
+    haproxy.HAPROXY_CONFIG_TEMPLATE = haproxy_template(haproxy.HAPROXY_CONFIG_TEMPLATE, host)

@@ -1,0 +1,96 @@
+"""A running service's HTTP API as a client: what ``serve-app --url`` commands and the MCP
+server call instead of opening the index themselves.
+
+One bounded request at a time per call; each sends its own ``X-Request-ID`` and
+``X-Request-Timeout-Ms`` (so the service gives up too). An API error comes back as
+``ApiCallError`` with the API's code, message and request id."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import anyio
+import httpx
+
+from serve_app.errors import ServeAppError
+
+
+class ApiCallError(ServeAppError):
+    """An error answer of the service (or no answer), in the API's own terms."""
+
+    def __init__(self, code: str, message: str, request_id: str, status: int) -> None:
+        super().__init__(f"{message} (request id {request_id})")
+        self.code = code
+        self.status = status
+        self.request_id = request_id
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
+
+
+class ServiceClient:
+    def __init__(
+        self,
+        url: str,
+        api_key: str | None = None,
+        timeout_s: float = 60.0,
+        request_prefix: str = "cli",
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.api_key = api_key
+        self.timeout_s = timeout_s
+        self.request_prefix = request_prefix
+        self._http: httpx.AsyncClient | None = None
+
+    @property
+    def http(self) -> httpx.AsyncClient:
+        if self._http is None:  # created on the caller's own event loop
+            headers = {"X-API-Key": self.api_key} if self.api_key else {}
+            self._http = httpx.AsyncClient(
+                base_url=self.url, headers=headers, timeout=self.timeout_s + 1
+            )
+        return self._http
+
+    async def close(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    async def call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        request_id = f"{self.request_prefix}-{uuid.uuid4().hex[:16]}"
+        headers = {
+            "X-Request-ID": request_id,
+            "X-Request-Timeout-Ms": str(int(self.timeout_s * 1000)),
+        }
+        try:
+            with anyio.fail_after(self.timeout_s):
+                response = await self.http.request(method, path, headers=headers, **kwargs)
+        except TimeoutError:
+            raise ApiCallError(
+                "TIMEOUT",
+                f"the service did not answer {method} {path} within {self.timeout_s:g}s",
+                request_id,
+                504,
+            ) from None
+        except httpx.HTTPError as error:
+            raise ApiCallError(
+                "SERVICE_UNAVAILABLE",
+                f"cannot reach the service at {self.url}: {error}",
+                request_id,
+                503,
+            ) from None
+        if response.status_code >= 400:
+            raise api_error(response, request_id)
+        return response.json()
+
+
+def api_error(response: httpx.Response, request_id: str) -> ApiCallError:
+    """The API's error envelope as an ``ApiCallError``."""
+    try:
+        error = response.json()["error"]
+        code, message = error["code"], error["message"]
+        request_id = error.get("request_id") or request_id
+    except (ValueError, KeyError, TypeError):
+        code, message = f"HTTP_{response.status_code}", response.text[:300]
+    return ApiCallError(code, message, request_id, response.status_code)
