@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass, field
 
@@ -82,6 +83,12 @@ def isolate(host: str, environ: os._Environ[str] | dict[str, str] = os.environ) 
         if key not in environ:
             environ[key] = value
             applied[key] = value
+    if "RAY_AUTH_MODE" in applied and "ray" in sys.modules:
+        # Ray caches its configuration when first imported: refresh it, as Ray itself does
+        # when it turns token authentication on (authentication_token_setup.py).
+        from ray._raylet import Config
+
+        Config.initialize("")
     return Instance(environ[INSTANCE_ENV], files, applied)
 
 

@@ -83,9 +83,10 @@ def start_serve(config: AppConfig, num_cpus: int | None = None) -> Instance:
     # Ray Serve reads its switches when its processes start: they inherit this environment.
     for key, value in config.serve.env.items():
         os.environ.setdefault(key, value)
+    instance = isolate(config.serve.host)  # before anything imports Ray: it reads them once
+    _started.append(instance)  # its files go at stop(), whether or not the start succeeds
     if os.environ.get("RAY_SERVE_ENABLE_HA_PROXY") == "1":
         check_haproxy()
-    instance = isolate(config.serve.host)
     url = f"http://{config.serve.host}:{config.serve.port}"
     os.environ.setdefault(OWNER_URL_ENV, url)  # named by the index's lock (stores.ownership)
     metrics_port = free_port()
@@ -103,7 +104,6 @@ def start_serve(config: AppConfig, num_cpus: int | None = None) -> Instance:
             _metrics_export_port=metrics_port,
         )
     serve.start(http_options={"host": config.serve.host, "port": config.serve.port})
-    _started.append(instance)
     # Ray's processes have them; a run started from this process later chooses anew.
     for key in instance.environment:
         if key != INSTANCE_ENV:
@@ -359,6 +359,8 @@ def _abandon(message: str) -> NoReturn:
     for process in psutil.Process().children(recursive=True):  # started meanwhile
         with contextlib.suppress(psutil.NoSuchProcess):
             process.kill()
+    for instance in _started:
+        instance.remove_files()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)  # no interpreter teardown: Ray's atexit hooks would wait on the dead cluster

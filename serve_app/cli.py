@@ -138,6 +138,7 @@ def _client(args: argparse.Namespace):
 
 # -- search ----------------------------------------------------------------------------------
 def _format_results(response) -> str:
+    """A table of the results (``SearchResponseOut``: the HTTP API's shape)."""
     strategies = response.strategies
     header = (
         f"{'#':>2}  {'score':>7}  "
@@ -152,13 +153,12 @@ def _format_results(response) -> str:
                 per.append(f"{item.scores[s]:>7.3f} (#{item.ranks[s]:<3})")
             else:
                 per.append(f"{'-':>13}")
-        chunk = item.chunk
-        where = " > ".join(chunk.heading_chain) or "-"
+        where = " > ".join(item.heading_chain) or "-"
         lines.append(
-            f"{i:>2}  {item.score:>7.4f}  " + "  ".join(per) + f"  {chunk.doc_id} / {where}"
+            f"{i:>2}  {item.score:>7.4f}  " + "  ".join(per) + f"  {item.doc_id} / {where}"
         )
-        snippet = " ".join(chunk.text.split())[:160]
-        lines.append(f"{'':>13}{chunk.title[:80]!s}")
+        snippet = " ".join(item.text.split())[:160]
+        lines.append(f"{'':>13}{item.title[:80]!s}")
         lines.append(f"{'':>13}{snippet}...")
     timings = ", ".join(f"{k} {v:.1f}" for k, v in response.timings_ms.items())
     lines.append(
@@ -168,6 +168,7 @@ def _format_results(response) -> str:
 
 
 async def _search(config: AppConfig, args: argparse.Namespace) -> int:
+    from serve_app.api.models import SearchResponseOut
     from serve_app.pipelines.components import build_components
     from serve_app.pipelines.search import SearchPipeline
     from serve_app.stores.base import scope
@@ -180,18 +181,16 @@ async def _search(config: AppConfig, args: argparse.Namespace) -> int:
         rerank=True if args.rerank else None,
     )
     if args.url:
-        from serve_app.schemas import SearchResponse
-
         client = _client(args)
         body = request.model_dump(exclude_none=True)
         body["collection"] = args.collection
         try:
-            response = SearchResponse.model_validate(
+            answer = SearchResponseOut.model_validate(
                 await client.call("POST", "/v1/search", json=body)
             )
         finally:
             await client.close()
-        print(response.model_dump_json(indent=2) if args.json else _format_results(response))
+        print(answer.model_dump_json(indent=2) if args.json else _format_results(answer))
         return 0
     components = await build_components(config)
     try:
@@ -201,7 +200,10 @@ async def _search(config: AppConfig, args: argparse.Namespace) -> int:
         )
     finally:
         await components.close()
-    print(response.model_dump_json(indent=2) if args.json else _format_results(response))
+    if args.json:
+        print(response.model_dump_json(indent=2))
+    else:
+        print(_format_results(SearchResponseOut.from_response(response)))
     return 0
 
 

@@ -6,7 +6,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from serve_app.schemas import DocumentId, Metadata, ScoredChunk, Section, Strategy
+from serve_app.schemas import (
+    DocumentId,
+    Metadata,
+    ScoredChunk,
+    SearchResponse,
+    Section,
+    Strategy,
+)
 
 
 class _Body(BaseModel):
@@ -91,6 +98,18 @@ class SearchResponseOut(_Body):
     strategies: list[Strategy]
     total: int
     timings_ms: dict[str, float]
+
+    @classmethod
+    def from_response(cls, response: SearchResponse) -> SearchResponseOut:
+        return cls(
+            query=response.query,
+            results=[SearchHit.from_scored(r) for r in response.results],
+            fusion=response.fusion,
+            reranked=response.reranked,
+            strategies=response.strategies,
+            total=response.total,
+            timings_ms=response.timings_ms,
+        )
 
 
 class DeleteResponse(_Body):

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import threading
 from collections.abc import Iterable
 from functools import partial
@@ -61,6 +62,8 @@ from serve_app.stores.base import (
 )
 from serve_app.stores.index import StoreIndex
 from serve_app.stores.ownership import IndexOwnership
+
+log = logging.getLogger(__name__)
 
 META_FILE = "index_meta.json"
 REGISTRY_FILE = "collections.json"
@@ -241,8 +244,10 @@ class EdgeBackend:
                 if self._shard is not None:
                     self._shard.flush()
                     self._shard.close()
-                    self._shard = None
+            except Exception as error:  # a broken engine still lets go of the index
+                log.warning("closing the embedded index at %s: %s", self.path, error)
             finally:
+                self._shard = None
                 self._ownership.release()
 
     async def close(self) -> None:

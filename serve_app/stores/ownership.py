@@ -50,12 +50,16 @@ def read_holder(directory: Path) -> dict[str, Any] | None:
 
 
 def in_use_message(directory: Path, holder: dict[str, Any] | None) -> str:
-    who = "another process"
-    if holder:
-        who = f"{holder.get('command') or 'a process'} (pid {holder.get('pid')}"
-        who += f" on {holder['host']})" if holder.get("host") else ")"
+    holder = holder or {}
+    url = holder.get("url")
+    where = f"pid {holder.get('pid')} on {holder.get('host')}"
+    if url:
+        who = f"the service running at {url} ({where})"
+    elif holder:
+        who = f"{holder.get('command') or 'a process'} ({where})"
+    else:
+        who = "another process"
     message = f"the embedded index at {directory} is in use by {who}; nothing was opened."
-    url = (holder or {}).get("url")
     if url:
         message += (
             f" Go through that service instead: serve-app --url {url} ingest|search|inspect, "

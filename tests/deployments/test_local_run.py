@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -18,32 +17,10 @@ import pytest
 import yaml
 
 from serve_app.ports import free_port
+from tests.support.local_run import Output
 
 ROOT = Path(__file__).resolve().parents[2]
 STOP_WITHIN_S = 10.0
-
-
-class Output:
-    """Collects the process's output lines in a thread; ``wait_for`` a line with a text."""
-
-    def __init__(self, process: subprocess.Popen) -> None:
-        self.lines: list[str] = []
-        self._cond = threading.Condition()
-        threading.Thread(target=self._read, args=(process,), daemon=True).start()
-
-    def _read(self, process: subprocess.Popen) -> None:
-        for line in process.stdout:  # type: ignore[union-attr]
-            with self._cond:
-                self.lines.append(line.rstrip())
-                self._cond.notify_all()
-
-    def wait_for(self, text: str, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        with self._cond:
-            while not any(text in line for line in self.lines):
-                left = deadline - time.monotonic()
-                assert left > 0, f"no {text!r} in {timeout_s:g} s:\n" + "\n".join(self.lines[-40:])
-                self._cond.wait(left)
 
 
 def alive(processes: list[psutil.Process]) -> list[str]:

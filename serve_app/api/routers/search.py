@@ -6,7 +6,7 @@ from fastapi import APIRouter, Depends, Query
 
 from serve_app.api import deps
 from serve_app.api.auth import Principal
-from serve_app.api.models import SearchHit, SearchResponseOut
+from serve_app.api.models import SearchResponseOut
 from serve_app.api.observability import Metrics
 from serve_app.api.service import RetrievalService
 from serve_app.schemas import FUSION_METHODS, FusionSpec, SearchRequest, SearchResponse
@@ -24,15 +24,7 @@ async def run_search(
     who.require("read")
     response: SearchResponse = await deps.within(seconds, service.search(request, who.tenant_id))
     metrics.observe_stages("search", response.timings_ms)
-    return SearchResponseOut(
-        query=response.query,
-        results=[SearchHit.from_scored(r) for r in response.results],
-        fusion=response.fusion,
-        reranked=response.reranked,
-        strategies=response.strategies,
-        total=response.total,
-        timings_ms=response.timings_ms,
-    )
+    return SearchResponseOut.from_response(response)
 
 
 @router.post("/search", response_model=SearchResponseOut)
