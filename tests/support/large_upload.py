@@ -23,9 +23,10 @@ import httpx
 from benchmarks.serving_path import bench_config_data, wait_ready
 from serve_app.config import config_from_dict
 from serve_app.evaluation.beir import load_beir
+from tests.support.data import SCIFACT_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
-SCIFACT = ROOT.parent / "shared" / "data" / "scifact"
+SCIFACT = SCIFACT_DIR
 UPLOAD_TIMEOUT_S = 300.0
 
 

@@ -1,0 +1,74 @@
+"""``make run`` from a clone alone: its command (read from the Makefile with ``make -n``)
+serves the PLOS starter articles of the ``allofplos`` package, and an article is found by a
+search while later ones are still being indexed (real local Ray Serve app on CPU)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from lxml import etree
+
+from serve_app.ports import free_port
+from tests.support.data import starter_corpus
+from tests.support.local_run import ROOT, Output
+
+pytestmark = pytest.mark.slow
+
+
+def make_run_command(ingest: Path, port: int) -> list[str]:
+    """The serve command ``make run`` would run (its set-up step left out)."""
+    printed = subprocess.run(
+        ["make", "-n", "run", f"INGEST={ingest}", f"PORT={port}"],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    line = next(x for x in printed.splitlines() if "serve-app" in x and " serve " in x)
+    return shlex.split(line)
+
+
+def test_make_run_serves_the_starter_articles_as_they_arrive(tmp_path):
+    articles = sorted(starter_corpus().glob("*.xml"))[:9]  # three uploads of four files
+    folder = tmp_path / "articles"
+    folder.mkdir()
+    for article in articles:
+        shutil.copy(article, folder)
+    port = free_port()
+    command = make_run_command(folder, port)
+    assert command[-2:] == ["--ingest", str(folder)] and "config/local.yaml" in command
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "SERVE_APP_"))}
+    env.update(
+        PYTHONUNBUFFERED="1",
+        SERVE_APP__DATA_DIR=str(tmp_path / "data"),
+        SERVE_APP_TEST_DATA=str(tmp_path / "no-shared-folder"),
+    )
+    process = subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    output = Output(process)
+    try:
+        output.wait_for("serving on", 240)
+        first = articles[0].stem  # e.g. journal.pbio.0020334: the doc id ends with it
+        title = " ".join(etree.parse(articles[0]).findtext(".//article-title", "").split())
+        deadline = time.monotonic() + 300
+        found_while_indexing = None
+        while time.monotonic() < deadline:
+            answer = httpx.get(
+                f"http://127.0.0.1:{port}/v1/search", params={"q": title, "top_k": 5}, timeout=30
+            )
+            if answer.status_code == 200 and any(
+                r["doc_id"].endswith(first) for r in answer.json()["results"]
+            ):
+                found_while_indexing = not any("ingested 9 files" in x for x in output.lines)
+                break
+            time.sleep(1)
+        assert found_while_indexing is True, "\n".join(output.lines[-30:])
+        output.wait_for("ingested 9 files", 600)
+    finally:
+        process.send_signal(2)
+        process.wait(60)
