@@ -129,7 +129,7 @@ def test_cluster_shape(helm, chart):
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
     # Custom resources through the group-level field (KubeRay >= 1.4), never a JSON string in
     # rayStartParams (KubeRay writes that unquoted into `bash -c`).
-    assert dense["resources"]["dense_gpu"] == "1"
+    assert dense["resources"]["dense_slot"] == "1"
     assert "resources" not in dense["rayStartParams"]
     assert (dense["minReplicas"], dense["maxReplicas"]) == (1, 6)
     assert dense["template"]["spec"]["tolerations"][0]["key"] == "nvidia.com/gpu"

@@ -1,8 +1,8 @@
 """The model cache and the data volume in the rendered chart (real helm binary): the
 model-fetch Job (a Helm hook) is the only writer of the cache, its claim a hook created before
 it and kept; replicas mount the cache read-only, and only in the groups where a deployment that
-loads a model from it can be placed (checked with Ray's own autoscaler derivation and bin
-packer); the head mounts nothing; the data volume exists only with the embedded store, in the
+loads a model from it can be placed (checked with Ray's bin packer on what KubeRay's `ray start`
+line makes each group's raylets advertise); the head mounts nothing; the data volume exists only with the embedded store, in the
 one group the store is pinned to.
 
 The chart as it was (before this file) fails the tests marked "(was broken)" below: it created
@@ -14,16 +14,14 @@ from __future__ import annotations
 import pytest
 import yaml
 from dockerfile_parse import DockerfileParser
-from ray.autoscaler._private.kuberay.autoscaling_config import (
-    _derive_autoscaling_config_from_ray_cr,
-)
 from ray.autoscaler._private.resource_demand_scheduler import get_bin_pack_residual
 
 from serve_app.config import config_from_dict
 from serve_app.model_fetch import cache_ids, model_references, offline_switch
+from tests.helm.kuberay_start import raylet_resources
 from tests.helm.test_chart import CHART, HELM, K8S_VERSION, ROOT, VALUES, objects
 from tests.helm.test_network_policy import NAMESPACE, External, Pod, allowed, selects
-from tests.helm.test_ray_cluster import as_raycluster, deployment_demands
+from tests.helm.test_ray_cluster import deployment_demands
 
 GPU_CONFIG_IDS = ["Qwen/Qwen3-Embedding-8B", "naver/splade-v3", "BAAI/bge-reranker-v2-m3"]
 # A configuration whose CPU group loads nothing from the cache (the chunker's tokenizer comes
@@ -135,25 +133,24 @@ def test_which_pod_mounts_which_volume(values):
 def test_mounts_follow_where_ray_can_place_each_deployment(values, extra):
     """A group mounts the cache iff a deployment that loads a model from it fits one of the
     group's pods, and the data volume iff the embedded store does (Ray's own derivation of the
-    node types and its bin packer decide "fits"): no replica can land where its files are
+    node types and its bin packer decide "fits", on the resources the group's raylets
+    advertise per KubeRay's `ray start` line): no replica can land where its files are
     missing, and no group mounts what none of its replicas reads."""
     docs = render(values, *extra)
     service = rayservice(docs)
-    node_types = _derive_autoscaling_config_from_ray_cr(as_raycluster(service))[
-        "available_node_types"
-    ]
+    node_types = raylet_resources(service["spec"]["rayClusterConfig"])
     application = yaml.safe_load(service["spec"]["serveConfigV2"])["applications"][0]
     config = config_from_dict(application["args"]["config"], "chart")
     refs = model_references(config)
     embedded = config.stores.topology == "embedded"
     bundles = {name: bundle for name, bundle, _ in deployment_demands(service)}
     pods = pod_templates(docs)
-    for node_type, spec in node_types.items():
+    for node_type, resources in node_types.items():
         group = "head" if node_type == "headgroup" else node_type
         fits = [
             name
             for name, bundle in bundles.items()
-            if not get_bin_pack_residual([dict(spec["resources"])], [bundle])[0]
+            if not get_bin_pack_residual([dict(resources)], [bundle])[0]
         ]
         loads_cached = [n for n in fits if any(r.startswith("/models/") for r in refs.get(n, []))]
         mounts = shared_mounts(pods[group])

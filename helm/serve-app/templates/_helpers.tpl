@@ -52,7 +52,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- $base := .Files.Get "files/config.yaml" | fromYaml -}}
 {{- $merged := mergeOverwrite (deepCopy $base) (deepCopy (.Values.config | default dict)) -}}
 {{- /* A deployment's `resources` given in values replaces the file's (a merge could never
-drop a custom resource such as dense_gpu, so a CPU install would still ask for a GPU group). */ -}}
+drop a custom resource such as dense_slot, so a CPU install would still ask for a GPU group). */ -}}
 {{- range $name, $options := ((.Values.config | default dict).serve | default dict) -}}
 {{- if and (kindIs "map" $options) (hasKey $options "resources") -}}
 {{- $_ := set (index $merged.serve $name) "resources" (deepCopy ($options.resources | default dict)) -}}
@@ -100,8 +100,11 @@ mounts it and advertises the Ray resource data_volume, which the store asks for.
 The Ray resources each group advertises (the group-level `resources` field: KubeRay passes them
 to `ray start`, Ray's autoscaler reads them). The head runs no replicas (num-cpus 0 in its
 rayStartParams). The CPU count is the container's CPU request, so Ray never schedules more
-than the pod got; only dense-gpu offers dense_gpu and only sparse-gpu offers sparse_gpu, so
+than the pod got; only dense-gpu offers dense_slot and only sparse-gpu offers sparse_slot, so
 the matching deployments land there; only cpu offers data_volume (the embedded store).
+Custom names must survive KubeRay (pod.go, updateRayStartParamsResources): a name whose lower
+case is "cpu" or "memory", ends in "gpu" or is an NVIDIA MIG slice becomes --num-cpus,
+--memory or --num-gpus, and only the rest reach --resources (tests/helm/kuberay_start.py).
 */}}
 {{- define "serve-app.rayResources" -}}
 {{- $w := .Values.workerGroups -}}
@@ -114,11 +117,11 @@ cpu:
 dense-gpu:
   CPU: {{ $w.denseGpu.resources.requests.cpu | quote }}
   GPU: {{ $w.denseGpu.gpus | quote }}
-  dense_gpu: {{ $w.denseGpu.gpus | quote }}
+  dense_slot: {{ $w.denseGpu.gpus | quote }}
 sparse-gpu:
   CPU: {{ $w.sparseGpu.resources.requests.cpu | quote }}
   GPU: {{ $w.sparseGpu.gpus | quote }}
-  sparse_gpu: {{ $w.sparseGpu.gpus | quote }}
+  sparse_slot: {{ $w.sparseGpu.gpus | quote }}
 {{- end -}}
 
 {{/* A Kubernetes CPU quantity ("4", "500m") as a number. */}}
