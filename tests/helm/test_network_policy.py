@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.helm.test_chart import SET_IMAGE
+
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "serve-app"
 HELM = ROOT / ".cache" / "bin" / "helm"
@@ -131,7 +133,7 @@ def allowed(
 
 
 def render(values: str | None) -> list[dict]:
-    args = [str(HELM), "template", "rel", str(CHART), "--namespace", NAMESPACE]
+    args = [str(HELM), "template", "rel", str(CHART), "--namespace", NAMESPACE, *SET_IMAGE]
     if values:
         args += ["-f", str(CHART / values)]
     done = subprocess.run(args, capture_output=True, text=True, timeout=60)
@@ -275,7 +277,7 @@ FT_ON = (
 
 
 def render_with(values: str | None, *extra: str) -> list[dict]:
-    args = [str(HELM), "template", "rel", str(CHART), "--namespace", NAMESPACE]
+    args = [str(HELM), "template", "rel", str(CHART), "--namespace", NAMESPACE, *SET_IMAGE]
     if values:
         args += ["-f", str(CHART / values)]
     done = subprocess.run([*args, *extra], capture_output=True, text=True, timeout=60)

@@ -22,6 +22,7 @@ from ray.autoscaler._private.kuberay.autoscaling_config import (
 from ray.autoscaler._private.resource_demand_scheduler import get_bin_pack_residual
 
 from tests.helm.kuberay_start import HEAD, WORKER, group_ray_start_command, raylet_resources
+from tests.helm.test_chart import SET_IMAGE
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "serve-app"
@@ -30,7 +31,7 @@ VALUES = [None, "ci/cpu-small.yaml", "ci/gpu-production.yaml", "ci/external-stor
 
 
 def rendered_rayservice(values: str | None) -> dict:
-    args = [str(HELM), "template", "rel", str(CHART), "--namespace", "search"]
+    args = [str(HELM), "template", "rel", str(CHART), "--namespace", "search", *SET_IMAGE]
     if values:
         args += ["-f", str(CHART / values)]
     done = subprocess.run(args, capture_output=True, text=True, timeout=60)
@@ -187,7 +188,7 @@ def test_autoscaler_sidecar_can_reach_the_api_server(values):
     """KubeRay (>= 0.6) binds the autoscaler's Role to the head pod's service account and does
     not create that account when the pod names one: the chart must create it, and the head
     must mount its token. Workers never get a token."""
-    args = [str(HELM), "template", "rel", str(CHART), "--namespace", "search"]
+    args = [str(HELM), "template", "rel", str(CHART), "--namespace", "search", *SET_IMAGE]
     if values:
         args += ["-f", str(CHART / values)]
     done = subprocess.run(args, capture_output=True, text=True, timeout=60)

@@ -342,9 +342,17 @@ def test_set_keys_exist(doc, command):
             assert (ROOT / value).is_file(), value
 
 
-def template_args(doc: Doc, command: Command, previous: list[str]) -> list[str]:
+# A registry the chart accepts in place of step 1's, which names an example domain on purpose
+# (copied as written, the install stops and says how to build and name the image).
+REGISTRY = "registry.internal/search"
+
+
+def template_args(
+    doc: Doc, command: Command, previous: list[str], registry: str | None = REGISTRY
+) -> list[str]:
     """helm template arguments for an install/upgrade line, with the README's exported
-    variables; an upgrade that reuses values starts from the install line before it."""
+    variables (REGISTRY replaced by ``registry`` unless None); an upgrade that reuses values
+    starts from the install line before it."""
     keep = {"-n", "--namespace", "-f", "--values", *SET_FLAGS}
     args = (
         list(previous)
@@ -355,6 +363,8 @@ def template_args(doc: Doc, command: Command, previous: list[str]) -> list[str]:
     for i, arg in enumerate(argv):
         if arg in keep:
             env = {**parse_doc(ROOT / "README.md").env, **doc.env}  # step 1's exports
+            if registry is not None:
+                env["REGISTRY"] = registry
             value = string.Template(argv[i + 1]).safe_substitute(env)
             args += [arg, value]
     return args
@@ -381,12 +391,30 @@ def test_install_and_upgrade_lines_render(tmp_path):
         image = service["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"][
             "containers"
         ][0]["image"]
-        assert image == "registry.example.com/search/serve-app:0.1.0", image
+        assert image == f"{REGISTRY}/serve-app:0.1.0", image
         if any(k.startswith("gcsFaultTolerance.") for k, _ in set_pairs(command.argv)):
             options = service["spec"]["rayClusterConfig"]["gcsFaultToleranceOptions"]
             assert options["redisPassword"]["valueFrom"]["secretKeyRef"]["name"]
         rendered += 1
     assert rendered >= 3  # README step 5, its GCS fault tolerance upgrade, the chart README
+
+
+def test_the_placeholder_registry_as_written_is_refused_with_the_build_command():
+    """Step 1's REGISTRY is an example domain: run as written, the install fails before
+    anything reaches the cluster, naming the Dockerfile, the build command and the value."""
+    doc, command = next(
+        (d, c) for d, c in chart_commands() if "--install" in c.argv or c.argv[1] == "install"
+    )
+    env = {**parse_doc(ROOT / "README.md").env, **doc.env}
+    assert "example." in env["REGISTRY"]  # registry.example.com/search
+    args = template_args(doc, command, [], registry=None)
+    done = subprocess.run(
+        [str(HELM), "template", chart_args(command.argv)[0], "helm/serve-app", *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode != 0
+    for hint in ("reserved for examples", "Dockerfile", "docker build", "image.repository="):
+        assert hint in done.stderr, done.stderr
 
 
 # -- third-party charts ---------------------------------------------------------------------

@@ -31,8 +31,35 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 
+{{/*
+The image: there is no published one, so image.repository must name the one you built and
+pushed. Refused: empty; not an image repository (an unexpanded $REGISTRY or <registry>); a host
+of the names reserved for examples (RFC 2606: example.com/.net/.org, *.example, *.invalid),
+which no registry serves; the chart's former default ghcr.io/serve-app/serve-app, never
+published. The tag defaults to the chart's appVersion.
+*/}}
 {{- define "serve-app.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- $repo := .Values.image.repository | default "" -}}
+{{- $tag := .Values.image.tag | default .Chart.AppVersion -}}
+{{- $component := "[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*" -}}
+{{- $label := "(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])" -}}
+{{- $domain := printf "(?:%s(?:\\.%s)+(?::[0-9]+)?|%s:[0-9]+|localhost)" $label $label $label -}}
+{{- $reference := printf "^(?:%s/)?%s(?:/%s)*$" $domain $component $component -}}
+{{- $host := first (splitList "/" $repo) | lower -}}
+{{- $why := "" -}}
+{{- if not $repo -}}
+{{- $why = "image.repository is empty" -}}
+{{- else if not (regexMatch $reference $repo) -}}
+{{- $why = printf "image.repository %q is no image repository (an unexpanded variable or placeholder?)" $repo -}}
+{{- else if or (regexMatch "^(?:[^/]*\\.)?example\\.(?:com|net|org)(?::[0-9]+)?$" $host) (regexMatch "\\.(?:example|invalid)(?::[0-9]+)?$" $host) -}}
+{{- $why = printf "image.repository %q is on %s, a name reserved for examples" $repo $host -}}
+{{- else if eq $repo "ghcr.io/serve-app/serve-app" -}}
+{{- $why = printf "image.repository %q was never published" $repo -}}
+{{- end -}}
+{{- if $why -}}
+{{- fail (printf "%s. Build the image from the Dockerfile at the repository root and push it where your nodes pull from: `docker build -t <registry>/serve-app:%s . && docker push <registry>/serve-app:%s`; then set image.repository=<registry>/serve-app (image.tag defaults to the chart's appVersion, %s)" $why $tag $tag .Chart.AppVersion) -}}
+{{- end -}}
+{{ $repo }}:{{ $tag }}
 {{- end -}}
 
 {{- define "serve-app.secretName" -}}
