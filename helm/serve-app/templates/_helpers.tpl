@@ -496,6 +496,17 @@ here (the model-fetch Job is its only writer); the data volume is the embedded s
     {{- include "serve-app.volumeMounts" (list $root $group) | nindent 4 }}
 {{- end -}}
 
+{{/* initializingTimeout as KubeRay accepts it (a positive Go duration or whole seconds; its
+validation refuses zero), "" when off. */}}
+{{- define "serve-app.initializingTimeout" -}}
+{{- $t := "" -}}
+{{- if not (kindIs "invalid" .Values.initializingTimeout) }}{{ $t = toString .Values.initializingTimeout }}{{ end -}}
+{{- if and $t (not (regexMatch "[1-9]" $t)) -}}
+{{- fail (printf "initializingTimeout %q: KubeRay needs a positive duration (\"1h\", \"45m\") or seconds; \"\" turns the timeout off" $t) -}}
+{{- end -}}
+{{- $t -}}
+{{- end -}}
+
 {{/* The RayService upgrade strategy; NewCluster would run two store owners on one shard. */}}
 {{- define "serve-app.upgradeStrategy" -}}
 {{- $config := include "serve-app.config" . | fromYaml -}}
