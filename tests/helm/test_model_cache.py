@@ -80,20 +80,23 @@ def policies_of(doc: dict, key: str) -> set[str]:
 
 # -- which pod mounts what -------------------------------------------------------------------
 EXPECTED = {
-    # config/gpu.yaml: the chunker (which Ray may place on any worker group) counts tokens with
-    # /models/Qwen/Qwen3-Embedding-8B; the embedded store is pinned to the CPU group.
+    # config/gpu.yaml: the chunker (which Ray may place on any worker group with CPUs) counts
+    # tokens with /models/Qwen/Qwen3-Embedding-8B; the embedded store is pinned to its own
+    # group, which loads no model.
     None: {
         "head": {},
-        "cpu": {"/models": "ro", "/data": "rw"},
+        "cpu": {"/models": "ro"},
         "dense-gpu": {"/models": "ro"},
         "sparse-gpu": {"/models": "ro"},
+        "store": {"/data": "rw"},
         "rel-serve-app-model-fetch": {"/models": "rw"},
     },
     "ci/cpu-small.yaml": {  # a host directory, no fetch Job
         "head": {},
-        "cpu": {"/models": "ro", "/data": "rw"},
+        "cpu": {"/models": "ro"},
         "dense-gpu": {"/models": "ro"},
         "sparse-gpu": {"/models": "ro"},
+        "store": {"/data": "rw"},
     },
     "ci/gpu-production.yaml": {  # server stores: no data volume; the validate hook reads
         "head": {},  # the model files (tests/helm/test_validate_hook.py)
@@ -216,6 +219,8 @@ def test_the_claim_is_a_kept_hook_created_before_the_job():
     # The Ray pods mount that same claim, read-only.
     cluster = rayservice(render(None))["spec"]["rayClusterConfig"]
     for group in cluster["workerGroupSpecs"]:
+        if group["groupName"] == "store":
+            continue  # loads no model
         (models,) = [v for v in group["template"]["spec"]["volumes"] if v["name"] == "models"]
         assert models["persistentVolumeClaim"] == {
             "claimName": claim["metadata"]["name"],
@@ -362,3 +367,31 @@ def test_the_hooks_validate_strictly(extra):
     claim, job = hooks(render(None, *extra))
     for doc in (claim, job):
         kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+# -- the embedded store's data volume --------------------------------------------------------
+@pytest.mark.parametrize("values", [None, "ci/cpu-small.yaml"], ids=["defaults", "cpu-small"])
+def test_the_data_volume_needs_no_shared_storage(values):
+    """The embedded store's claim is ReadWriteOnce (any default storage class has it), so it
+    attaches to one node: one group of one pod mounts it, and Ray can place nothing but the
+    store's replica on that pod (it advertises data_volume and no CPU); the store fits nowhere
+    else."""
+    docs = render(values)
+    (claim,) = [
+        c for c in of_kind(docs, "PersistentVolumeClaim") if c["metadata"]["name"].endswith("-data")
+    ]
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    service = rayservice(docs)
+    groups = {g["groupName"]: g for g in service["spec"]["rayClusterConfig"]["workerGroupSpecs"]}
+    pods = pod_templates(docs)
+    mounting = [name for name in groups if "/data" in shared_mounts(pods[name])]
+    assert mounting == ["store"]
+    store = groups["store"]
+    assert (store["replicas"], store["minReplicas"], store["maxReplicas"]) == (1, 1, 1)
+    started = raylet_resources(service["spec"]["rayClusterConfig"])
+    bundles = {name: bundle for name, bundle, _ in deployment_demands(service)}
+    for name, bundle in bundles.items():
+        for group, resources in started.items():
+            fits = not get_bin_pack_residual([dict(resources)], [bundle])[0]
+            if group == "store" or name == "store":
+                assert fits == (group == "store" and name == "store"), (name, group)

@@ -101,21 +101,24 @@ drop a custom resource such as dense_slot, so a CPU install would still ask for 
 {{- if $os }}{{ $_ := set $stores "opensearch" $os }}{{ end -}}
 {{- if $qd }}{{ $_ := set $stores "qdrant" $qd }}{{ end -}}
 {{- $_ := set $merged "stores" $stores -}}
-{{- /* The embedded store's replica must run where its data volume is: only the CPU group
-mounts it and advertises the Ray resource data_volume, which the store asks for. */ -}}
+{{- /* The embedded store's replica must run where its data volume is: only the store group
+mounts it and advertises the Ray resource data_volume, which the store asks for. That group
+advertises no CPU and the store asks for none (its pod's CPUs are the container's), so no other
+replica can take the store's place there. */ -}}
 {{- if include "serve-app.storePinned" . -}}
 {{- $serve := $merged.serve | default dict -}}
 {{- $store := index $serve "store" | default dict -}}
 {{- $resources := deepCopy ($store.resources | default dict) -}}
 {{- $_ := set $resources "data_volume" 1 -}}
 {{- $_ := set $store "resources" $resources -}}
+{{- $_ := set $store "num_cpus" 0 -}}
 {{- $_ := set $serve "store" $store -}}
 {{- $_ := set $merged "serve" $serve -}}
 {{- end -}}
 {{- toYaml $merged -}}
 {{- end -}}
 
-{{/* "true" when the store is the embedded one with a data volume (pinned to the CPU group). */}}
+{{/* "true" when the store is the embedded one with a data volume (pinned to the store group). */}}
 {{- define "serve-app.storePinned" -}}
 {{- $base := .Files.Get "files/config.yaml" | fromYaml -}}
 {{- $values := .Values.config | default dict -}}
@@ -123,12 +126,21 @@ mounts it and advertises the Ray resource data_volume, which the store asks for.
 {{- if and (eq $topology "embedded") .Values.dataVolume.enabled }}true{{ end -}}
 {{- end -}}
 
+{{/* The worker groups rendered: the store group only with the embedded store's data volume. */}}
+{{- define "serve-app.workerGroups" -}}
+{{- $groups := list "cpu" "dense-gpu" "sparse-gpu" -}}
+{{- if include "serve-app.storePinned" . }}{{ $groups = append $groups "store" }}{{ end -}}
+{{- toYaml $groups -}}
+{{- end -}}
+
 {{/*
 The Ray resources each group advertises (the group-level `resources` field: KubeRay passes them
 to `ray start`, Ray's autoscaler reads them). The head runs no replicas (num-cpus 0 in its
 rayStartParams). The CPU count is the container's CPU request, so Ray never schedules more
 than the pod got; only dense-gpu offers dense_slot and only sparse-gpu offers sparse_slot, so
-the matching deployments land there; only cpu offers data_volume (the embedded store).
+the matching deployments land there. With the embedded store, the store group (one pod, the
+only one that mounts the data volume, so ReadWriteOnce suffices) offers data_volume and no CPU:
+only the store's replica lands there.
 Custom names must survive KubeRay (pod.go, updateRayStartParamsResources): a name whose lower
 case is "cpu" or "memory", ends in "gpu" or is an NVIDIA MIG slice becomes --num-cpus,
 --memory or --num-gpus, and only the rest reach --resources (tests/helm/kuberay_start.py).
@@ -138,9 +150,9 @@ case is "cpu" or "memory", ends in "gpu" or is an NVIDIA MIG slice becomes --num
 head: {CPU: "0"}
 cpu:
   CPU: {{ $w.cpu.resources.requests.cpu | quote }}
-  {{- if include "serve-app.storePinned" . }}
-  data_volume: "1"
-  {{- end }}
+{{- if include "serve-app.storePinned" . }}
+store: {CPU: "0", data_volume: "1"}
+{{- end }}
 dense-gpu:
   CPU: {{ $w.denseGpu.resources.requests.cpu | quote }}
   GPU: {{ $w.denseGpu.gpus | quote }}
@@ -194,7 +206,7 @@ volume when the embedded store's replica can. Read-only for the cache; read-writ
 {{- $refs := include "serve-app.modelReferences" $config | fromYaml -}}
 {{- $offers := include "serve-app.rayResources" . | fromYaml -}}
 {{- $deployments := concat (keys $refs) (list "store" "ingress") | uniq | sortAlpha -}}
-{{- range $group := list "head" "cpu" "dense-gpu" "sparse-gpu" }}
+{{- range $group := prepend (include "serve-app.workerGroups" . | fromYamlArray) "head" }}
 {{- $offer := index $offers $group -}}
 {{- $models := false -}}
 {{- $data := false -}}
