@@ -266,21 +266,18 @@ def test_real_registries_are_accepted(helm, chart, repository):
 
 
 def test_plain_manifests_are_in_sync(helm, chart):
-    """k8s/ holds the chart rendered with its defaults (release serve-app, namespace serve-app):
-    model-fetch.yaml the hooks (model cache claim, model-fetch Job), serve-app.yaml the rest."""
+    """k8s/serve-app.yaml is the chart rendered with its defaults (release serve-app, namespace
+    serve-app): no hooks (each pod fetches its own models), nothing to apply before it."""
     args = [
         helm, "template", "serve-app", str(chart), "--namespace", "serve-app",
         "--set", "secrets.create=false", "--set", "secrets.existingSecret=serve-app-secrets",
         "--set", f"image.repository={K8S_IMAGE}",
     ]  # fmt: skip
-    for name, extra in [
-        ("serve-app.yaml", ["--no-hooks"]),
-        ("model-fetch.yaml", ["--show-only", "templates/model-cache.yaml"]),
-    ]:
-        result = subprocess.run([*args, *extra], capture_output=True, text=True, timeout=60)
-        assert result.returncode == 0, result.stderr
-        expected = [d for d in yaml.safe_load_all(result.stdout) if d]
-        actual = [d for d in yaml.safe_load_all((ROOT / "k8s" / name).read_text()) if d]
-        assert actual == expected, f"k8s/{name} is stale: run `make k8s-manifests`"
-    hooks = [d for d in yaml.safe_load_all((ROOT / "k8s" / "model-fetch.yaml").read_text()) if d]
-    assert [d["kind"] for d in hooks] == ["PersistentVolumeClaim", "Job"]
+    with_hooks = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    without = subprocess.run([*args, "--no-hooks"], capture_output=True, text=True, timeout=60)
+    assert with_hooks.returncode == 0 and without.returncode == 0, with_hooks.stderr
+    expected = [d for d in yaml.safe_load_all(without.stdout) if d]
+    assert expected == [d for d in yaml.safe_load_all(with_hooks.stdout) if d]  # none
+    actual = [d for d in yaml.safe_load_all((ROOT / "k8s" / "serve-app.yaml").read_text()) if d]
+    assert actual == expected, "k8s/serve-app.yaml is stale: run `make k8s-manifests`"
+    assert sorted(p.name for p in (ROOT / "k8s").iterdir()) == ["serve-app.yaml"]

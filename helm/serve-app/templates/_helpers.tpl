@@ -210,15 +210,17 @@ volume when the embedded store's replica can. Read-only for the cache; read-writ
 {{- $offer := index $offers $group -}}
 {{- $models := false -}}
 {{- $data := false -}}
+{{- $fitting := list -}}
 {{- range $name := $deployments -}}
 {{- if include "serve-app.fits" (list (index $serve $name | default dict) $offer) -}}
+{{- $fitting = append $fitting $name -}}
 {{- range $ref := (index $refs $name | default list) -}}
 {{- if and (ne $.Values.modelCache.type "none") (hasPrefix $root $ref) }}{{ $models = true }}{{ end -}}
 {{- end -}}
 {{- if and (eq $name "store") (include "serve-app.storePinned" $) }}{{ $data = true }}{{ end -}}
 {{- end -}}
 {{- end }}
-{{ $group }}: {models: {{ $models }}, data: {{ $data }}}
+{{ $group }}: {models: {{ $models }}, data: {{ $data }}, deployments: {{ $fitting | toJson }}}
 {{- end -}}
 {{- end -}}
 
@@ -247,6 +249,14 @@ under modelCache.mountPath (/models/Qwen/Qwen3-Embedding-8B -> Qwen/Qwen3-Embedd
 serve_app/model_fetch.py:cache_ids derives them (a test compares them).
 */}}
 {{- define "serve-app.fetchModels" -}}
+{{- include "serve-app.deploymentFetchModels" (list . (list "chunker" "dense" "splade" "reranker")) -}}
+{{- end -}}
+
+{{/* The Hub ids the given deployments load from the cache (in first-use order), or the whole
+modelFetch.models when it is set. Arguments: (list $ <deployment names>). */}}
+{{- define "serve-app.deploymentFetchModels" -}}
+{{- $names := index . 1 -}}
+{{- with index . 0 -}}
 {{- $ids := list -}}
 {{- if .Values.modelFetch.models -}}
 {{- $ids = .Values.modelFetch.models -}}
@@ -255,6 +265,7 @@ serve_app/model_fetch.py:cache_ids derives them (a test compares them).
 {{- $root := printf "%s/" (trimSuffix "/" .Values.modelCache.mountPath) -}}
 {{- $refs := include "serve-app.modelReferences" $config | fromYaml -}}
 {{- range $name := list "chunker" "dense" "splade" "reranker" -}}
+{{- if has $name $names -}}
 {{- range $ref := (index $refs $name | default list) -}}
 {{- if hasPrefix $root $ref -}}
 {{- $id := trimPrefix $root $ref -}}
@@ -266,7 +277,9 @@ serve_app/model_fetch.py:cache_ids derives them (a test compares them).
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
 {{- toYaml ($ids | uniq) -}}
+{{- end -}}
 {{- end -}}
 
 
@@ -426,7 +439,8 @@ moves (and that topology upgrades in place, upgradeStrategy None). */}}
 {{- end -}}
 
 {{/* Mounts of a Ray container. Arguments: (list $ <group>). The model cache is read-only
-here (the model-fetch Job is its only writer); the data volume is the embedded store's. */}}
+here (the model fetch, Job or init container, is its only writer); the data volume is the
+embedded store's. */}}
 {{- define "serve-app.volumeMounts" -}}
 {{- $root := index . 0 -}}
 {{- $volumes := index (include "serve-app.groupVolumes" $root | fromYaml) (index . 1) -}}
@@ -459,6 +473,9 @@ here (the model-fetch Job is its only writer); the data volume is the embedded s
   persistentVolumeClaim:
     claimName: {{ include "serve-app.modelsClaim" . }}
     readOnly: true
+{{- else if and $volumes.models (eq .Values.modelCache.type "emptyDir") }}
+- name: models
+  emptyDir: {sizeLimit: {{ .Values.modelCache.emptyDir.sizeLimit }}}
 {{- else if $volumes.models }}
 - name: models
   hostPath: {path: {{ .Values.modelCache.hostPath }}, type: Directory}
@@ -584,13 +601,108 @@ streams to the API, which authenticates and counts bytes before reading the body
 {{- if $out }}{{ toYaml $out }}{{ end -}}
 {{- end -}}
 
-{{/* "true" when the model-fetch Job renders: enabled, with ids to fetch, into a claim. */}}
+{{/* "true" when the model-fetch Job renders: enabled, with ids to fetch, into a claim. With
+modelCache.type emptyDir each pod that mounts the cache fetches into its own instead
+("serve-app.fetchInit"). */}}
 {{- define "serve-app.fetchJob" -}}
+{{- $type := .Values.modelCache.type -}}
+{{- if and (eq $type "emptyDir") (not .Values.modelFetch.enabled) -}}
+{{- fail "modelCache.type emptyDir: each pod's cache starts empty and only the model fetch fills it; keep modelFetch.enabled, or use modelCache.type pvc / hostPath for a cache you fill yourself" -}}
+{{- end -}}
 {{- if .Values.modelFetch.enabled -}}
-{{- if ne .Values.modelCache.type "pvc" -}}
-{{- $why := ternary "no cache to fetch into" "a node directory you fill yourself" (eq .Values.modelCache.type "none") -}}
-{{- fail (printf "modelFetch.enabled needs modelCache.type pvc (the Job writes into a claim every pod can mount); with modelCache.type %s (%s) set modelFetch.enabled=false" .Values.modelCache.type $why) -}}
+{{- if not (has $type (list "pvc" "emptyDir")) -}}
+{{- $why := ternary "no cache to fetch into" "a node directory you fill yourself" (eq $type "none") -}}
+{{- fail (printf "modelFetch.enabled needs modelCache.type emptyDir or pvc (a cache the fetch can write); with modelCache.type %s (%s) set modelFetch.enabled=false" $type $why) -}}
 {{- end -}}
-{{- if include "serve-app.fetchModels" . | fromYamlArray }}true{{ end -}}
+{{- if and (eq $type "pvc") (include "serve-app.fetchModels" . | fromYamlArray) }}true{{ end -}}
 {{- end -}}
+{{- end -}}
+
+{{/* The model fetch (serve_app/model_fetch.py) as a container, the same in the model-fetch Job
+(modelCache.type pvc) and in the init container of each pod with its own cache (emptyDir): it
+downloads, so the image's HF_HUB_OFFLINE=1 (the replicas' setting) is turned off here, and
+TRANSFORMERS_OFFLINE with it (huggingface_hub honours both); HF_HOME (the token file, Xet's and
+the Hub client's own caches) goes to /tmp, the weights to the cache. Arguments:
+(list $ <ids> <resources>). */}}
+{{- define "serve-app.fetchContainer" -}}
+{{- $root := index . 0 -}}
+{{- $ids := index . 1 -}}
+{{- $resources := index . 2 -}}
+{{- with $root -}}
+{{- $f := .Values.modelFetch -}}
+- name: model-fetch
+  image: {{ include "serve-app.image" . }}
+  imagePullPolicy: {{ .Values.image.pullPolicy }}
+  command: [python, -m, serve_app.model_fetch]
+  args:
+    - --cache
+    - {{ .Values.modelCache.mountPath | quote }}
+    - --token-source
+    - {{ ternary (printf "Secret %s, key %s: modelFetch.hfTokenSecret" $f.hfTokenSecret.name $f.hfTokenSecret.key) "no Secret named: modelFetch.hfTokenSecret.name" (not (empty $f.hfTokenSecret.name)) | quote }}
+    {{- range $ids }}
+    - {{ . | quote }}
+    {{- end }}
+  env:
+    - name: HF_HUB_OFFLINE
+      value: "0"
+    - name: TRANSFORMERS_OFFLINE
+      value: "0"
+    - name: HF_HOME
+      value: /tmp/hf
+    - name: HF_HUB_DISABLE_TELEMETRY
+      value: "1"
+    {{- with $f.hfTokenSecret.name }}
+    - name: HF_TOKEN
+      valueFrom:
+        secretKeyRef:
+          name: {{ . }}
+          key: {{ $f.hfTokenSecret.key }}
+          optional: true      # no Secret: anonymous; a gated model then fails naming it
+    {{- end }}
+  resources:
+    {{- toYaml $resources | nindent 4 }}
+  securityContext:
+    {{- toYaml .Values.containerSecurityContext | nindent 4 }}
+  volumeMounts:
+    - name: models
+      mountPath: {{ .Values.modelCache.mountPath }}
+    - name: tmp
+      mountPath: /tmp
+{{- end -}}
+{{- end -}}
+
+{{/* The init containers of a pod with its own model cache (modelCache.type emptyDir): the model
+fetch of the models its group's deployments load, before Ray starts. The pod's scheduling asks
+for the cache's size of node disk (an init container's request is the pod's when larger).
+Arguments: (list $ <group>, or "validate" for the validate Job: every model of the cache). */}}
+{{- define "serve-app.fetchInit" -}}
+{{- $root := index . 0 -}}
+{{- $group := index . 1 -}}
+{{- if and (eq $root.Values.modelCache.type "emptyDir") $root.Values.modelFetch.enabled -}}
+{{- $ids := list -}}
+{{- if eq $group "validate" -}}
+{{- if include "serve-app.cacheReferenced" $root }}{{ $ids = include "serve-app.fetchModels" $root | fromYamlArray }}{{ end -}}
+{{- else -}}
+{{- $volumes := index (include "serve-app.groupVolumes" $root | fromYaml) $group -}}
+{{- if $volumes.models -}}
+{{- $ids = include "serve-app.deploymentFetchModels" (list $root $volumes.deployments) | fromYamlArray -}}
+{{- end -}}
+{{- end -}}
+{{- if $ids -}}
+{{- $resources := deepCopy $root.Values.modelFetch.resources -}}
+{{- $requests := merge (dict "ephemeral-storage" $root.Values.modelCache.emptyDir.sizeLimit) ($resources.requests | default dict) -}}
+{{- $_ := set $resources "requests" $requests -}}
+{{- include "serve-app.fetchContainer" (list $root $ids $resources) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The worker groups whose pods fetch models themselves (a NetworkPolicy lets them reach the
+Hub). */}}
+{{- define "serve-app.fetchingGroups" -}}
+{{- $groups := list -}}
+{{- range $group := include "serve-app.workerGroups" . | fromYamlArray -}}
+{{- if include "serve-app.fetchInit" (list $ $group) }}{{ $groups = append $groups $group }}{{ end -}}
+{{- end -}}
+{{- toYaml $groups -}}
 {{- end -}}
