@@ -34,7 +34,10 @@ def build_parser() -> argparse.ArgumentParser:
     cluster_sub = cluster.add_subparsers(dest="cluster_command", required=True)
     for name, text in (
         ("status", "conditions, clusters, applications and deployments"),
-        ("wait-ready", "wait until the RayService is ready (exit 1 on timeout)"),
+        (
+            "wait-ready",
+            "wait until the RayService is ready (exit 1 on timeout or when KubeRay gives up)",
+        ),
     ):
         command = cluster_sub.add_parser(name, help=text)
         command.add_argument("--name", default="serve-app")

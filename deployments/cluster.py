@@ -48,11 +48,20 @@ class RayServiceState:
         )
         return ready and not upgrading and apps_ok
 
+    @property
+    def gave_up(self) -> bool:
+        """KubeRay's initializing timeout (the chart's ray.io/initializing-timeout) expired: a
+        terminal state in which KubeRay deletes the cluster and stops reconciling; only
+        deleting and re-creating the RayService starts over."""
+        ready = self.conditions.get("Ready", {})
+        return ready.get("status") == "False" and ready.get("reason") == "InitializingTimeout"
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "namespace": self.namespace,
             "ready": self.ready,
+            "gave_up": self.gave_up,
             "service_status": self.service_status,
             "conditions": self.conditions,
             "active_cluster": self.active_cluster,
@@ -125,18 +134,20 @@ def fetch_state(api: Any, name: str, namespace: str) -> RayServiceState:
 def wait_ready(
     api: Any, name: str, namespace: str, timeout_s: float, interval_s: float = 5.0
 ) -> RayServiceState:
-    """Poll until ready or ``timeout_s``; returns the last state seen."""
+    """Poll until ready, until KubeRay gives up (its initializing timeout), or ``timeout_s``;
+    returns the last state seen."""
     deadline = time.monotonic() + timeout_s
     while True:
         state = fetch_state(api, name, namespace)
-        if state.ready or time.monotonic() >= deadline:
+        if state.ready or state.gave_up or time.monotonic() >= deadline:
             return state
         time.sleep(min(interval_s, max(0.0, deadline - time.monotonic())))
 
 
 def format_state(state: RayServiceState) -> str:
+    verdict = "READY" if state.ready else "FAILED" if state.gave_up else "NOT READY"
     lines = [
-        f"RayService {state.namespace}/{state.name}: {'READY' if state.ready else 'NOT READY'}"
+        f"RayService {state.namespace}/{state.name}: {verdict}"
         f" (service status {state.service_status or '-'}, serve endpoints {state.serve_endpoints})",
         f"  active cluster: {state.active_cluster or '-'}   pending cluster: {state.pending_cluster or '-'}",
         "  conditions:",
@@ -151,6 +162,12 @@ def format_state(state: RayServiceState) -> str:
             lines.append(
                 f"    {deployment.name:<10} {deployment.status} {deployment.message}".rstrip()
             )
+    if state.gave_up:
+        lines.append(
+            "  KubeRay gave up at its initializing timeout and deleted the Ray cluster: fix the"
+            " cause (pending pods, image pull, model fetch), then delete the RayService and"
+            " install again"
+        )
     return "\n".join(lines)
 
 

@@ -456,7 +456,7 @@ class DeploymentSettings(_Section):
     num_gpus: float = Field(default=0.0, ge=0)
     accelerator_type: str | None = None
     memory_bytes: int | None = Field(default=None, ge=0)
-    # Custom Ray resources, e.g. {"dense_gpu": 1} to pin a deployment to its worker group.
+    # Custom Ray resources, e.g. {"dense_slot": 1} to pin a deployment to its worker group.
     resources: dict[str, float] = Field(default_factory=dict)
     max_ongoing_requests: int = Field(default=16, ge=1)
     # Serve's per-call access log line. Off for the internal deployments: each search makes

@@ -191,3 +191,23 @@ def test_missing_rayservice_is_an_error(tmp_path, capsys):
         ]
         assert main(argv) == 2
         assert "RayService search/other: not found (HTTP 404)" in capsys.readouterr().err
+
+
+def test_wait_ready_stops_when_kuberay_gives_up(tmp_path, capsys):
+    """The object KubeRay v1.7 leaves once the chart's ray.io/initializing-timeout expires
+    (rayservice_controller.go, markFailedOnInitializingTimeout: Ready False with reason
+    InitializingTimeout, cluster names cleared; written from that code, not recorded): terminal,
+    so wait-ready stops at once instead of polling to its own timeout, and says what to do."""
+    gave_up = parse_rayservice(recorded("rayservice_initializing_timeout"))
+    assert gave_up.gave_up and not gave_up.ready and gave_up.active_cluster == ""
+    assert not parse_rayservice(recorded("rayservice_upgrading")).gave_up
+    with FakeApiServer([recorded("rayservice_initializing_timeout")]) as api:
+        argv = [
+            "cluster", "wait-ready", "--name", "serve-app", "--namespace", "search",
+            "--kubeconfig", str(api.kubeconfig(tmp_path)), "--timeout", "600", "--interval", "5",
+        ]  # fmt: skip
+        assert main(argv) == 1
+        assert len(api.requests) == 1
+        out = capsys.readouterr().out
+        assert "FAILED" in out and "InitializingTimeout" in out
+        assert "delete the RayService and install again" in out

@@ -46,7 +46,7 @@ def test_gpu_deployments_ask_for_gpus_and_autoscale():
     assert deployments["splade"]["ray_actor_options"]["num_gpus"] == 0.5
     assert deployments["reranker"]["ray_actor_options"]["num_gpus"] == 0.5
     assert deployments["dense"]["autoscaling_config"]["max_replicas"] == 4
-    assert deployments["dense"]["ray_actor_options"]["resources"] == {"dense_gpu": 1}
+    assert deployments["dense"]["ray_actor_options"]["resources"] == {"dense_slot": 1}
     assert all("accelerator_type" not in d["ray_actor_options"] for d in deployments.values())
     dense = load_config(ROOT / "config" / "gpu.yaml", environ={}).dense
     assert (dense.backend, dense.device, dense.dtype) == ("vllm", "cuda", "bfloat16")

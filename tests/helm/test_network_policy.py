@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.helm.test_chart import SET_IMAGE
+
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "serve-app"
 HELM = ROOT / ".cache" / "bin" / "helm"
@@ -30,6 +32,7 @@ NAMESPACE_LABELS = {
     "monitoring": {"kubernetes.io/metadata.name": "monitoring"},
     "other": {"kubernetes.io/metadata.name": "other"},
     "frontend": {"kubernetes.io/metadata.name": "frontend"},
+    "kube-system": {"kubernetes.io/metadata.name": "kube-system"},
 }
 
 
@@ -122,8 +125,17 @@ def direction_allows(
 
 
 def allowed(
-    policies: list[dict], source: Pod, destination: Pod | External, port: int, protocol="TCP"
+    policies: list[dict],
+    source: Pod | External,
+    destination: Pod | External,
+    port: int,
+    protocol="TCP",
 ) -> bool:
+    """A connection from a pod, or from an address outside the cluster's pods (only the
+    destination's ingress rules apply to it)."""
+    if isinstance(source, External):
+        assert isinstance(destination, Pod)
+        return direction_allows(policies, destination, "Ingress", source, port, protocol)
     out = direction_allows(policies, source, "Egress", destination, port, protocol)
     if isinstance(destination, External):
         return out
@@ -131,7 +143,7 @@ def allowed(
 
 
 def render(values: str | None) -> list[dict]:
-    args = [str(HELM), "template", "rel", str(CHART), "--namespace", NAMESPACE]
+    args = [str(HELM), "template", "rel", str(CHART), "--namespace", NAMESPACE, *SET_IMAGE]
     if values:
         args += ["-f", str(CHART / values)]
     done = subprocess.run(args, capture_output=True, text=True, timeout=60)
@@ -155,6 +167,8 @@ STRANGER = Pod("other", {"app": "curious"})
 NEIGHBOUR = Pod(NAMESPACE, {"app": "something-else"})
 FRONTEND = Pod("frontend", {"app": "web"})
 API_SERVER = External("10.96.0.1")
+CONTROL_PLANE = External("172.16.0.2")  # where the API server's own connections come from
+KONNECTIVITY = Pod("kube-system", {"k8s-app": "konnectivity-agent"})
 
 
 @pytest.mark.parametrize("values", [None, "ci/gpu-production.yaml", "ci/external-stores.yaml"])
@@ -164,8 +178,12 @@ def test_what_must_talk_can_and_nothing_else(values):
     assert policies, "networkPolicy.enabled is the default"
     head, workers = ray_pods(docs)
 
-    # KubeRay submits serveConfigV2 to the dashboard and reads Serve's status there.
+    # KubeRay submits serveConfigV2 to the dashboard and reads Serve's status there, and checks
+    # the head's Serve proxy (/-/healthz on 8000) to put the head in the Serve Service or not.
     assert allowed(policies, OPERATOR, head, 8265)
+    assert allowed(policies, OPERATOR, head, 8000)
+    # Without networkPolicy.operatorUsesKubernetesProxy nothing comes from the API server.
+    assert not allowed(policies, CONTROL_PLANE, head, 8265)
     # The autoscaler sidecar reaches the API server.
     assert allowed(policies, head, API_SERVER, 443)
     # Prometheus scrapes every Ray pod's metrics port.
@@ -250,8 +268,14 @@ def test_the_validate_hook_reaches_the_stores_and_nothing_else(values):
         assert not allowed(policies, validate, MANAGED_STORE, 9200)
     else:  # storeEgress by port only: a store outside the cluster too
         assert allowed(policies, validate, MANAGED_STORE, 9200)
-    # Nothing else: not the Hub, not the API server, not the Ray pods' ports.
-    assert not allowed(policies, validate, External("18.164.52.75"), 443)
+    # The Hub only where the Job fetches the models itself (modelCache.type emptyDir, as
+    # ci/external-stores.yaml has it; ci/gpu-production.yaml reads a shared claim).
+    job = [d for d in docs if d["kind"] == "Job" and d["metadata"]["name"].endswith("-validate")]
+    fetches = bool(job[0]["spec"]["template"]["spec"].get("initContainers"))
+    assert fetches == (values == "ci/external-stores.yaml")
+    assert allowed(policies, validate, External("18.164.52.75"), 443) == fetches
+    # Nothing else: not the API server, not the cluster's private ranges, not the Ray pods.
+    assert not allowed(policies, validate, External("10.0.12.7"), 443)
     assert not allowed(policies, validate, API_SERVER, 443)
     for port in (6379, 8265, 8000, 8080):
         assert not allowed(policies, validate, head, port)
@@ -275,7 +299,7 @@ FT_ON = (
 
 
 def render_with(values: str | None, *extra: str) -> list[dict]:
-    args = [str(HELM), "template", "rel", str(CHART), "--namespace", NAMESPACE]
+    args = [str(HELM), "template", "rel", str(CHART), "--namespace", NAMESPACE, *SET_IMAGE]
     if values:
         args += ["-f", str(CHART / values)]
     done = subprocess.run([*args, *extra], capture_output=True, text=True, timeout=60)
@@ -322,3 +346,52 @@ def test_redis_egress_narrowed_to_its_namespace():
     assert allowed(policies, head, REDIS, 6379)
     assert not allowed(policies, head, Pod("other", {"app": "db"}), 6379)
     assert not allowed(policies, head, External("10.0.0.7"), 6379)
+
+
+PROXY_PEERS = {
+    "control-plane-cidr": '[{"ipBlock": {"cidr": "172.16.0.0/28"}}]',
+    "konnectivity-agents": (
+        '[{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},'
+        ' "podSelector": {"matchLabels": {"k8s-app": "konnectivity-agent"}}}]'
+    ),
+}
+
+
+@pytest.mark.parametrize("peers", list(PROXY_PEERS), ids=list(PROXY_PEERS))
+@pytest.mark.parametrize("values", [None, "ci/gpu-production.yaml", "ci/external-stores.yaml"])
+def test_with_use_kubernetes_proxy_the_api_server_reaches_the_head(values, peers):
+    """KubeRay's useKubernetesProxy: the dashboard client goes through
+    /api/v1/namespaces/<ns>/services/<head>:dashboard/proxy and the Serve health check through
+    .../pods/<head>:8000/proxy/ (ray-operator/controllers/ray/utils/util.go, v1.7.0), so the
+    head's 8265 and 8000 are reached from the API server's addresses (or the Konnectivity
+    agents that carry its connections): admitted from networkPolicy.apiServerFrom, and from
+    nothing else that was not admitted before."""
+    source = CONTROL_PLANE if peers == "control-plane-cidr" else KONNECTIVITY
+    docs = render_with(
+        values,
+        "--set", "networkPolicy.operatorUsesKubernetesProxy=true",
+        "--set-json", f"networkPolicy.apiServerFrom={PROXY_PEERS[peers]}",
+    )  # fmt: skip
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    head, workers = ray_pods(docs)
+    for port in (8265, 8000):
+        assert allowed(policies, source, head, port)
+        assert allowed(policies, OPERATOR, head, port)  # the operator without the flag, too
+    # The dashboard stays closed to everyone else (8000 is also the API port: open to clients
+    # as networkPolicy.ingressFrom says, checked above).
+    assert not allowed(policies, External("203.0.113.9"), head, 8265)
+    assert not allowed(policies, STRANGER, head, 8265)
+    for port in (6379, 8080, 10_002):  # the proxy path opens nothing else on the head
+        assert not allowed(policies, source, head, port)
+    assert not allowed(policies, source, workers[0], 8265)
+    assert not allowed(policies, Pod("kube-system", {"k8s-app": "kube-dns"}), head, 8265)
+
+
+def test_use_kubernetes_proxy_without_its_source_is_refused():
+    from tests.helm.test_chart import render as render_raw
+
+    result = render_raw(
+        str(HELM), CHART, None, "--set", "networkPolicy.operatorUsesKubernetesProxy=true"
+    )
+    assert result.returncode != 0
+    assert "networkPolicy.apiServerFrom" in result.stderr, result.stderr

@@ -1,6 +1,12 @@
-"""The rendered RayService checked with the code that runs it: Ray's own KubeRay autoscaler
-config derivation and its bin-packing scheduler (both ship in the ray wheel), and the shell
-line KubeRay builds from rayStartParams."""
+"""The rendered RayService checked with the code that runs it: the `ray start` line KubeRay
+v1.7.0 builds for each group (tests/helm/kuberay_start.py, ported from its Go source and held to
+its own unit tests) read by Ray's own `ray start` CLI, Ray's KubeRay autoscaler config
+derivation, and Ray's bin-packing scheduler (both ship in the ray wheel).
+
+Two readers of one group spec: the raylet advertises what KubeRay's line says, the autoscaler
+provisions what its own derivation says. Replicas are placed on the former, so placement is
+packed into the raylets' resources, and the two must be equal or the autoscaler scales groups
+for replicas that can never land there."""
 
 from __future__ import annotations
 
@@ -15,6 +21,9 @@ from ray.autoscaler._private.kuberay.autoscaling_config import (
 )
 from ray.autoscaler._private.resource_demand_scheduler import get_bin_pack_residual
 
+from tests.helm.kuberay_start import HEAD, WORKER, group_ray_start_command, raylet_resources
+from tests.helm.test_chart import SET_IMAGE
+
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "serve-app"
 HELM = ROOT / ".cache" / "bin" / "helm"
@@ -22,7 +31,7 @@ VALUES = [None, "ci/cpu-small.yaml", "ci/gpu-production.yaml", "ci/external-stor
 
 
 def rendered_rayservice(values: str | None) -> dict:
-    args = [str(HELM), "template", "rel", str(CHART), "--namespace", "search"]
+    args = [str(HELM), "template", "rel", str(CHART), "--namespace", "search", *SET_IMAGE]
     if values:
         args += ["-f", str(CHART / values)]
     done = subprocess.run(args, capture_output=True, text=True, timeout=60)
@@ -75,21 +84,59 @@ def test_ray_autoscaler_accepts_the_rendered_cluster(cluster):
     for name, group in groups.items():
         assert types[name]["max_workers"] == group["maxReplicas"]
         container = group["template"]["spec"]["containers"][0]["resources"]
-        # Ray is told exactly the CPUs the pod requests, and the GPUs it is given.
-        assert types[name]["resources"]["CPU"] == int(container["requests"]["cpu"])
+        # Ray is told exactly the CPUs the pod requests (none on the embedded store's own pod,
+        # so no other replica takes its place), and the GPUs it is given.
+        cpus = 0 if name == "store" else int(container["requests"]["cpu"])
+        assert types[name]["resources"]["CPU"] == cpus
         assert types[name]["resources"].get("GPU", 0) == int(
             container.get("limits", {}).get("nvidia.com/gpu", 0)
         )
 
 
-def test_every_deployment_fits_a_group_and_all_fit_at_max_size(cluster):
+def planned_resources(config: dict) -> dict[str, dict]:
+    """Ray's autoscaler's node types: group -> resources (zero entries dropped, as a raylet
+    drops them)."""
+    return {
+        name: {k: v for k, v in node_type["resources"].items() if v}
+        for name, node_type in config["available_node_types"].items()
+    }
+
+
+def resources_per_group(values: str | None) -> str:
+    """Both readings of each group, one line each (what the README's figures come from)."""
+    service = rendered_rayservice(values)
+    planned = planned_resources(_derive_autoscaling_config_from_ray_cr(as_raycluster(service)))
+    started = raylet_resources(service["spec"]["rayClusterConfig"])
+    return "\n".join(
+        f"{group}: raylet {started[group]} | autoscaler {planned[group]}" for group in planned
+    )
+
+
+def test_raylets_advertise_what_the_autoscaler_provisions_for(cluster):
+    """For every group, the resources its raylets advertise (KubeRay's `ray start` line) are
+    the resources Ray's autoscaler believes the group's pods have. The chart before this test
+    named its pinning resources dense_gpu / sparse_gpu: KubeRay made them --num-gpus, the
+    autoscaler kept them as custom resources."""
     service, config = cluster
-    nodes = [
-        dict(node_type["resources"])
+    started = raylet_resources(service["spec"]["rayClusterConfig"])
+    assert started == planned_resources(config)
+
+
+def worker_nodes(service: dict, config: dict) -> list[dict]:
+    """Every worker pod at its group's maximum, with what its raylet advertises."""
+    started = raylet_resources(service["spec"]["rayClusterConfig"])
+    return [
+        dict(started[name])
         for name, node_type in config["available_node_types"].items()
         if name != "headgroup"
         for _ in range(node_type["max_workers"])
     ]
+
+
+def test_every_deployment_fits_a_group_and_all_fit_at_max_size(cluster):
+    """Packed into what the raylets advertise (not the rendered `resources` field)."""
+    service, config = cluster
+    nodes = worker_nodes(service, config)
     demands = deployment_demands(service)
     for name, bundle, _ in demands:
         unfit, _ = get_bin_pack_residual(nodes[:], [bundle])
@@ -100,27 +147,34 @@ def test_every_deployment_fits_a_group_and_all_fit_at_max_size(cluster):
 
 
 def test_gpu_deployments_land_only_on_their_group():
-    """dense_gpu / sparse_gpu are offered by one group each: a dense replica cannot take a
-    SPLADE GPU and the other way round (checked with the same bin packer)."""
+    """dense_slot / sparse_slot are advertised by one group's raylets each: a dense replica
+    cannot take a SPLADE GPU and the other way round (checked with the same bin packer)."""
     service = rendered_rayservice("ci/gpu-production.yaml")
-    config = _derive_autoscaling_config_from_ray_cr(as_raycluster(service))
-    types = config["available_node_types"]
+    started = raylet_resources(service["spec"]["rayClusterConfig"])
     demands = {name: bundle for name, bundle, _ in deployment_demands(service)}
-    for deployment, group in [("dense", "dense-gpu"), ("splade", "sparse-gpu")]:
-        for other, node_type in types.items():
-            unfit, _ = get_bin_pack_residual([dict(node_type["resources"])], [demands[deployment]])
-            assert (not unfit) == (other == group), (deployment, other)
+    for deployment, group in [
+        ("dense", "dense-gpu"),
+        ("splade", "sparse-gpu"),
+        ("reranker", "sparse-gpu"),
+    ]:
+        for other, resources in started.items():
+            unfit, _ = get_bin_pack_residual([dict(resources)], [demands[deployment]])
+            assert (not unfit) == (other == group), (deployment, other, resources)
 
 
 @pytest.mark.parametrize("values", VALUES, ids=lambda v: v or "defaults")
 def test_ray_start_params_survive_the_shell(values):
-    """KubeRay writes `ray start --key=value ...` into `bash -c`: every parameter must stay one
-    argument after the shell splits the line."""
+    """KubeRay writes `ray start --key=value ...` into `bash -c`: every rendered parameter must
+    stay one argument of the line KubeRay builds after the shell splits it (and Ray's CLI must
+    accept the line: raylet_resources parses it)."""
     spec = rendered_rayservice(values)["spec"]["rayClusterConfig"]
-    for group in [spec["headGroupSpec"], *spec["workerGroupSpecs"]]:
-        params = group.get("rayStartParams") or {}
-        line = "ray start " + " ".join(f"--{key}={value}" for key, value in params.items())
-        assert shlex.split(line)[2:] == [f"--{k}={v}" for k, v in params.items()]
+    groups = [(spec["headGroupSpec"], HEAD)] + [(g, WORKER) for g in spec["workerGroupSpecs"]]
+    for group, node_type in groups:
+        words = shlex.split(group_ray_start_command(spec, group, node_type))
+        for key, value in (group.get("rayStartParams") or {}).items():
+            expected = f"--{key}" if str(value).lower() == "true" else f"--{key}={value}"
+            assert expected in words, (key, value, words)
+    raylet_resources(spec)
 
 
 def _token_mounted(pod_spec: dict, accounts: dict[str, dict]) -> bool:
@@ -136,7 +190,7 @@ def test_autoscaler_sidecar_can_reach_the_api_server(values):
     """KubeRay (>= 0.6) binds the autoscaler's Role to the head pod's service account and does
     not create that account when the pod names one: the chart must create it, and the head
     must mount its token. Workers never get a token."""
-    args = [str(HELM), "template", "rel", str(CHART), "--namespace", "search"]
+    args = [str(HELM), "template", "rel", str(CHART), "--namespace", "search", *SET_IMAGE]
     if values:
         args += ["-f", str(CHART / values)]
     done = subprocess.run(args, capture_output=True, text=True, timeout=60)

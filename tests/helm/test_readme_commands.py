@@ -1,4 +1,4 @@
-"""The shell commands in README.md and helm/serve-app/README.md are real: every helm and kubectl
+"""The shell commands in README.md, docs/kubernetes.md and helm/serve-app/README.md are real: every helm and kubectl
 flag is in the help of the Helm 4.1 / kubectl 1.35 binaries, every `serve-app` line parses with
 the CLI's own parser, every `--set` key of this chart exists (values.yaml, or the application
 configuration for `config.*`), the install and upgrade lines render with `helm template`,
@@ -31,7 +31,8 @@ from serve_app.config import AppConfig, load_config
 from tests.helm.test_chart import CHART, CRD, HELM, K8S_VERSION, ROOT
 
 KUBECTL = ROOT / ".cache" / "bin" / "kubectl"
-DOCS = [ROOT / "README.md", CHART / "README.md"]
+DEPLOY_DOCS = [ROOT / "README.md", ROOT / "docs" / "kubernetes.md"]  # the whole sequence each
+DOCS = [*DEPLOY_DOCS, CHART / "README.md"]
 SHELLS = {"bash", "sh", "shell"}
 OPERATORS = {";", "&&", "||", "|", "&", "(", ")", "$(", "`"}
 REDIRECTS = {"<", ">", ">>", "<<", "<<-", "2>", "&>"}
@@ -342,9 +343,17 @@ def test_set_keys_exist(doc, command):
             assert (ROOT / value).is_file(), value
 
 
-def template_args(doc: Doc, command: Command, previous: list[str]) -> list[str]:
+# A registry the chart accepts in place of step 1's, which names an example domain on purpose
+# (copied as written, the install stops and says how to build and name the image).
+REGISTRY = "registry.internal/search"
+
+
+def template_args(
+    doc: Doc, command: Command, previous: list[str], registry: str | None = REGISTRY
+) -> list[str]:
     """helm template arguments for an install/upgrade line, with the README's exported
-    variables; an upgrade that reuses values starts from the install line before it."""
+    variables (REGISTRY replaced by ``registry`` unless None); an upgrade that reuses values
+    starts from the install line before it."""
     keep = {"-n", "--namespace", "-f", "--values", *SET_FLAGS}
     args = (
         list(previous)
@@ -355,6 +364,8 @@ def template_args(doc: Doc, command: Command, previous: list[str]) -> list[str]:
     for i, arg in enumerate(argv):
         if arg in keep:
             env = {**parse_doc(ROOT / "README.md").env, **doc.env}  # step 1's exports
+            if registry is not None:
+                env["REGISTRY"] = registry
             value = string.Template(argv[i + 1]).safe_substitute(env)
             args += [arg, value]
     return args
@@ -381,12 +392,32 @@ def test_install_and_upgrade_lines_render(tmp_path):
         image = service["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"][
             "containers"
         ][0]["image"]
-        assert image == "registry.example.com/search/serve-app:0.1.0", image
+        assert image == f"{REGISTRY}/serve-app:0.1.0", image
         if any(k.startswith("gcsFaultTolerance.") for k, _ in set_pairs(command.argv)):
             options = service["spec"]["rayClusterConfig"]["gcsFaultToleranceOptions"]
             assert options["redisPassword"]["valueFrom"]["secretKeyRef"]["name"]
         rendered += 1
     assert rendered >= 3  # README step 5, its GCS fault tolerance upgrade, the chart README
+
+
+def test_the_placeholder_registry_as_written_is_refused_with_the_build_command():
+    """Step 1's REGISTRY is an example domain: run as written, every install line fails before
+    anything reaches the cluster, naming the Dockerfile, the build command and the value."""
+    installs = [
+        (d, c) for d, c in chart_commands() if "--install" in c.argv or c.argv[1] == "install"
+    ]
+    assert len(installs) >= 4  # README, the chart's README, docs: vanilla and production
+    for doc, command in installs:
+        env = {**parse_doc(ROOT / "README.md").env, **doc.env}
+        assert "example." in env["REGISTRY"]  # registry.example.com/search
+        args = template_args(doc, command, [], registry=None)
+        done = subprocess.run(
+            [str(HELM), "template", chart_args(command.argv)[0], "helm/serve-app", *args],
+            cwd=ROOT, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert done.returncode != 0, command.line
+        for hint in ("reserved for examples", "Dockerfile", "docker build", "image.repository="):
+            assert hint in done.stderr, done.stderr
 
 
 # -- third-party charts ---------------------------------------------------------------------
@@ -418,17 +449,25 @@ def test_third_party_charts_are_pinned_and_their_repositories_added():
             if c.argv[:3] == ["helm", "repo", "add"] and c.argv[3] == repo
         ]
         assert added and added[0].startswith("https://"), (repo, command.line)
-    (kuberay,) = [c for _, c in installs if "kuberay/kuberay-operator" in c.argv]
-    assert kuberay.argv[kuberay.argv.index("--version") + 1] == "1.7.0"
+    kuberay = [c for _, c in installs if "kuberay/kuberay-operator" in c.argv]
+    assert kuberay
+    for command in kuberay:
+        assert command.argv[command.argv.index("--version") + 1] == "1.7.0"
 
 
 # -- what the commands name and send ---------------------------------------------------------
-def readme() -> Doc:
-    return parse_doc(ROOT / "README.md")
+def production_install(doc: Doc) -> Command:
+    """The doc's install line with the production values."""
+    (command,) = [
+        c for d, c in chart_commands()
+        if d is doc and "helm/serve-app/ci/gpu-production.yaml" in c.argv
+    ]  # fmt: skip
+    return command
 
 
-def test_applied_manifests_validate_strictly():
-    applied = [c for c in readme().commands if c.program == "kubectl" and "apply" in c.argv]
+@pytest.mark.parametrize("path", DEPLOY_DOCS, ids=lambda p: p.name)
+def test_applied_manifests_validate_strictly(path):
+    applied = [c for c in parse_doc(path).commands if c.program == "kubectl" and "apply" in c.argv]
     assert applied
     for command in applied:
         assert command.heredoc, command.line
@@ -436,12 +475,12 @@ def test_applied_manifests_validate_strictly():
             kubernetes_validate.validate(manifest, K8S_VERSION, strict=True)
 
 
-def test_names_match_the_rendered_chart():
-    """The Service, Secrets, claim and RayService the README's commands name are the ones the
-    chart renders from step 5's values."""
-    doc = readme()
-    (_, install) = next((d, c) for d, c in chart_commands() if d is doc)
-    args = template_args(doc, install, [])
+@pytest.mark.parametrize("path", DEPLOY_DOCS, ids=lambda p: p.name)
+def test_names_match_the_rendered_chart(path):
+    """The Service, Secrets, claim and RayService the doc's commands name are the ones the
+    chart renders from step 5's values (the production install)."""
+    doc = parse_doc(path)
+    args = template_args(doc, production_install(doc), [])
     done = subprocess.run(
         [str(HELM), "template", "serve-app", "helm/serve-app", *args],
         cwd=ROOT, capture_output=True, text=True, timeout=60, check=True,
@@ -480,23 +519,27 @@ def test_names_match_the_rendered_chart():
     assert claims <= names
 
 
-def test_the_ingest_body_is_the_api_request():
+@pytest.mark.parametrize("path", DEPLOY_DOCS, ids=lambda p: p.name)
+def test_the_ingest_body_is_the_api_request(path):
     from serve_app.api.models import IngestRequest
 
-    posts = [c for c in readme().commands if c.program == "curl" and "/v1/documents" in c.line]
+    posts = [
+        c for c in parse_doc(path).commands if c.program == "curl" and "/v1/documents" in c.line
+    ]
     assert posts
     for command in posts:
         body = command.argv[command.argv.index("-d") + 1]
         assert IngestRequest.model_validate_json(body).documents
 
 
-def test_the_test_token_passes_the_api_authenticator(monkeypatch):
+@pytest.mark.parametrize("path", DEPLOY_DOCS, ids=lambda p: p.name)
+def test_the_test_token_passes_the_api_authenticator(monkeypatch, path):
     """The README's token minting, run as written with a secret in JWT_SECRET, gives a token
     the API accepts under config/gpu.yaml (audience, issuer, exp, tenant, scopes)."""
     from serve_app.api.auth import Authenticator
 
     (mint,) = [
-        c for c in readme().commands
+        c for c in parse_doc(path).commands
         if c.program == "python" and c.argv[1:2] == ["-c"] and "jwt.encode" in c.argv[2]
     ]  # fmt: skip
     secret = "a-32-byte-secret-for-the-readme-test"
@@ -513,9 +556,45 @@ def test_the_test_token_passes_the_api_authenticator(monkeypatch):
     assert config.api.auth.jwt.audience and config.api.auth.jwt.issuer  # both checked
 
 
-def test_the_parser_sees_every_step():
-    """Guards the extraction itself: the README's sequence yields the commands checked above."""
-    programs = [c.program for c in readme().commands]
+@pytest.mark.parametrize("path", DEPLOY_DOCS, ids=lambda p: p.name)
+def test_the_parser_sees_every_step(path):
+    """Guards the extraction itself: each doc's sequence yields the commands checked above."""
+    programs = [c.program for c in parse_doc(path).commands]
     for program in ("docker", "kubectl", "helm", "serve-app", "python", "curl"):
         assert program in programs, program
     assert len(all_commands("helm")) >= 10 and len(all_commands("kubectl")) >= 10
+
+
+def test_every_value_the_prerequisites_name_exists():
+    """docs/kubernetes.md's prerequisites say which value to change when a cluster differs:
+    every chart value they name (a key under one of values.yaml's top-level keys; `*` any
+    worker group, or anything below) is a key of values.yaml."""
+    text = (ROOT / "docs" / "kubernetes.md").read_text()
+    section = text.split("## Prerequisites", 1)[1].split("\n## ", 1)[0]
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    named = {
+        key
+        for code in re.findall(r"`([A-Za-z][\w.*{},]*)(?:=[^`]*)?`", section)
+        if code.split(".")[0] in values
+        for key in expand(code)
+    }
+    assert len(named) >= 15, named
+    for key in sorted(named):
+        if key.startswith("workerGroups.*."):
+            concrete = [key.replace("*", group) for group in values["workerGroups"]]
+        else:
+            concrete = [key.removesuffix(".*")]
+        for one in concrete:
+            assert values_has(key_path(one)), one
+
+
+def expand(code: str) -> list[str]:
+    """`a.{b,c}.d` -> a.b.d, a.c.d."""
+    match = re.search(r"\{([^}]*)\}", code)
+    if not match:
+        return [code]
+    return [
+        key
+        for option in match.group(1).split(",")
+        for key in expand(code[: match.start()] + option + code[match.end() :])
+    ]

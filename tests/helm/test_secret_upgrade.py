@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.helm.test_chart import SET_IMAGE
+
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "serve-app"
 HELM = ROOT / ".cache" / "bin" / "helm"
@@ -29,7 +31,7 @@ SECRET = "rel-serve-app-secrets"
 
 def rendered_kinds() -> set[tuple[str, str]]:
     done = subprocess.run(
-        [str(HELM), "template", "rel", str(CHART), "--namespace", NAMESPACE],
+        [str(HELM), "template", "rel", str(CHART), "--namespace", NAMESPACE, *SET_IMAGE],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -148,7 +150,7 @@ def render_against(server: FakeApiServer, tmp_path: Path, *extra: str) -> dict:
     done = subprocess.run(
         [str(HELM), "template", "rel", str(CHART), "--namespace", NAMESPACE,
          "--kubeconfig", str(kubeconfig), "--dry-run=server", "--disable-openapi-validation",
-         "-s", "templates/secret.yaml", *extra],
+         "-s", "templates/secret.yaml", *SET_IMAGE, *extra],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr

@@ -73,12 +73,14 @@ def test_the_hook_objects_validate_strictly(values, extra):
 
 @pytest.mark.parametrize("values", ["ci/gpu-production.yaml", "ci/external-stores.yaml"])
 def test_before_upgrades_only_after_the_model_fetch(values):
-    """pre-upgrade, never pre-install (no index exists before the first start); the Job after
-    the model-fetch Job (Helm runs hooks by weight, each to completion) and after its ConfigMap
+    """pre-upgrade, never pre-install (no index exists before the first start); with a shared
+    cache, the Job after the model-fetch Job (Helm runs hooks by weight, each to completion) and after its ConfigMap
     and policy; a succeeded run removed, a failed one kept for its logs."""
-    docs = render(values)
+    docs = render(values, "--set", "modelCache.type=pvc")  # the shared cache's Job
     hook = validate_hook(docs)
-    (fetch,) = [d for d in docs if d["metadata"]["name"].endswith("-model-fetch")]
+    (fetch,) = [
+        d for d in docs if d["kind"] == "Job" and d["metadata"]["name"].endswith("-model-fetch")
+    ]
     for doc in hook.values():
         assert listed(doc, "helm.sh/hook") == {"pre-upgrade"}, doc["kind"]
         assert listed(doc, "helm.sh/hook-delete-policy") == {
@@ -183,6 +185,31 @@ def test_the_job_runs_as_the_ray_pods_without_a_gpu(values, extra):
     for group in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]:
         ray_labels = group["template"]["metadata"]["labels"]
         assert labels["app.kubernetes.io/name"] != ray_labels["app.kubernetes.io/name"]
+
+
+def test_with_its_own_cache_the_job_fetches_the_models_first():
+    """modelCache.type emptyDir (the default): no shared cache to read, so the Job's init
+    container fetches every model of the configuration into the Job's own cache, as the Ray
+    pods do (the same container), before `validate --no-load` checks their files."""
+    from serve_app.model_fetch import cache_ids
+
+    docs = render("ci/external-stores.yaml")
+    assert not [d for d in docs if d["kind"] == "Job" and d["metadata"]["name"].endswith("-fetch")]
+    pod = validate_hook(docs)["Job"]["spec"]["template"]["spec"]
+    (init,) = pod["initContainers"]
+    assert init["command"] == ["python", "-m", "serve_app.model_fetch"]
+    ids = cache_ids(config_from_dict(serve_config(docs), "chart"), "/models")
+    assert init["args"][4:] == ids and ids
+    (service,) = [d for d in docs if d["kind"] == "RayService"]
+    (sparse,) = [
+        g for g in service["spec"]["rayClusterConfig"]["workerGroupSpecs"]
+        if g["groupName"] == "sparse-gpu"
+    ]  # fmt: skip
+    (ray_init,) = sparse["template"]["spec"]["initContainers"]
+    same = ("image", "command", "env", "securityContext", "volumeMounts", "resources")
+    assert {k: init[k] for k in same} == {k: ray_init[k] for k in same}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert "emptyDir" in volumes["models"]
 
 
 def test_no_cache_mount_when_no_model_is_in_the_cache():

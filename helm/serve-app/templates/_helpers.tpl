@@ -31,8 +31,35 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 
+{{/*
+The image: there is no published one, so image.repository must name the one you built and
+pushed. Refused: empty; not an image repository (an unexpanded $REGISTRY or <registry>); a host
+of the names reserved for examples (RFC 2606: example.com/.net/.org, *.example, *.invalid),
+which no registry serves; the chart's former default ghcr.io/serve-app/serve-app, never
+published. The tag defaults to the chart's appVersion.
+*/}}
 {{- define "serve-app.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- $repo := .Values.image.repository | default "" -}}
+{{- $tag := .Values.image.tag | default .Chart.AppVersion -}}
+{{- $component := "[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*" -}}
+{{- $label := "(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])" -}}
+{{- $domain := printf "(?:%s(?:\\.%s)+(?::[0-9]+)?|%s:[0-9]+|localhost)" $label $label $label -}}
+{{- $reference := printf "^(?:%s/)?%s(?:/%s)*$" $domain $component $component -}}
+{{- $host := first (splitList "/" $repo) | lower -}}
+{{- $why := "" -}}
+{{- if not $repo -}}
+{{- $why = "image.repository is empty" -}}
+{{- else if not (regexMatch $reference $repo) -}}
+{{- $why = printf "image.repository %q is no image repository (an unexpanded variable or placeholder?)" $repo -}}
+{{- else if or (regexMatch "^(?:[^/]*\\.)?example\\.(?:com|net|org)(?::[0-9]+)?$" $host) (regexMatch "\\.(?:example|invalid)(?::[0-9]+)?$" $host) -}}
+{{- $why = printf "image.repository %q is on %s, a name reserved for examples" $repo $host -}}
+{{- else if eq $repo "ghcr.io/serve-app/serve-app" -}}
+{{- $why = printf "image.repository %q was never published" $repo -}}
+{{- end -}}
+{{- if $why -}}
+{{- fail (printf "%s. Build the image from the Dockerfile at the repository root and push it where your nodes pull from: `docker build -t <registry>/serve-app:%s . && docker push <registry>/serve-app:%s`; then set image.repository=<registry>/serve-app (image.tag defaults to the chart's appVersion, %s)" $why $tag $tag .Chart.AppVersion) -}}
+{{- end -}}
+{{ $repo }}:{{ $tag }}
 {{- end -}}
 
 {{- define "serve-app.secretName" -}}
@@ -52,7 +79,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- $base := .Files.Get "files/config.yaml" | fromYaml -}}
 {{- $merged := mergeOverwrite (deepCopy $base) (deepCopy (.Values.config | default dict)) -}}
 {{- /* A deployment's `resources` given in values replaces the file's (a merge could never
-drop a custom resource such as dense_gpu, so a CPU install would still ask for a GPU group). */ -}}
+drop a custom resource such as dense_slot, so a CPU install would still ask for a GPU group). */ -}}
 {{- range $name, $options := ((.Values.config | default dict).serve | default dict) -}}
 {{- if and (kindIs "map" $options) (hasKey $options "resources") -}}
 {{- $_ := set (index $merged.serve $name) "resources" (deepCopy ($options.resources | default dict)) -}}
@@ -74,21 +101,24 @@ drop a custom resource such as dense_gpu, so a CPU install would still ask for a
 {{- if $os }}{{ $_ := set $stores "opensearch" $os }}{{ end -}}
 {{- if $qd }}{{ $_ := set $stores "qdrant" $qd }}{{ end -}}
 {{- $_ := set $merged "stores" $stores -}}
-{{- /* The embedded store's replica must run where its data volume is: only the CPU group
-mounts it and advertises the Ray resource data_volume, which the store asks for. */ -}}
+{{- /* The embedded store's replica must run where its data volume is: only the store group
+mounts it and advertises the Ray resource data_volume, which the store asks for. That group
+advertises no CPU and the store asks for none (its pod's CPUs are the container's), so no other
+replica can take the store's place there. */ -}}
 {{- if include "serve-app.storePinned" . -}}
 {{- $serve := $merged.serve | default dict -}}
 {{- $store := index $serve "store" | default dict -}}
 {{- $resources := deepCopy ($store.resources | default dict) -}}
 {{- $_ := set $resources "data_volume" 1 -}}
 {{- $_ := set $store "resources" $resources -}}
+{{- $_ := set $store "num_cpus" 0 -}}
 {{- $_ := set $serve "store" $store -}}
 {{- $_ := set $merged "serve" $serve -}}
 {{- end -}}
 {{- toYaml $merged -}}
 {{- end -}}
 
-{{/* "true" when the store is the embedded one with a data volume (pinned to the CPU group). */}}
+{{/* "true" when the store is the embedded one with a data volume (pinned to the store group). */}}
 {{- define "serve-app.storePinned" -}}
 {{- $base := .Files.Get "files/config.yaml" | fromYaml -}}
 {{- $values := .Values.config | default dict -}}
@@ -96,29 +126,41 @@ mounts it and advertises the Ray resource data_volume, which the store asks for.
 {{- if and (eq $topology "embedded") .Values.dataVolume.enabled }}true{{ end -}}
 {{- end -}}
 
+{{/* The worker groups rendered: the store group only with the embedded store's data volume. */}}
+{{- define "serve-app.workerGroups" -}}
+{{- $groups := list "cpu" "dense-gpu" "sparse-gpu" -}}
+{{- if include "serve-app.storePinned" . }}{{ $groups = append $groups "store" }}{{ end -}}
+{{- toYaml $groups -}}
+{{- end -}}
+
 {{/*
 The Ray resources each group advertises (the group-level `resources` field: KubeRay passes them
 to `ray start`, Ray's autoscaler reads them). The head runs no replicas (num-cpus 0 in its
 rayStartParams). The CPU count is the container's CPU request, so Ray never schedules more
-than the pod got; only dense-gpu offers dense_gpu and only sparse-gpu offers sparse_gpu, so
-the matching deployments land there; only cpu offers data_volume (the embedded store).
+than the pod got; only dense-gpu offers dense_slot and only sparse-gpu offers sparse_slot, so
+the matching deployments land there. With the embedded store, the store group (one pod, the
+only one that mounts the data volume, so ReadWriteOnce suffices) offers data_volume and no CPU:
+only the store's replica lands there.
+Custom names must survive KubeRay (pod.go, updateRayStartParamsResources): a name whose lower
+case is "cpu" or "memory", ends in "gpu" or is an NVIDIA MIG slice becomes --num-cpus,
+--memory or --num-gpus, and only the rest reach --resources (tests/helm/kuberay_start.py).
 */}}
 {{- define "serve-app.rayResources" -}}
 {{- $w := .Values.workerGroups -}}
 head: {CPU: "0"}
 cpu:
   CPU: {{ $w.cpu.resources.requests.cpu | quote }}
-  {{- if include "serve-app.storePinned" . }}
-  data_volume: "1"
-  {{- end }}
+{{- if include "serve-app.storePinned" . }}
+store: {CPU: "0", data_volume: "1"}
+{{- end }}
 dense-gpu:
   CPU: {{ $w.denseGpu.resources.requests.cpu | quote }}
   GPU: {{ $w.denseGpu.gpus | quote }}
-  dense_gpu: {{ $w.denseGpu.gpus | quote }}
+  dense_slot: {{ $w.denseGpu.gpus | quote }}
 sparse-gpu:
   CPU: {{ $w.sparseGpu.resources.requests.cpu | quote }}
   GPU: {{ $w.sparseGpu.gpus | quote }}
-  sparse_gpu: {{ $w.sparseGpu.gpus | quote }}
+  sparse_slot: {{ $w.sparseGpu.gpus | quote }}
 {{- end -}}
 
 {{/* A Kubernetes CPU quantity ("4", "500m") as a number. */}}
@@ -164,19 +206,21 @@ volume when the embedded store's replica can. Read-only for the cache; read-writ
 {{- $refs := include "serve-app.modelReferences" $config | fromYaml -}}
 {{- $offers := include "serve-app.rayResources" . | fromYaml -}}
 {{- $deployments := concat (keys $refs) (list "store" "ingress") | uniq | sortAlpha -}}
-{{- range $group := list "head" "cpu" "dense-gpu" "sparse-gpu" }}
+{{- range $group := prepend (include "serve-app.workerGroups" . | fromYamlArray) "head" }}
 {{- $offer := index $offers $group -}}
 {{- $models := false -}}
 {{- $data := false -}}
+{{- $fitting := list -}}
 {{- range $name := $deployments -}}
 {{- if include "serve-app.fits" (list (index $serve $name | default dict) $offer) -}}
+{{- $fitting = append $fitting $name -}}
 {{- range $ref := (index $refs $name | default list) -}}
 {{- if and (ne $.Values.modelCache.type "none") (hasPrefix $root $ref) }}{{ $models = true }}{{ end -}}
 {{- end -}}
 {{- if and (eq $name "store") (include "serve-app.storePinned" $) }}{{ $data = true }}{{ end -}}
 {{- end -}}
 {{- end }}
-{{ $group }}: {models: {{ $models }}, data: {{ $data }}}
+{{ $group }}: {models: {{ $models }}, data: {{ $data }}, deployments: {{ $fitting | toJson }}}
 {{- end -}}
 {{- end -}}
 
@@ -205,6 +249,14 @@ under modelCache.mountPath (/models/Qwen/Qwen3-Embedding-8B -> Qwen/Qwen3-Embedd
 serve_app/model_fetch.py:cache_ids derives them (a test compares them).
 */}}
 {{- define "serve-app.fetchModels" -}}
+{{- include "serve-app.deploymentFetchModels" (list . (list "chunker" "dense" "splade" "reranker")) -}}
+{{- end -}}
+
+{{/* The Hub ids the given deployments load from the cache (in first-use order), or the whole
+modelFetch.models when it is set. Arguments: (list $ <deployment names>). */}}
+{{- define "serve-app.deploymentFetchModels" -}}
+{{- $names := index . 1 -}}
+{{- with index . 0 -}}
 {{- $ids := list -}}
 {{- if .Values.modelFetch.models -}}
 {{- $ids = .Values.modelFetch.models -}}
@@ -213,6 +265,7 @@ serve_app/model_fetch.py:cache_ids derives them (a test compares them).
 {{- $root := printf "%s/" (trimSuffix "/" .Values.modelCache.mountPath) -}}
 {{- $refs := include "serve-app.modelReferences" $config | fromYaml -}}
 {{- range $name := list "chunker" "dense" "splade" "reranker" -}}
+{{- if has $name $names -}}
 {{- range $ref := (index $refs $name | default list) -}}
 {{- if hasPrefix $root $ref -}}
 {{- $id := trimPrefix $root $ref -}}
@@ -224,7 +277,9 @@ serve_app/model_fetch.py:cache_ids derives them (a test compares them).
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
 {{- toYaml ($ids | uniq) -}}
+{{- end -}}
 {{- end -}}
 
 
@@ -384,7 +439,8 @@ moves (and that topology upgrades in place, upgradeStrategy None). */}}
 {{- end -}}
 
 {{/* Mounts of a Ray container. Arguments: (list $ <group>). The model cache is read-only
-here (the model-fetch Job is its only writer); the data volume is the embedded store's. */}}
+here (the model fetch, Job or init container, is its only writer); the data volume is the
+embedded store's. */}}
 {{- define "serve-app.volumeMounts" -}}
 {{- $root := index . 0 -}}
 {{- $volumes := index (include "serve-app.groupVolumes" $root | fromYaml) (index . 1) -}}
@@ -417,6 +473,9 @@ here (the model-fetch Job is its only writer); the data volume is the embedded s
   persistentVolumeClaim:
     claimName: {{ include "serve-app.modelsClaim" . }}
     readOnly: true
+{{- else if and $volumes.models (eq .Values.modelCache.type "emptyDir") }}
+- name: models
+  emptyDir: {sizeLimit: {{ .Values.modelCache.emptyDir.sizeLimit }}}
 {{- else if $volumes.models }}
 - name: models
   hostPath: {path: {{ .Values.modelCache.hostPath }}, type: Directory}
@@ -464,6 +523,17 @@ here (the model-fetch Job is its only writer); the data volume is the embedded s
     {{- toYaml $root.Values.containerSecurityContext | nindent 4 }}
   volumeMounts:
     {{- include "serve-app.volumeMounts" (list $root $group) | nindent 4 }}
+{{- end -}}
+
+{{/* initializingTimeout as KubeRay accepts it (a positive Go duration or whole seconds; its
+validation refuses zero), "" when off. */}}
+{{- define "serve-app.initializingTimeout" -}}
+{{- $t := "" -}}
+{{- if not (kindIs "invalid" .Values.initializingTimeout) }}{{ $t = toString .Values.initializingTimeout }}{{ end -}}
+{{- if and $t (not (regexMatch "[1-9]" $t)) -}}
+{{- fail (printf "initializingTimeout %q: KubeRay needs a positive duration (\"1h\", \"45m\") or seconds; \"\" turns the timeout off" $t) -}}
+{{- end -}}
+{{- $t -}}
 {{- end -}}
 
 {{/* The RayService upgrade strategy; NewCluster would run two store owners on one shard. */}}
@@ -531,13 +601,108 @@ streams to the API, which authenticates and counts bytes before reading the body
 {{- if $out }}{{ toYaml $out }}{{ end -}}
 {{- end -}}
 
-{{/* "true" when the model-fetch Job renders: enabled, with ids to fetch, into a claim. */}}
+{{/* "true" when the model-fetch Job renders: enabled, with ids to fetch, into a claim. With
+modelCache.type emptyDir each pod that mounts the cache fetches into its own instead
+("serve-app.fetchInit"). */}}
 {{- define "serve-app.fetchJob" -}}
+{{- $type := .Values.modelCache.type -}}
+{{- if and (eq $type "emptyDir") (not .Values.modelFetch.enabled) -}}
+{{- fail "modelCache.type emptyDir: each pod's cache starts empty and only the model fetch fills it; keep modelFetch.enabled, or use modelCache.type pvc / hostPath for a cache you fill yourself" -}}
+{{- end -}}
 {{- if .Values.modelFetch.enabled -}}
-{{- if ne .Values.modelCache.type "pvc" -}}
-{{- $why := ternary "no cache to fetch into" "a node directory you fill yourself" (eq .Values.modelCache.type "none") -}}
-{{- fail (printf "modelFetch.enabled needs modelCache.type pvc (the Job writes into a claim every pod can mount); with modelCache.type %s (%s) set modelFetch.enabled=false" .Values.modelCache.type $why) -}}
+{{- if not (has $type (list "pvc" "emptyDir")) -}}
+{{- $why := ternary "no cache to fetch into" "a node directory you fill yourself" (eq $type "none") -}}
+{{- fail (printf "modelFetch.enabled needs modelCache.type emptyDir or pvc (a cache the fetch can write); with modelCache.type %s (%s) set modelFetch.enabled=false" $type $why) -}}
 {{- end -}}
-{{- if include "serve-app.fetchModels" . | fromYamlArray }}true{{ end -}}
+{{- if and (eq $type "pvc") (include "serve-app.fetchModels" . | fromYamlArray) }}true{{ end -}}
 {{- end -}}
+{{- end -}}
+
+{{/* The model fetch (serve_app/model_fetch.py) as a container, the same in the model-fetch Job
+(modelCache.type pvc) and in the init container of each pod with its own cache (emptyDir): it
+downloads, so the image's HF_HUB_OFFLINE=1 (the replicas' setting) is turned off here, and
+TRANSFORMERS_OFFLINE with it (huggingface_hub honours both); HF_HOME (the token file, Xet's and
+the Hub client's own caches) goes to /tmp, the weights to the cache. Arguments:
+(list $ <ids> <resources>). */}}
+{{- define "serve-app.fetchContainer" -}}
+{{- $root := index . 0 -}}
+{{- $ids := index . 1 -}}
+{{- $resources := index . 2 -}}
+{{- with $root -}}
+{{- $f := .Values.modelFetch -}}
+- name: model-fetch
+  image: {{ include "serve-app.image" . }}
+  imagePullPolicy: {{ .Values.image.pullPolicy }}
+  command: [python, -m, serve_app.model_fetch]
+  args:
+    - --cache
+    - {{ .Values.modelCache.mountPath | quote }}
+    - --token-source
+    - {{ ternary (printf "Secret %s, key %s: modelFetch.hfTokenSecret" $f.hfTokenSecret.name $f.hfTokenSecret.key) "no Secret named: modelFetch.hfTokenSecret.name" (not (empty $f.hfTokenSecret.name)) | quote }}
+    {{- range $ids }}
+    - {{ . | quote }}
+    {{- end }}
+  env:
+    - name: HF_HUB_OFFLINE
+      value: "0"
+    - name: TRANSFORMERS_OFFLINE
+      value: "0"
+    - name: HF_HOME
+      value: /tmp/hf
+    - name: HF_HUB_DISABLE_TELEMETRY
+      value: "1"
+    {{- with $f.hfTokenSecret.name }}
+    - name: HF_TOKEN
+      valueFrom:
+        secretKeyRef:
+          name: {{ . }}
+          key: {{ $f.hfTokenSecret.key }}
+          optional: true      # no Secret: anonymous; a gated model then fails naming it
+    {{- end }}
+  resources:
+    {{- toYaml $resources | nindent 4 }}
+  securityContext:
+    {{- toYaml .Values.containerSecurityContext | nindent 4 }}
+  volumeMounts:
+    - name: models
+      mountPath: {{ .Values.modelCache.mountPath }}
+    - name: tmp
+      mountPath: /tmp
+{{- end -}}
+{{- end -}}
+
+{{/* The init containers of a pod with its own model cache (modelCache.type emptyDir): the model
+fetch of the models its group's deployments load, before Ray starts. The pod's scheduling asks
+for the cache's size of node disk (an init container's request is the pod's when larger).
+Arguments: (list $ <group>, or "validate" for the validate Job: every model of the cache). */}}
+{{- define "serve-app.fetchInit" -}}
+{{- $root := index . 0 -}}
+{{- $group := index . 1 -}}
+{{- if and (eq $root.Values.modelCache.type "emptyDir") $root.Values.modelFetch.enabled -}}
+{{- $ids := list -}}
+{{- if eq $group "validate" -}}
+{{- if include "serve-app.cacheReferenced" $root }}{{ $ids = include "serve-app.fetchModels" $root | fromYamlArray }}{{ end -}}
+{{- else -}}
+{{- $volumes := index (include "serve-app.groupVolumes" $root | fromYaml) $group -}}
+{{- if $volumes.models -}}
+{{- $ids = include "serve-app.deploymentFetchModels" (list $root $volumes.deployments) | fromYamlArray -}}
+{{- end -}}
+{{- end -}}
+{{- if $ids -}}
+{{- $resources := deepCopy $root.Values.modelFetch.resources -}}
+{{- $requests := merge (dict "ephemeral-storage" $root.Values.modelCache.emptyDir.sizeLimit) ($resources.requests | default dict) -}}
+{{- $_ := set $resources "requests" $requests -}}
+{{- include "serve-app.fetchContainer" (list $root $ids $resources) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The worker groups whose pods fetch models themselves (a NetworkPolicy lets them reach the
+Hub). */}}
+{{- define "serve-app.fetchingGroups" -}}
+{{- $groups := list -}}
+{{- range $group := include "serve-app.workerGroups" . | fromYamlArray -}}
+{{- if include "serve-app.fetchInit" (list $ $group) }}{{ $groups = append $groups $group }}{{ end -}}
+{{- end -}}
+{{- toYaml $groups -}}
 {{- end -}}
