@@ -16,6 +16,7 @@ from typing import Any
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
+from deployments.options import ConfiguredDeployment
 from deployments.replica_logging import configure_replica_logging
 from serve_app.batching import Coalescer, concatenating
 from serve_app.config import config_from_dict
@@ -34,7 +35,9 @@ FORWARDED = tuple(
 
 
 @serve.deployment(name="store")
-class StoreDeployment:
+class StoreDeployment(ConfiguredDeployment):
+    settings_name = "store"
+
     async def __init__(self, config: dict[str, Any], models: DeploymentHandle | dict) -> None:
         configure_replica_logging()
         self.config = config_from_dict(config, "serve args")
