@@ -67,22 +67,24 @@ class IngressDeployment(ConfiguredDeployment):
         self.config = config_from_dict(config, "serve args")
         self.metrics = Metrics(RayInstruments())  # every replica's counts, summed by Prometheus
         observe = self.metrics.observe_batch
+        batching = serve_settings(self.config).batching
         sparse: dict[str, Any] = {}
         if self.config.bm25.enabled:
             sparse["bm25"] = Bm25Encoder(self.config.bm25)  # tokenising only: no model to serve
         if splade is not None:
-            sparse["splade"] = RemoteSparseEncoder(splade, await splade.info.remote(), observe)
+            info = await splade.info.remote()
+            sparse["splade"] = RemoteSparseEncoder(splade, info, observe, batching)
         # Store replicas open themselves; building checks they did so for these models.
         components = await build_components(
             self.config,
             chunker=RemoteChunker(chunker, await chunker.fingerprint.remote()),
-            dense=RemoteDenseEncoder(dense, await dense.info.remote(), observe),
+            dense=RemoteDenseEncoder(dense, await dense.info.remote(), observe, batching),
             sparse=sparse,
-            reranker=RemoteReranker(reranker, await reranker.info.remote(), observe)
+            reranker=RemoteReranker(reranker, await reranker.info.remote(), observe, batching)
             if reranker
             else None,
             index=RemoteIndex(store, await store.info.remote()),
-            retriever=RemoteRetriever(store),
+            retriever=RemoteRetriever(store, batching),
         )
 
         async def store_ready() -> None:

@@ -33,6 +33,25 @@ class AutoscalingSettings(Section):
 RETIRED_BATCHING = {"max_batch_size", "batch_wait_timeout_s"}
 
 
+class BatchingSettings(Section):
+    """How concurrent calls share one call (natural batching, ``serve_app/batching.py``): an
+    idle caller sends at once, a busy one sends what arrived during its previous call."""
+
+    # Calls kept running at once towards one deployment: with one replica, one batch runs
+    # while the next gathers; more replicas each take one (the replica's queue re-batches).
+    calls_in_flight: int = Field(default=2, ge=1)
+    query_batch: int = Field(default=64, ge=1)  # queries an ingress sends an encoder at once
+    rerank_batch: int = Field(default=16, ge=1)  # rerank requests in one reranker call
+    retrieve_batch: int = Field(default=64, ge=1)  # queries in one call to the store
+    # The store replica merges the calls of every ingress replica: at most this many a batch
+    # (a batch of the embedded engine runs inline, so its size bounds how long the replica's
+    # loop is held; a query alone costs 1.3-1.6x its share of a batch of 4).
+    store_merged_calls: int = Field(default=4, ge=1)
+    # Merged batches a store replica runs at once; unset: 1 for the embedded engine (inline),
+    # 4 for a server store (round trips overlap).
+    store_batches_in_flight: int | None = Field(default=None, ge=1)
+
+
 class DeploymentSettings(Section):
     """Resources and replicas of one Ray Serve deployment (batching is the model queue's:
     ``dense.queue``, ``splade.queue``, ``reranker.queue``)."""
@@ -93,6 +112,7 @@ class ServeConfig(Section):
     ingress: DeploymentSettings = Field(
         default_factory=lambda: DeploymentSettings(max_ongoing_requests=64)
     )
+    batching: BatchingSettings = Field(default_factory=BatchingSettings)
 
     @model_validator(mode="before")
     @classmethod

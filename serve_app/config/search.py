@@ -22,3 +22,6 @@ class SearchConfig(Section):
     fusion: FusionConfig = Field(default_factory=FusionConfig)
     # Per-method overrides of the defaults, e.g. tuned weights for dbsf.
     fusion_presets: dict[FusionMethod, FusionConfig] = Field(default_factory=dict)
+    # Concurrent searches next to the index share one batched search and fetch of at most
+    # this many queries (natural batching: a batch runs while the next gathers).
+    retrieve_batch: int = Field(default=64, ge=1)

@@ -47,7 +47,7 @@ class Components:
 
     def __post_init__(self) -> None:
         if self.retriever is None:
-            self.retriever = IndexRetriever(self.index)
+            self.retriever = IndexRetriever(self.index, self.config.search.retrieve_batch)
 
     def models(self) -> IndexModels:
         return index_models(self.config, self.dense.model_id, self.dense.dim)
