@@ -39,6 +39,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from benchmarks.rawhttp import RawHttpPool  # noqa: E402
 from benchmarks.reports import write_report  # noqa: E402
+from deployments.settings import with_serve  # noqa: E402
 from deployments.tokenizer_threads import tokenize_on_reserved_cpus  # noqa: E402
 from serve_app.config import AppConfig, load_config  # noqa: E402
 from serve_app.evaluation.beir import load_beir  # noqa: E402
@@ -155,13 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS / "ingest_http")
     args = parser.parse_args(argv)
 
-    config = load_config(args.config)
-    config = config.model_copy(
-        update={
-            "data_dir": tempfile.mkdtemp(prefix="bench-ingest-http-"),
-            "serve": config.serve.model_copy(update={"port": free_port(), "host": "127.0.0.1"}),
-        }
-    )
+    config = with_serve(load_config(args.config), port=free_port(), host="127.0.0.1")
+    config = config.model_copy(update={"data_dir": tempfile.mkdtemp(prefix="bench-ingest-http-")})
     tenant = config.api.auth.anonymous_tenant
     documents = load_beir(args.corpus, "test", tenant).corpus[: args.docs]
     report: dict = {"documents": len(documents), "clients": args.clients}

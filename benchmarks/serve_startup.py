@@ -58,12 +58,12 @@ def main() -> None:
     args = parser.parse_args()
 
     from deployments.local import start, stop
+    from deployments.settings import with_serve
 
-    config = load_config(args.config)
+    config = with_serve(load_config(args.config), port=free_port(), host="127.0.0.1")
     config = config.model_copy(
         update={
             "data_dir": tempfile.mkdtemp(prefix="bench-serve-"),
-            "serve": config.serve.model_copy(update={"port": free_port()}),
         }
     )
     began = time.perf_counter()

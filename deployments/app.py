@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from ray.serve import Application
+from ray.serve.deployment import Deployment
 
 from deployments.chunker import ChunkerDeployment
 from deployments.dense import DenseDeployment
 from deployments.ingress import IngressDeployment
-from deployments.options import deployment_options
 from deployments.reranker import RerankerDeployment
+from deployments.settings import serve_settings
 from deployments.splade import SpladeDeployment
 from deployments.store import StoreDeployment
 from serve_app.config import AppConfig, config_from_dict, env_overrides, load_config
@@ -33,27 +34,23 @@ def resolve_config(args: dict[str, Any]) -> AppConfig:
     raise TypeError("args['config'] must be a path or a mapping")
 
 
+def bind(deployment: Deployment, config: AppConfig, *args: Any) -> Application:
+    """``deployment`` with the options its class supplies for ``config``, bound to ``args``."""
+    options = deployment.func_or_class.get_deployment_options(config)
+    return deployment.options(**options).bind(*args)
+
+
 def build_app_from_config(config: AppConfig) -> Application:
     check_config(config)
+    serve_settings(config)  # the serve: section and its rules, before anything is bound
     data = config.model_dump(mode="json")
-    serve = config.serve
-    chunker = ChunkerDeployment.options(**deployment_options(serve.chunker)).bind(data)
-    dense = DenseDeployment.options(**deployment_options(serve.dense)).bind(data)
-    splade = (
-        SpladeDeployment.options(**deployment_options(serve.splade)).bind(data)
-        if config.splade.enabled
-        else None
-    )
-    reranker = (
-        RerankerDeployment.options(**deployment_options(serve.reranker)).bind(data)
-        if config.reranker.enabled
-        else None
-    )
+    chunker = bind(ChunkerDeployment, config, data)
+    dense = bind(DenseDeployment, config, data)
+    splade = bind(SpladeDeployment, config, data) if config.splade.enabled else None
+    reranker = bind(RerankerDeployment, config, data) if config.reranker.enabled else None
     # Every store replica opens its index itself, for the dense model's id and dimension.
-    store = StoreDeployment.options(**deployment_options(serve.store)).bind(data, dense)
-    return IngressDeployment.options(**deployment_options(serve.ingress)).bind(
-        data, chunker, dense, splade, reranker, store
-    )
+    store = bind(StoreDeployment, config, data, dense)
+    return bind(IngressDeployment, config, data, chunker, dense, splade, reranker, store)
 
 
 def build_app(args: dict[str, Any]) -> Application:

@@ -10,9 +10,9 @@ from serve_app import cli as core
 
 def _serve(config, args: argparse.Namespace) -> int:
     from deployments.local import existing, serve_forever
+    from deployments.settings import with_serve
 
-    serve = config.serve.model_copy(update={"port": args.port, "host": args.host})
-    config = config.model_copy(update={"serve": serve})
+    config = with_serve(config, port=args.port, host=args.host)
     return serve_forever(config, existing(args.ingest) if args.ingest else None)
 
 

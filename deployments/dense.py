@@ -7,7 +7,9 @@ from typing import Any
 import numpy as np
 from ray import serve
 
+from deployments.options import ConfiguredDeployment
 from deployments.replica_logging import configure_replica_logging
+from deployments.settings import serve_settings
 from deployments.tokenizer_threads import tokenize_on_reserved_cpus
 from serve_app.config import config_from_dict
 from serve_app.encoders.base import DENSE_BACKENDS, LaneDenseEncoder
@@ -17,7 +19,9 @@ from serve_app.pipelines.components import register_builtins
 
 
 @serve.deployment(name="dense")
-class DenseDeployment:
+class DenseDeployment(ConfiguredDeployment):
+    settings_name = "dense"
+
     """Loads the dense model once per replica. Each call carries a lane (``query`` or
     ``document``) and a list of texts; concurrent calls share model batches through the
     encoder's queue, queries first, so a search never waits behind more than one document
@@ -26,7 +30,7 @@ class DenseDeployment:
     def __init__(self, config: dict[str, Any]) -> None:
         configure_replica_logging()
         self.config = config_from_dict(config, "serve args")
-        tokenize_on_reserved_cpus(self.config.serve.dense.num_cpus)
+        tokenize_on_reserved_cpus(serve_settings(self.config).dense.num_cpus)
         register_builtins()
         encoder = DENSE_BACKENDS.create(self.config.dense.backend, self.config.dense)
         if not isinstance(encoder, LaneDenseEncoder):

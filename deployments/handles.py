@@ -15,6 +15,7 @@ from ray import exceptions as ray_exceptions
 from ray.serve import exceptions as serve_exceptions
 from ray.serve.handle import DeploymentHandle
 
+from deployments.settings import BatchingSettings
 from deployments.store import FORWARDED
 from serve_app.batching import Coalescer, concatenating
 from serve_app.encoders.queue import Lane
@@ -80,11 +81,6 @@ def _ignore(_: str, __: dict) -> None:
     return None
 
 
-# Calls a coalescer keeps running at once towards one deployment: with one replica, one batch
-# runs while the next gathers; more replicas each take one (the replica's queue re-batches).
-IN_FLIGHT = 2
-
-
 class _RemoteLanes:
     """One encoder deployment's two lanes; concurrent queries of this ingress replica share
     one call (natural batching), documents go as the ingest batches them."""
@@ -93,8 +89,13 @@ class _RemoteLanes:
     method: str
 
     def __init__(
-        self, handle: DeploymentHandle, info: dict[str, Any], observe: BatchObserver = _ignore
+        self,
+        handle: DeploymentHandle,
+        info: dict[str, Any],
+        observe: BatchObserver = _ignore,
+        batching: BatchingSettings | None = None,
     ) -> None:
+        batching = batching or BatchingSettings()
         self.handle = handle
         # `handle.embed` builds a new handle (DeploymentHandle.options) on every access:
         # made once here, not once a call (1.35-2.4 % of an ingress replica's samples).
@@ -102,7 +103,9 @@ class _RemoteLanes:
         self.model_id = info["model_id"]
         self.observe = observe
         self._queries: Coalescer[list[str], Any] = Coalescer(
-            concatenating(self._query_lane), max_items=64, max_in_flight=IN_FLIGHT
+            concatenating(self._query_lane),
+            max_items=batching.query_batch,
+            max_in_flight=batching.calls_in_flight,
         )
 
     async def _lane(self, mode: Lane, texts: list[str]) -> Any:
@@ -118,9 +121,13 @@ class RemoteDenseEncoder(_RemoteLanes):
     deployment, method = "dense", "embed"
 
     def __init__(
-        self, handle: DeploymentHandle, info: dict[str, Any], observe: BatchObserver = _ignore
+        self,
+        handle: DeploymentHandle,
+        info: dict[str, Any],
+        observe: BatchObserver = _ignore,
+        batching: BatchingSettings | None = None,
     ) -> None:
-        super().__init__(handle, info, observe)
+        super().__init__(handle, info, observe, batching)
         self.dim = int(info["dim"])
 
     async def embed_documents(self, texts: list[str]) -> np.ndarray:
@@ -144,13 +151,20 @@ class RemoteReranker:
     """Concurrent rerank requests of this ingress replica share one call."""
 
     def __init__(
-        self, handle: DeploymentHandle, info: dict[str, Any], observe: BatchObserver = _ignore
+        self,
+        handle: DeploymentHandle,
+        info: dict[str, Any],
+        observe: BatchObserver = _ignore,
+        batching: BatchingSettings | None = None,
     ) -> None:
+        batching = batching or BatchingSettings()
         self._score_many_handle = handle.score_many  # made once: see _RemoteLanes
         self.model_id = info["model_id"]
         self.observe = observe
         self._requests: Coalescer[tuple[str, list[str]], list[float]] = Coalescer(
-            self._score_many, max_items=16, max_in_flight=IN_FLIGHT
+            self._score_many,
+            max_items=batching.rerank_batch,
+            max_in_flight=batching.calls_in_flight,
         )
 
     async def _score_many(self, requests: list[tuple[str, list[str]]]) -> list[list[float]]:
@@ -166,10 +180,13 @@ class RemoteReranker:
 class RemoteRetriever:
     """Search, fusion and fetch in the store replica: one round trip per batch of queries."""
 
-    def __init__(self, handle: DeploymentHandle, max_batch: int = 64) -> None:
+    def __init__(self, handle: DeploymentHandle, batching: BatchingSettings | None = None) -> None:
+        batching = batching or BatchingSettings()
         self._retrieve_many_handle = handle.retrieve_many  # made once: see _RemoteLanes
         self._specs: Coalescer[RetrieveSpec, Retrieved] = Coalescer(
-            self._retrieve_many, max_items=max_batch, max_in_flight=IN_FLIGHT
+            self._retrieve_many,
+            max_items=batching.retrieve_batch,
+            max_in_flight=batching.calls_in_flight,
         )
 
     async def _retrieve_many(self, specs: list[RetrieveSpec]) -> list[Retrieved]:

@@ -20,13 +20,15 @@ from deployments.handles import (
     transport_of,
 )
 from deployments.metrics import RayInstruments
+from deployments.options import ConfiguredDeployment
 from deployments.replica_logging import configure_replica_logging
+from deployments.settings import serve_settings
 from serve_app.api.app import create_app
 from serve_app.api.observability import Metrics
 from serve_app.api.service import ReadinessCheck, RetrievalService
 from serve_app.config import config_from_dict
 from serve_app.encoders.bm25 import Bm25Encoder
-from serve_app.pipelines.components import Components
+from serve_app.pipelines.components import build_components
 
 
 def _ping(name: str, handle: DeploymentHandle) -> ReadinessCheck:
@@ -38,7 +40,9 @@ def _ping(name: str, handle: DeploymentHandle) -> ReadinessCheck:
 
 @serve.deployment(name="ingress")
 @serve.ingress()
-class IngressDeployment:
+class IngressDeployment(ConfiguredDeployment):
+    settings_name = "ingress"
+
     async def __init__(
         self,
         config: dict[str, Any],
@@ -63,24 +67,25 @@ class IngressDeployment:
         self.config = config_from_dict(config, "serve args")
         self.metrics = Metrics(RayInstruments())  # every replica's counts, summed by Prometheus
         observe = self.metrics.observe_batch
+        batching = serve_settings(self.config).batching
         sparse: dict[str, Any] = {}
         if self.config.bm25.enabled:
             sparse["bm25"] = Bm25Encoder(self.config.bm25)  # tokenising only: no model to serve
         if splade is not None:
-            sparse["splade"] = RemoteSparseEncoder(splade, await splade.info.remote(), observe)
-        components = Components(
-            config=self.config,
+            info = await splade.info.remote()
+            sparse["splade"] = RemoteSparseEncoder(splade, info, observe, batching)
+        # Store replicas open themselves; building checks they did so for these models.
+        components = await build_components(
+            self.config,
             chunker=RemoteChunker(chunker, await chunker.fingerprint.remote()),
-            dense=RemoteDenseEncoder(dense, await dense.info.remote(), observe),
+            dense=RemoteDenseEncoder(dense, await dense.info.remote(), observe, batching),
             sparse=sparse,
-            reranker=RemoteReranker(reranker, await reranker.info.remote(), observe)
+            reranker=RemoteReranker(reranker, await reranker.info.remote(), observe, batching)
             if reranker
             else None,
             index=RemoteIndex(store, await store.info.remote()),
-            retriever=RemoteRetriever(store),
+            retriever=RemoteRetriever(store, batching),
         )
-        # Store replicas open themselves; this one must have done so for these models.
-        await components.index.open(components.models())
 
         async def store_ready() -> None:
             if not await components.index.healthy():
@@ -102,4 +107,9 @@ class IngressDeployment:
         return {name: transport_of(handle) for name, handle in self.handles.items()}
 
     def __serve_build_asgi_app__(self):
-        return create_app(self.service, self.metrics, set_request_id_header=False)
+        return create_app(
+            self.service,
+            self.metrics,
+            set_request_id_header=False,
+            host=serve_settings(self.config).host,
+        )

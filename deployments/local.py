@@ -16,6 +16,7 @@ import httpx
 import psutil
 
 from deployments.instance import INSTANCE_ENV, SETUP_HOOK, Instance, isolate
+from deployments.settings import serve_settings
 from serve_app.api.observability import METRICS_URL_ENV
 from serve_app.config import AppConfig
 from serve_app.errors import ConfigError
@@ -41,13 +42,14 @@ def start(config: AppConfig, num_cpus: int | None = None) -> str:
 
     from deployments.app import build_app_from_config
 
+    settings = serve_settings(config)
     serve.run(
         build_app_from_config(config),
-        name=config.serve.app_name,
-        route_prefix=config.serve.route_prefix,
+        name=settings.app_name,
+        route_prefix=settings.route_prefix,
         blocking=False,
     )
-    url = f"http://{config.serve.host}:{config.serve.port}"
+    url = f"http://{settings.host}:{settings.port}"
     wait_until_own_app_answers(url, instance.id)
     return url
 
@@ -70,24 +72,25 @@ def check_haproxy() -> None:
 
 
 def start_serve(config: AppConfig, num_cpus: int | None = None) -> Instance:
-    """Start Ray and Serve (its proxies on ``config.serve``'s host and port), no application.
+    """Start Ray and Serve (its proxies on ``serve:``'s host and port), no application.
 
-    Serve's switches (``config.serve.env``) are set before this module imports Ray: Serve
+    Serve's switches (``serve.env``) are set before this module imports Ray: Serve
     reads them once, when its constants are imported, in this process as in Ray's. Each
     replica also applies them to its own calls (``deployments.handles.serve_transport``), so
     a program that imported Ray Serve earlier still runs the configured transport."""
     from serve_app.api.auth import check_exposure
 
-    check_exposure(config.api.auth, config.serve.host)  # before Ray: refuse an open API now
+    settings = serve_settings(config)
+    check_exposure(config.api.auth, settings.host)  # before Ray: refuse an open API now
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     # Ray Serve reads its switches when its processes start: they inherit this environment.
-    for key, value in config.serve.env.items():
+    for key, value in settings.env.items():
         os.environ.setdefault(key, value)
-    instance = isolate(config.serve.host)  # before anything imports Ray: it reads them once
+    instance = isolate(settings.host)  # before anything imports Ray: it reads them once
     _started.append(instance)  # its files go at stop(), whether or not the start succeeds
     if os.environ.get("RAY_SERVE_ENABLE_HA_PROXY") == "1":
         check_haproxy()
-    url = f"http://{config.serve.host}:{config.serve.port}"
+    url = f"http://{settings.host}:{settings.port}"
     os.environ.setdefault(OWNER_URL_ENV, url)  # named by the index's lock (stores.ownership)
     metrics_port = free_port()
     os.environ.setdefault(METRICS_URL_ENV, f"http://127.0.0.1:{metrics_port}/metrics")
@@ -103,7 +106,7 @@ def start_serve(config: AppConfig, num_cpus: int | None = None) -> Instance:
             runtime_env={"worker_process_setup_hook": SETUP_HOOK},
             _metrics_export_port=metrics_port,
         )
-    serve.start(http_options={"host": config.serve.host, "port": config.serve.port})
+    serve.start(http_options={"host": settings.host, "port": settings.port})
     # Ray's processes have them; a run started from this process later chooses anew.
     for key in instance.environment:
         if key != INSTANCE_ENV:

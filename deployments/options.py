@@ -1,10 +1,25 @@
-"""Deployment options (replicas, autoscaling, resources) from the one configuration model."""
+"""Deployment options (replicas, autoscaling, resources) from the ``serve:`` section.
+
+Each deployment class supplies its own options (``get_deployment_options``, as Ray Serve
+LLM's deployments do); the graph builder (``deployments/app.py``) binds them. An option all
+deployments take is added here; one that a single deployment takes, in its own file."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
-from serve_app.config import DeploymentSettings
+from deployments.settings import DeploymentSettings, serve_settings
+from serve_app.config import AppConfig
+
+
+class ConfiguredDeployment:
+    """A deployment class whose options come from its entry of the ``serve:`` section."""
+
+    settings_name: ClassVar[str]
+
+    @classmethod
+    def get_deployment_options(cls, config: AppConfig) -> dict[str, Any]:
+        return deployment_options(getattr(serve_settings(config), cls.settings_name))
 
 
 def deployment_options(settings: DeploymentSettings) -> dict[str, Any]:

@@ -7,7 +7,9 @@ from typing import Any
 
 from ray import serve
 
+from deployments.options import ConfiguredDeployment
 from deployments.replica_logging import configure_replica_logging
+from deployments.settings import serve_settings
 from deployments.tokenizer_threads import tokenize_on_reserved_cpus
 from serve_app.config import config_from_dict
 from serve_app.encoders.base import RERANKER_BACKENDS, ServedReranker
@@ -16,11 +18,13 @@ from serve_app.pipelines.components import register_builtins
 
 
 @serve.deployment(name="reranker")
-class RerankerDeployment:
+class RerankerDeployment(ConfiguredDeployment):
+    settings_name = "reranker"
+
     def __init__(self, config: dict[str, Any]) -> None:
         configure_replica_logging()
         self.config = config_from_dict(config, "serve args")
-        tokenize_on_reserved_cpus(self.config.serve.reranker.num_cpus)
+        tokenize_on_reserved_cpus(serve_settings(self.config).reranker.num_cpus)
         register_builtins()
         reranker = RERANKER_BACKENDS.create(self.config.reranker.backend, self.config.reranker)
         if not isinstance(reranker, ServedReranker):

@@ -6,7 +6,9 @@ from typing import Any
 
 from ray import serve
 
+from deployments.options import ConfiguredDeployment
 from deployments.replica_logging import configure_replica_logging
+from deployments.settings import serve_settings
 from deployments.tokenizer_threads import tokenize_on_reserved_cpus
 from serve_app.config import config_from_dict
 from serve_app.encoders.queue import Lane
@@ -15,11 +17,13 @@ from serve_app.schemas import SparseVector
 
 
 @serve.deployment(name="splade")
-class SpladeDeployment:
+class SpladeDeployment(ConfiguredDeployment):
+    settings_name = "splade"
+
     def __init__(self, config: dict[str, Any]) -> None:
         configure_replica_logging()
         self.config = config_from_dict(config, "serve args")
-        tokenize_on_reserved_cpus(self.config.serve.splade.num_cpus)
+        tokenize_on_reserved_cpus(serve_settings(self.config).splade.num_cpus)
         self.encoder = SpladeEncoder(self.config.splade)
 
     def info(self) -> dict[str, Any]:

@@ -16,7 +16,9 @@ from typing import Any
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
+from deployments.options import ConfiguredDeployment
 from deployments.replica_logging import configure_replica_logging
+from deployments.settings import serve_settings
 from serve_app.batching import Coalescer, concatenating
 from serve_app.config import config_from_dict
 from serve_app.errors import InvalidInputError, ModelMismatchError, ServiceUnavailableError
@@ -34,21 +36,24 @@ FORWARDED = tuple(
 
 
 @serve.deployment(name="store")
-class StoreDeployment:
+class StoreDeployment(ConfiguredDeployment):
+    settings_name = "store"
+
     async def __init__(self, config: dict[str, Any], models: DeploymentHandle | dict) -> None:
         configure_replica_logging()
         self.config = config_from_dict(config, "serve args")
         self.index: ChunkIndex = TOPOLOGIES.create(self.config.stores.topology, self.config)
-        self.retriever = IndexRetriever(self.index)
+        self.retriever = IndexRetriever(self.index, self.config.search.retrieve_batch)
         # The calls of every ingress replica, merged: what arrives while a batch runs goes
-        # into the next as one search and one fetch (a query alone costs 1.3-1.6x its share
-        # of a batch of 4: ``benchmarks/store_retrieve.py``). The embedded engine runs
-        # inline, one batch at a time; a server store overlaps a few round trips. At most 4
-        # calls a batch (each ingress replica keeps 2 in flight, of up to 64 queries): a
-        # batch runs inline, so its size bounds how long the replica's loop is held.
-        in_flight = 1 if self.config.stores.topology == "embedded" else 4
+        # into the next as one search and one fetch (``serve.batching``).
+        batching = serve_settings(self.config).batching
+        in_flight = batching.store_batches_in_flight
+        if in_flight is None:  # the embedded engine runs inline: one batch at a time
+            in_flight = 1 if self.config.stores.topology == "embedded" else 4
         self._calls: Coalescer[list[RetrieveSpec], Sequence[Retrieved]] = Coalescer(
-            concatenating(self.retriever.retrieve_many), max_items=4, max_in_flight=in_flight
+            concatenating(self.retriever.retrieve_many),
+            max_items=batching.store_merged_calls,
+            max_in_flight=in_flight,
         )
         if isinstance(models, dict):
             self.models = IndexModels(**models)

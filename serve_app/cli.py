@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -14,7 +15,12 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from serve_app.config import AppConfig, load_config
-from serve_app.errors import InvalidInputError, ServeAppError, describe_validation_errors
+from serve_app.errors import (
+    InvalidInputError,
+    ServeAppError,
+    collection_not_found,
+    describe_validation_errors,
+)
 from serve_app.schemas import FUSION_METHODS, STRATEGIES, FusionSpec, SearchRequest
 
 log = logging.getLogger("serve_app")
@@ -51,14 +57,13 @@ async def _ingest(config: AppConfig, args: argparse.Namespace) -> int:
     documents, errors = [], []
     for path in files:
         try:
-            documents.append(
-                load_file(
-                    path,
-                    tenant_id=args.tenant,
-                    max_chars=config.limits.max_document_chars,
-                    max_bytes=config.limits.max_file_bytes,
-                )
+            loaded = load_file(
+                path,
+                tenant_id=args.tenant,
+                max_chars=config.limits.max_document_chars,
+                max_bytes=config.limits.max_file_bytes,
             )
+            documents.append(loaded.model_copy(update={"collection": args.collection}))
         except ServeAppError as error:
             errors.append(f"{error.code}: {error.message}")
     if errors and not args.skip_invalid:
@@ -72,6 +77,9 @@ async def _ingest(config: AppConfig, args: argparse.Namespace) -> int:
 
     components = await build_components(config)
     try:
+        named = args.collection != "default"
+        if named and not await components.index.has_collection(args.tenant, args.collection):
+            raise collection_not_found(args.collection)
         pipeline = IngestPipeline(components)
         totals = {"written": 0, "unchanged": 0, "chunks": 0, "stale": 0}
         with _progress(len(documents), "ingest", "doc") as bar:
@@ -315,6 +323,77 @@ async def _validate(config: AppConfig, args: argparse.Namespace) -> int:
     return 0 if passed(checks) else 1
 
 
+async def _collections(config: AppConfig, args: argparse.Namespace) -> int:
+    """The HTTP API's collection operations, on the index here or through ``--url``."""
+    if args.action != "list" and not args.name:
+        raise InvalidInputError(f"collections {args.action} needs a NAME")
+    if args.url:
+        calls = {
+            "list": ("GET", "/v1/collections", None),
+            "create": ("POST", "/v1/collections", {"name": args.name}),
+            "delete": ("DELETE", f"/v1/collections/{args.name}", None),
+        }
+        method, path, body = calls[args.action]
+        answer = await _through(args, method, path, body)
+    else:
+        async with _attached(config) as index:
+            if args.action == "list":
+                answer = {"collections": await index.list_collections(args.tenant)}
+            elif args.action == "create":
+                answer = await index.create_collection(args.tenant, args.name)
+            else:
+                removed = await index.delete_collection(args.tenant, args.name)
+                answer = {"deleted": args.name, "chunks_removed": removed}
+    print(json.dumps(answer, indent=2, default=str))
+    return 0
+
+
+async def _documents(config: AppConfig, args: argparse.Namespace) -> int:
+    """A document's record (``get``) or its removal (``delete``), here or through ``--url``."""
+    from serve_app.errors import NotFoundError
+    from serve_app.stores.base import scope
+
+    if args.url:
+        path = f"/v1/collections/{args.collection}/documents/{args.doc_id}"
+        answer = await _through(args, "GET" if args.action == "get" else "DELETE", path, None)
+    else:
+        key = scope(args.tenant, args.collection)
+        async with _attached(config) as index:
+            if args.action == "get":
+                info = await index.document_info(key, args.doc_id)
+                if info is None:
+                    raise NotFoundError(f"document {args.doc_id!r} not found")
+                answer = info.model_dump(mode="json")
+            else:
+                removed = await index.delete_document(key, args.doc_id)
+                if removed == 0:
+                    raise NotFoundError(f"document {args.doc_id!r} not found")
+                answer = {"deleted": args.doc_id, "chunks_removed": removed}
+    print(json.dumps(answer, indent=2, default=str))
+    return 0
+
+
+async def _through(args: argparse.Namespace, method: str, path: str, body: dict | None) -> dict:
+    client = _client(args)
+    try:
+        return await client.call(method, path, **({"json": body} if body is not None else {}))
+    finally:
+        await client.close()
+
+
+@contextlib.asynccontextmanager
+async def _attached(config: AppConfig):
+    """The configured stores as they are (no model is loaded), closed after use."""
+    from serve_app.stores.base import TOPOLOGIES
+
+    index = TOPOLOGIES.create(config.stores.topology, config)
+    try:
+        await index.attach()
+        yield index
+    finally:
+        await index.close()
+
+
 def _mcp(config: AppConfig, args: argparse.Namespace) -> int:
     del config  # the MCP server talks to a running service over its HTTP API
     try:
@@ -421,6 +500,19 @@ def build_parser() -> argparse.ArgumentParser:
         )
     )
 
+    collections = sub.add_parser("collections", help="list, create or delete named collections")
+    collections.add_argument("action", choices=["list", "create", "delete"])
+    collections.add_argument("name", nargs="?")
+    collections.add_argument("--tenant", default="default")
+    _service_arguments(collections)
+
+    documents = sub.add_parser("documents", help="a document's record, or delete it")
+    documents.add_argument("action", choices=["get", "delete"])
+    documents.add_argument("doc_id")
+    documents.add_argument("--collection", default="default")
+    documents.add_argument("--tenant", default="default")
+    _service_arguments(documents)
+
     snapshot = sub.add_parser("snapshot", help="create or list store snapshots (server stores)")
     snapshot.add_argument("action", choices=["create", "list"])
     snapshot.add_argument("--name", help="snapshot name (default: serve-app-<UTC timestamp>)")
@@ -434,6 +526,8 @@ COMMANDS = {
     "snapshot": _snapshot,
     "inspect": _inspect,
     "validate": _validate,
+    "collections": _collections,
+    "documents": _documents,
     "mcp": _mcp,
 }
 

@@ -79,7 +79,10 @@ class NotFoundError(ServeAppError):
 
 
 def collection_not_found(name: str) -> NotFoundError:
-    return NotFoundError(f"collection {name!r} not found; create it with POST /v1/collections")
+    return NotFoundError(
+        f"collection {name!r} not found; create it with POST /v1/collections (or "
+        f"serve-app collections create {name})"
+    )
 
 
 class MethodNotAllowedError(ServeAppError):

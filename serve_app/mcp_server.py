@@ -4,7 +4,8 @@ agents, over a running service's HTTP API.
 It holds no index and loads no model: every tool is one or two HTTP calls to the service
 (``--url``, in a cluster or on this machine) with the API key from ``--api-key-env``, so the
 tenant is the key's, as for any client. Tools: ``ingest``, ``search``, ``inspect``,
-``list_collections``. An API error becomes a tool error carrying the API's code, message and
+``list_collections``, ``create_collection``, ``delete_collection``, ``get_document``,
+``delete_document``: the HTTP API's operations. An API error becomes a tool error carrying the API's code, message and
 request id (each call sends its own ``X-Request-ID``); every call is bounded in time
 (``--timeout-s``, also sent as ``X-Request-Timeout-Ms`` so the service gives up too).
 Transports: stdio (editors start it as a subprocess) and streamable HTTP (remote agents).
@@ -89,6 +90,26 @@ def build_server(service: ToolClient) -> MCPServer:
         return await service.call("GET", "/v1/collections")
 
     @server.tool()
+    async def create_collection(name: str) -> dict[str, Any]:
+        """Create a named collection in your tenant (names: a-z 0-9 _ -, up to 64)."""
+        return await service.call("POST", "/v1/collections", json={"name": name})
+
+    @server.tool()
+    async def delete_collection(name: str) -> dict[str, Any]:
+        """Delete a named collection and every chunk of it from every store."""
+        return await service.call("DELETE", _collection_path(name))
+
+    @server.tool()
+    async def get_document(doc_id: str, collection: str = DEFAULT_COLLECTION) -> dict[str, Any]:
+        """A document's title, metadata, content hash and chunk ids."""
+        return await service.call("GET", f"{_collection_path(collection)}/documents/{doc_id}")
+
+    @server.tool()
+    async def delete_document(doc_id: str, collection: str = DEFAULT_COLLECTION) -> dict[str, Any]:
+        """Remove a document's chunks from every store."""
+        return await service.call("DELETE", f"{_collection_path(collection)}/documents/{doc_id}")
+
+    @server.tool()
     async def inspect(collection: str = DEFAULT_COLLECTION) -> dict[str, Any]:
         """A collection's state, chunk and document counts per store, and its model binding."""
         return await service.call("GET", _collection_path(collection))
@@ -101,11 +122,13 @@ def build_server(service: ToolClient) -> MCPServer:
         strategies: list[str] | None = None,
         fusion: str | None = None,
         filters: dict[str, Any] | None = None,
+        rerank: bool | None = None,
     ) -> dict[str, Any]:
         """Hybrid search in a collection. ``strategies``: a subset of bm25, splade, dense
         (all configured ones by default; ``["dense"]`` for dense only); ``fusion``: rrf,
         weighted or dbsf; ``filters``: {"doc_ids": [...], "sections": [...], "metadata":
-        {key: value}}. Each result names its document, chunk, section and character span."""
+        {key: value}}; ``rerank``: the cross-encoder over the candidates (the configured
+        default when unset). Each result names its document, chunk, section and character span."""
         for strategy in strategies or []:
             if strategy not in STRATEGIES:
                 raise ToolError(f"INVALID_INPUT: unknown strategy {strategy!r}; use {STRATEGIES}")
@@ -118,6 +141,8 @@ def build_server(service: ToolClient) -> MCPServer:
             body["fusion"] = {"method": fusion}
         if filters:
             body["filters"] = filters
+        if rerank is not None:
+            body["rerank"] = rerank
         answer = await service.call("POST", f"{_collection_path(collection)}/search", json=body)
         return {
             "query": query,

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import TypeAdapter
 
 from serve_app import __version__
-from serve_app.api import errors
+from serve_app.api import deps, errors
 from serve_app.api.auth import Authenticator
 from serve_app.api.middleware import Authenticate, BodyLimit, RequestEnvelope
 from serve_app.api.models import IngestRequest
@@ -43,12 +43,14 @@ def create_app(
     metrics: Metrics | None = None,
     set_request_id_header: bool = True,
     loaders: LoaderPool | None = None,
+    host: str | None = None,
 ) -> FastAPI:
     """The API over ``service``. Behind Ray Serve, the proxy already assigns the request id
     (honouring the client's ``X-Request-ID``), passes it in and writes the response header,
-    so ``set_request_id_header`` is off there to avoid a second copy."""
+    so ``set_request_id_header`` is off there to avoid a second copy. ``host`` is the address
+    the API is bound to, for the exposure check (``auth.check_exposure``)."""
     config = service.config
-    authenticator = Authenticator(config.api.auth, host=config.serve.host)
+    authenticator = Authenticator(config.api.auth, host=host)
     pool = loaders or loader_pool(service)
 
     @asynccontextmanager
@@ -69,8 +71,11 @@ def create_app(
     app.state.metrics = metrics or Metrics()
     app.state.loaders = pool
     errors.install(app)
-    routers = (documents, search, collections, admin, operations)
-    for router in (module.router for module in routers):
+    default = APIRouter(prefix="/v1")  # the tenant's default collection
+    documents.add_document_routes(default, deps.default_collection)
+    search.add_search_routes(default, deps.default_collection)
+    routers = (default, collections.router, collections.named_router, admin.router)
+    for router in (*routers, operations.router):
         app.include_router(router)
     _document_upload_schema(app)
     # Added innermost first: the envelope wraps the body limit, which wraps authentication.

@@ -7,15 +7,28 @@ import asyncio
 from collections.abc import Awaitable
 from typing import TypeVar
 
-from fastapi import Header, Request
+from fastapi import Header, Path, Request
 
 from serve_app.api.auth import Principal
 from serve_app.api.observability import Metrics
 from serve_app.api.service import RetrievalService
 from serve_app.errors import TimeoutExceededError, UnauthenticatedError
 from serve_app.loaders.pool import LoaderPool
+from serve_app.schemas import COLLECTION_MAX_LENGTH, COLLECTION_PATTERN
 
 T = TypeVar("T")
+
+COLLECTION_NAME = Path(min_length=1, max_length=COLLECTION_MAX_LENGTH, pattern=COLLECTION_PATTERN)
+
+
+async def default_collection() -> None:
+    """The routes without a collection: the tenant's ``default`` one."""
+    return None
+
+
+async def named_collection(name: str = COLLECTION_NAME) -> str:
+    """The routes under ``/v1/collections/{name}``."""
+    return name
 
 
 async def service(request: Request) -> RetrievalService:

@@ -47,7 +47,7 @@ class Components:
 
     def __post_init__(self) -> None:
         if self.retriever is None:
-            self.retriever = IndexRetriever(self.index)
+            self.retriever = IndexRetriever(self.index, self.config.search.retrieve_batch)
 
     def models(self) -> IndexModels:
         return index_models(self.config, self.dense.model_id, self.dense.dim)
@@ -122,24 +122,34 @@ def build_sparse(config: AppConfig) -> dict[str, SparseEncoder]:
     return sparse
 
 
-async def build_components(config: AppConfig) -> Components:
-    """Load every model once and open the index (model guard included)."""
+async def build_components(
+    config: AppConfig,
+    *,
+    chunker: Chunker | None = None,
+    dense: DenseEncoder | None = None,
+    sparse: dict[str, SparseEncoder] | None = None,
+    reranker: Reranker | None = None,
+    index: ChunkIndex | None = None,
+    retriever: Retriever | None = None,
+) -> Components:
+    """The components ``config`` names, with the index opened for their models (the model
+    guard). Each part not given is built here (its model loaded once); the Ray Serve ingress
+    gives the parts that run in other deployments (adapters over their handles)."""
     check_config(config)
     if config.splade.enabled and config.splade.max_length < config.chunker.max_tokens:
         log.warning("splade.max_length is below chunker.max_tokens: SPLADE sees truncated chunks")
-    dense = DENSE_BACKENDS.create(config.dense.backend, config.dense)
-    reranker = (
-        RERANKER_BACKENDS.create(config.reranker.backend, config.reranker)
-        if config.reranker.enabled
-        else None
-    )
+    if dense is None:
+        dense = DENSE_BACKENDS.create(config.dense.backend, config.dense)
+    if reranker is None and config.reranker.enabled:
+        reranker = RERANKER_BACKENDS.create(config.reranker.backend, config.reranker)
     components = Components(
         config=config,
-        chunker=build_chunker(config, dense),
+        chunker=chunker or build_chunker(config, dense),
         dense=dense,
-        sparse=build_sparse(config),
+        sparse=build_sparse(config) if sparse is None else sparse,
         reranker=reranker,
-        index=TOPOLOGIES.create(config.stores.topology, config),
+        index=index or TOPOLOGIES.create(config.stores.topology, config),
+        retriever=retriever,
     )
     await components.index.open(components.models())
     return components

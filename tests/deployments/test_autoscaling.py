@@ -2,11 +2,11 @@
 computed with Serve's own policy code on the production Serve config (deployments/gpu.yaml).
 
 The ingress coalesces its concurrent queries: each ingress replica keeps at most
-``deployments.handles.IN_FLIGHT`` calls in flight per model, and a call is a batch. So the
-ongoing requests a model deployment sees from searches are capped at IN_FLIGHT x ingress
+``serve.batching.calls_in_flight`` calls in flight per model, and a call is a batch. So the
+ongoing requests a model deployment sees from searches are capped at calls_in_flight x ingress
 replicas however heavy the traffic, and Serve's default policy (ongoing / target per replica)
 scales the model from that. The model's ceiling must be reachable that way once the ingress
-has scaled out; a smaller IN_FLIGHT (tried for CPU throughput) or a larger target would leave
+has scaled out; a smaller calls_in_flight (tried for CPU throughput) or a larger target would leave
 GPU replicas that searches can never call for."""
 
 from __future__ import annotations
@@ -24,9 +24,12 @@ from ray.serve._private.constants import CONTROL_LOOP_INTERVAL_S
 from ray.serve.autoscaling_policy import _apply_autoscaling_config
 from ray.serve.config import AutoscalingConfig, AutoscalingContext
 
-from deployments.handles import IN_FLIGHT
+from deployments.settings import serve_settings
+from serve_app.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
+GPU = load_config(ROOT / "config" / "gpu.yaml", environ={})
+IN_FLIGHT = serve_settings(GPU).batching.calls_in_flight
 COALESCED = ("dense", "splade", "reranker")  # the deployments searches call through coalescers
 
 

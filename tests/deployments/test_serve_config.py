@@ -9,7 +9,8 @@ from ray.serve.schema import ServeDeploySchema
 from deployments.app import build_app, resolve_config
 from deployments.options import deployment_options
 from deployments.serve_config import render_yaml
-from serve_app.config import DeploymentSettings, ServeConfig, load_config
+from deployments.settings import DeploymentSettings, ServeConfig, serve_settings
+from serve_app.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,7 +70,7 @@ def test_drain_settings_reach_serves_deployment_config():
     from ray.serve._private.config import DeploymentConfig
 
     defaults = DeploymentConfig()
-    ingress_s = load_config(ROOT / "config" / "gpu.yaml", environ={}).serve.ingress
+    ingress_s = serve_settings(load_config(ROOT / "config" / "gpu.yaml", environ={})).ingress
     expected = {
         "local": lambda name: (0.2, 2.0),
         "gpu": lambda name: (
@@ -102,9 +103,10 @@ def test_access_log_on_the_ingress_only_unless_configured():
         d["name"]: d["logging_config"]["enable_access_log"] for d in application["deployments"]
     }
     assert logged.pop("ingress") is True and not any(logged.values())
-    serve = config.serve.model_dump()
+    serve = serve_settings(config).model_dump()
     serve["store"]["access_log"] = True
     serve["ingress"]["access_log"] = False
     turned = ServeConfig.model_validate(serve)
-    assert deployment_options(turned.store)["logging_config"] == {"enable_access_log": True}
-    assert deployment_options(turned.ingress)["logging_config"] == {"enable_access_log": False}
+    store, ingress = deployment_options(turned.store), deployment_options(turned.ingress)
+    assert store["logging_config"] == {"enable_access_log": True, "encoding": "JSON"}
+    assert ingress["logging_config"] == {"enable_access_log": False, "encoding": "JSON"}

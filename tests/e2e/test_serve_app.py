@@ -11,6 +11,7 @@ import pytest
 # this process builds keep Ray Serve's default transport (see the transport test below).
 from ray.serve._private.handle_options import DynamicHandleOptions
 
+from deployments.settings import serve_settings
 from serve_app.pipelines.components import build_components
 from serve_app.pipelines.ingest import IngestPipeline
 from serve_app.pipelines.search import SearchPipeline
@@ -349,9 +350,10 @@ def test_the_ingress_calls_every_deployment_over_the_configured_transport(serve_
     ingress replica applies its own environment, and a search works over what it chose."""
     from ray import serve
 
-    assert serve_config.serve.env.get("RAY_SERVE_THROUGHPUT_OPTIMIZED") == "1"
+    settings = serve_settings(serve_config)
+    assert settings.env.get("RAY_SERVE_THROUGHPUT_OPTIMIZED") == "1"
     builder_default = "actor" if DynamicHandleOptions()._by_reference else "grpc"
-    ingress = serve.get_app_handle(serve_config.serve.app_name)
+    ingress = serve.get_app_handle(settings.app_name)
     transports = ingress.transports.remote().result(timeout_s=30)
     assert transports == dict.fromkeys(("chunker", "dense", "splade", "store"), "grpc"), (
         f"the ingress chose {transports}; this process's handles default to {builder_default}"

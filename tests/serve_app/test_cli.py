@@ -88,3 +88,29 @@ def test_invalid_config_names_the_field(tmp_path, capsys):
     path.write_text("dense:\n  pooling: max\n")
     assert main(["--config", str(path), "search", "x"]) == 2
     assert "dense.pooling" in capsys.readouterr().err
+
+
+def test_the_cli_offers_the_apis_collection_and_document_operations(config_file, docs, capsys):
+    """What the HTTP API does to collections and documents, the CLI does too (in process
+    here; with --url through a running service)."""
+    assert run(config_file, "ingest", str(docs), "--collection", "papers") == 2
+    assert "collection 'papers' not found" in capsys.readouterr().err
+    assert run(config_file, "collections", "create", "papers") == 0
+    assert json.loads(capsys.readouterr().out)["name"] == "papers"
+    assert run(config_file, "ingest", str(docs), "--collection", "papers") == 0
+    assert "2 written" in capsys.readouterr().out
+    assert run(config_file, "collections", "list") == 0
+    names = [c["name"] for c in json.loads(capsys.readouterr().out)["collections"]]
+    assert names == ["default", "papers"]
+    assert run(config_file, "search", "dense vectors", "--collection", "papers", "--json") == 0
+    assert json.loads(capsys.readouterr().out)["results"][0]["chunk"]["collection"] == "papers"
+    assert run(config_file, "search", "dense vectors", "--json") == 0
+    assert json.loads(capsys.readouterr().out)["results"] == []  # the default one is empty
+    assert run(config_file, "documents", "get", "notes", "--collection", "papers") == 0
+    assert json.loads(capsys.readouterr().out)["collection"] == "papers"
+    assert run(config_file, "documents", "delete", "notes", "--collection", "papers") == 0
+    assert json.loads(capsys.readouterr().out)["deleted"] == "notes"
+    assert run(config_file, "documents", "get", "notes", "--collection", "papers") == 2
+    assert "not found" in capsys.readouterr().err
+    assert run(config_file, "collections", "delete", "papers") == 0
+    assert json.loads(capsys.readouterr().out)["deleted"] == "papers"

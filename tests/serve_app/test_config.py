@@ -6,7 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from serve_app.config import AppConfig, env_overrides, load_config, resolve_model_path
+from deployments.settings import ServeConfig, serve_settings
+from serve_app.config import (
+    AppConfig,
+    config_from_dict,
+    env_overrides,
+    load_config,
+    resolve_model_path,
+)
 from serve_app.errors import ConfigError
 from serve_app.pipelines.components import check_config
 
@@ -51,14 +58,14 @@ def test_a_config_that_names_no_serve_switches_runs_the_measured_transport(tmp_p
     key the file sets wins, so Serve's defaults stay one line away."""
     path = tmp_path / "minimal.yaml"
     path.write_text("serve:\n  port: 8001\n")
-    switches = _serve_switches_under(load_config(path, environ={}).serve.env)
+    switches = _serve_switches_under(serve_settings(load_config(path, environ={})).env)
     assert switches == {"throughput": True, "haproxy": True, "grpc": True, "grpc_max": 2**31 - 1}
 
     path.write_text(
         "serve:\n  env:\n    RAY_SERVE_THROUGHPUT_OPTIMIZED: '0'\n"
         "    RAY_SERVE_ENABLE_HA_PROXY: '0'\n"
     )
-    switches = _serve_switches_under(load_config(path, environ={}).serve.env)
+    switches = _serve_switches_under(serve_settings(load_config(path, environ={})).env)
     assert not switches["throughput"] and not switches["haproxy"] and not switches["grpc"]
 
 
@@ -122,8 +129,6 @@ def test_round_trip_through_dict():
 
 
 def test_retired_serve_batching_fields_still_load_with_one_warning(caplog):
-    from serve_app.config import ServeConfig
-
     with caplog.at_level("WARNING"):
         serve = ServeConfig.model_validate(
             {
@@ -137,3 +142,19 @@ def test_retired_serve_batching_fields_still_load_with_one_warning(caplog):
     assert len(warnings) == 1 and warnings[0].startswith("serve.dense/splade:"), warnings
     with pytest.raises(ValueError, match="max_batch_sizes"):
         ServeConfig.model_validate({"dense": {"max_batch_sizes": 1}})  # typos still fail
+
+
+def test_the_library_knows_nothing_of_ray_serve_settings():
+    """The ``serve:`` section is the Ray Serve layer's (deployments/settings.py): serve_app
+    carries it through unread and names none of its settings."""
+    root = Path(__file__).resolve().parents[2] / "serve_app"
+    owned = ("DeploymentSettings", "num_replicas", "RAY_SERVE_", "autoscaling", "from deployments")
+    found = [
+        f"{path.relative_to(root)}: {word}"
+        for path in root.rglob("*.py")
+        for word in owned
+        if word in path.read_text()
+    ]
+    assert not found, found
+    config = config_from_dict({"serve": {"dense": {"num_replicas": 7, "no_such_field": 1}}})
+    assert config.serve["dense"]["num_replicas"] == 7  # carried, not read

@@ -105,7 +105,16 @@ async def test_an_mcp_session_ingests_and_searches_with_provenance(service_url):
         ):
             await session.initialize()
             tools = {tool.name: tool for tool in (await session.list_tools()).tools}
-            assert set(tools) == {"ingest", "search", "inspect", "list_collections"}
+            assert set(tools) == {
+                "ingest",
+                "search",
+                "inspect",
+                "list_collections",
+                "create_collection",
+                "delete_collection",
+                "get_document",
+                "delete_document",
+            }
             assert "query" in tools["search"].input_schema["properties"]
 
             ingested = payload(await session.call_tool("ingest", {"documents": DOCS}))
@@ -144,6 +153,25 @@ async def test_an_mcp_session_ingests_and_searches_with_provenance(service_url):
             assert "request id mcp-" in message
             bad = await session.call_tool("ingest", {"collection": "Bad Name", "documents": DOCS})
             assert "INVALID_INPUT" in error_text(bad)
+
+            # What the "not found" error tells the agent to do, it can do.
+            created = payload(await session.call_tool("create_collection", {"name": "nope"}))
+            assert created["name"] == "nope"
+            await session.call_tool("ingest", {"collection": "nope", "documents": DOCS[:1]})
+            got = payload(
+                await session.call_tool(
+                    "get_document", {"doc_id": "plasmids", "collection": "nope"}
+                )
+            )
+            assert got["collection"] == "nope" and got["chunk_ids"]
+            removed = payload(
+                await session.call_tool(
+                    "delete_document", {"doc_id": "plasmids", "collection": "nope"}
+                )
+            )
+            assert removed["deleted"] == "plasmids"
+            dropped = payload(await session.call_tool("delete_collection", {"name": "nope"}))
+            assert dropped["deleted"] == "nope"
 
 
 async def test_a_wrong_api_key_is_a_clear_tool_error(service_url):

@@ -46,21 +46,21 @@ def run(graceful_s: float, docs: int) -> dict:
 
     from deployments.local import start_serve, stop
     from deployments.serve_config import render_serve_config
+    from deployments.settings import serve_settings, with_serve
 
     config = load_config(ROOT / "config" / "local.yaml", environ={})
-    ingress = config.serve.ingress.model_copy(update={"graceful_shutdown_timeout_s": graceful_s})
+    ingress = {**config.serve.get("ingress", {}), "graceful_shutdown_timeout_s": graceful_s}
+    config = with_serve(config, port=free_port(), host="127.0.0.1", ingress=ingress)
     config = config.model_copy(
         update={
             "data_dir": Path(tempfile.mkdtemp(prefix="ingress-drain-")),
-            "serve": config.serve.model_copy(
-                update={"port": free_port(), "host": "127.0.0.1", "ingress": ingress}
-            ),
             "api": config.api.model_copy(update={"ingest_timeout_s": INGEST_TIMEOUT_S}),
         }
     )
+    settings = serve_settings(config)
     document = render_serve_config(config, http_host="127.0.0.1")
-    url = f"http://127.0.0.1:{config.serve.port}"
-    app = config.serve.app_name
+    url = f"http://127.0.0.1:{settings.port}"
+    app = settings.app_name
     start_serve(config, num_cpus=4)  # room for the second ingress replica of the rolling update
     try:
         client = _get_global_client()

@@ -301,7 +301,7 @@ deployments/options.py:deployment_options (a test compares the two).
   {{- $accessLog = $s.access_log }}
   {{- end }}
   logging_config:
-    encoding: TEXT
+    encoding: JSON
     log_level: INFO
     logs_dir: null
     enable_access_log: {{ $accessLog }}

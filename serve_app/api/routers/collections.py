@@ -7,30 +7,17 @@ collection of the same name is simply not found (404), for reads, writes and sea
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict
 
 from serve_app.api import deps
 from serve_app.api.auth import Principal
-from serve_app.api.models import DeleteResponse, IngestResponse, SearchResponseOut
-from serve_app.api.observability import Metrics
-from serve_app.api.routers.documents import UPLOAD_BODY
-from serve_app.api.routers.search import run_search
+from serve_app.api.routers.documents import add_document_routes
+from serve_app.api.routers.search import add_search_routes
 from serve_app.api.service import RetrievalService
-from serve_app.api.uploads import read_documents
-from serve_app.loaders.pool import LoaderPool
-from serve_app.schemas import (
-    COLLECTION_PATTERN,
-    FUSION_METHODS,
-    CollectionName,
-    DocumentInfo,
-    FusionSpec,
-    SearchRequest,
-)
+from serve_app.schemas import CollectionName
 
 router = APIRouter(prefix="/v1/collections")
-
-NAME = Path(min_length=1, max_length=64, pattern=COLLECTION_PATTERN)
 
 
 class CollectionIn(BaseModel):
@@ -84,7 +71,7 @@ async def list_collections(
 
 @router.get("/{name}", response_model=CollectionDetail)
 async def get_collection(
-    name: str = NAME,
+    name: str = deps.COLLECTION_NAME,
     who: Principal = Depends(deps.principal),
     seconds: float = Depends(deps.deadline_s),
     service: RetrievalService = Depends(deps.service),
@@ -95,7 +82,7 @@ async def get_collection(
 
 @router.delete("/{name}", response_model=CollectionDeleted)
 async def delete_collection(
-    name: str = NAME,
+    name: str = deps.COLLECTION_NAME,
     who: Principal = Depends(deps.principal),
     seconds: float = Depends(deps.ingest_deadline_s),
     service: RetrievalService = Depends(deps.service),
@@ -105,89 +92,7 @@ async def delete_collection(
     return CollectionDeleted(deleted=name, chunks_removed=removed)
 
 
-# -- documents and searches of one collection ------------------------------------------------
-@router.post("/{name}/documents", response_model=IngestResponse, openapi_extra=UPLOAD_BODY)
-async def ingest_documents(
-    request: Request,
-    name: str = NAME,
-    who: Principal = Depends(deps.principal),
-    seconds: float = Depends(deps.ingest_deadline_s),
-    service: RetrievalService = Depends(deps.service),
-    loaders: LoaderPool = Depends(deps.loaders),
-    metrics: Metrics = Depends(deps.metrics),
-) -> IngestResponse:
-    who.require("write")
-
-    async def upload() -> IngestResponse:
-        await service.scope(who.tenant_id, name)  # before reading a byte of the body
-        documents = await read_documents(request, who.tenant_id, service.config, loaders)
-        documents = [d.model_copy(update={"collection": name}) for d in documents]
-        result = await service.ingest(documents)
-        metrics.observe_stages("ingest", result.timings_ms)
-        return IngestResponse.model_validate(result.model_dump())
-
-    return await deps.within(seconds, upload())
-
-
-@router.get("/{name}/documents/{doc_id:path}", response_model=DocumentInfo)
-async def get_document(
-    doc_id: str,
-    name: str = NAME,
-    who: Principal = Depends(deps.principal),
-    seconds: float = Depends(deps.deadline_s),
-    service: RetrievalService = Depends(deps.service),
-) -> DocumentInfo:
-    who.require("read")
-    return await deps.within(seconds, service.get_document(who.tenant_id, doc_id, name))
-
-
-@router.delete("/{name}/documents/{doc_id:path}", response_model=DeleteResponse)
-async def delete_document(
-    doc_id: str,
-    name: str = NAME,
-    who: Principal = Depends(deps.principal),
-    seconds: float = Depends(deps.deadline_s),
-    service: RetrievalService = Depends(deps.service),
-) -> DeleteResponse:
-    who.require("write")
-    removed = await deps.within(seconds, service.delete_document(who.tenant_id, doc_id, name))
-    return DeleteResponse(deleted=doc_id, chunks_removed=removed)
-
-
-@router.post("/{name}/search", response_model=SearchResponseOut)
-async def search_post(
-    body: SearchRequest,
-    name: str = NAME,
-    who: Principal = Depends(deps.principal),
-    seconds: float = Depends(deps.deadline_s),
-    service: RetrievalService = Depends(deps.service),
-    metrics: Metrics = Depends(deps.metrics),
-) -> SearchResponseOut:
-    request = body.model_copy(update={"collection": name})
-    return await run_search(request, who, seconds, service, metrics)
-
-
-@router.get("/{name}/search", response_model=SearchResponseOut)
-async def search_get(
-    name: str = NAME,
-    q: str = Query(min_length=1, max_length=4096),
-    top_k: int = Query(default=10, ge=1, le=200),
-    strategies: str | None = Query(
-        default=None, pattern=r"^(bm25|splade|dense)(,(bm25|splade|dense))*$"
-    ),
-    fusion: str | None = Query(default=None, pattern="^(" + "|".join(FUSION_METHODS) + ")$"),
-    who: Principal = Depends(deps.principal),
-    seconds: float = Depends(deps.deadline_s),
-    service: RetrievalService = Depends(deps.service),
-    metrics: Metrics = Depends(deps.metrics),
-) -> SearchResponseOut:
-    request = SearchRequest.model_validate(
-        {
-            "query": q,
-            "collection": name,
-            "top_k": top_k,
-            "strategies": strategies.split(",") if strategies else None,
-            "fusion": FusionSpec(method=fusion).model_dump() if fusion else None,
-        }
-    )
-    return await run_search(request, who, seconds, service, metrics)
+# -- documents and searches of one collection: the same handlers as the default routes --
+named_router = APIRouter(prefix="/v1/collections/{name}")
+add_document_routes(named_router, deps.named_collection)
+add_search_routes(named_router, deps.named_collection)

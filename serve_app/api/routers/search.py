@@ -1,6 +1,11 @@
-"""``/v1/search``: hybrid search, by JSON body (POST) or query string (GET)."""
+"""Hybrid search in a collection, by JSON body (POST) or query string (GET).
+``add_search_routes`` puts the same handlers under ``/v1/search`` (the tenant's ``default``
+collection) and ``/v1/collections/{name}/search``."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 from fastapi import APIRouter, Depends, Query
 
@@ -10,8 +15,6 @@ from serve_app.api.models import SearchResponseOut
 from serve_app.api.observability import Metrics
 from serve_app.api.service import RetrievalService
 from serve_app.schemas import FUSION_METHODS, FusionSpec, SearchRequest, SearchResponse
-
-router = APIRouter(prefix="/v1")
 
 
 async def run_search(
@@ -27,38 +30,45 @@ async def run_search(
     return SearchResponseOut.from_response(response)
 
 
-@router.post("/search", response_model=SearchResponseOut)
-async def search_post(
-    body: SearchRequest,
-    who: Principal = Depends(deps.principal),
-    seconds: float = Depends(deps.deadline_s),
-    service: RetrievalService = Depends(deps.service),
-    metrics: Metrics = Depends(deps.metrics),
-) -> SearchResponseOut:
-    return await run_search(body, who, seconds, service, metrics)
+def add_search_routes(router: APIRouter, collection: Callable[..., Any]) -> None:
+    """The search operations under ``router``, for the collection ``collection`` names; a
+    body's own ``collection`` field is honoured on the default route only."""
 
+    @router.post("/search", response_model=SearchResponseOut)
+    async def search_post(
+        body: SearchRequest,
+        name: str | None = Depends(collection),
+        who: Principal = Depends(deps.principal),
+        seconds: float = Depends(deps.deadline_s),
+        service: RetrievalService = Depends(deps.service),
+        metrics: Metrics = Depends(deps.metrics),
+    ) -> SearchResponseOut:
+        request = body if name is None else body.model_copy(update={"collection": name})
+        return await run_search(request, who, seconds, service, metrics)
 
-@router.get("/search", response_model=SearchResponseOut)
-async def search_get(
-    q: str = Query(min_length=1, max_length=4096),
-    top_k: int = Query(default=10, ge=1, le=200),
-    strategies: str | None = Query(
-        default=None, pattern=r"^(bm25|splade|dense)(,(bm25|splade|dense))*$"
-    ),
-    fusion: str | None = Query(default=None, pattern="^(" + "|".join(FUSION_METHODS) + ")$"),
-    rerank: bool | None = None,
-    who: Principal = Depends(deps.principal),
-    seconds: float = Depends(deps.deadline_s),
-    service: RetrievalService = Depends(deps.service),
-    metrics: Metrics = Depends(deps.metrics),
-) -> SearchResponseOut:
-    request = SearchRequest.model_validate(
-        {
-            "query": q,
-            "top_k": top_k,
-            "strategies": strategies.split(",") if strategies else None,
-            "fusion": FusionSpec(method=fusion).model_dump() if fusion else None,
-            "rerank": rerank,
-        }
-    )
-    return await run_search(request, who, seconds, service, metrics)
+    @router.get("/search", response_model=SearchResponseOut)
+    async def search_get(
+        q: str = Query(min_length=1, max_length=4096),
+        top_k: int = Query(default=10, ge=1, le=200),
+        strategies: str | None = Query(
+            default=None, pattern=r"^(bm25|splade|dense)(,(bm25|splade|dense))*$"
+        ),
+        fusion: str | None = Query(default=None, pattern="^(" + "|".join(FUSION_METHODS) + ")$"),
+        rerank: bool | None = None,
+        name: str | None = Depends(collection),
+        who: Principal = Depends(deps.principal),
+        seconds: float = Depends(deps.deadline_s),
+        service: RetrievalService = Depends(deps.service),
+        metrics: Metrics = Depends(deps.metrics),
+    ) -> SearchResponseOut:
+        request = SearchRequest.model_validate(
+            {
+                "query": q,
+                "top_k": top_k,
+                "strategies": strategies.split(",") if strategies else None,
+                "fusion": FusionSpec(method=fusion).model_dump() if fusion else None,
+                "rerank": rerank,
+                **({"collection": name} if name is not None else {}),
+            }
+        )
+        return await run_search(request, who, seconds, service, metrics)

@@ -5,6 +5,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from deployments.settings import serve_settings
 from serve_app.api.auth import Authenticator, ForbiddenError, UnauthenticatedError, hash_api_key
 from serve_app.config import AuthConfig, config_from_dict
 from serve_app.errors import ConfigError
@@ -101,7 +102,9 @@ def test_mode_none_is_refused_on_a_non_loopback_bind(host):
     with pytest.raises(ConfigError, match="loopback"):
         Authenticator(AuthConfig(mode="none"), host=host)
     with pytest.raises(ConfigError, match="loopback"):
-        config_from_dict({"api": {"auth": {"mode": "none"}}, "serve": {"host": host}})
+        serve_settings(
+            config_from_dict({"api": {"auth": {"mode": "none"}}, "serve": {"host": host}})
+        )
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "::1", "localhost"])
@@ -114,15 +117,24 @@ def test_mode_none_on_loopback_serves_one_anonymous_tenant(host):
 def test_cluster_config_requires_audience_and_issuer():
     jwt_on = {"enabled": True, "secret": "s" * 40}
     with pytest.raises(ConfigError, match="audience and issuer"):
-        config_from_dict({"api": {"auth": {"jwt": jwt_on}}, "serve": {"host": "0.0.0.0"}})
+        serve_settings(
+            config_from_dict({"api": {"auth": {"jwt": jwt_on}}, "serve": {"host": "0.0.0.0"}})
+        )
     with pytest.raises(ConfigError, match="audience and issuer"):
-        config_from_dict(
-            {"api": {"auth": {"jwt": {**jwt_on, "audience": "a"}}}, "serve": {"host": "0.0.0.0"}}
+        serve_settings(
+            config_from_dict(
+                {
+                    "api": {"auth": {"jwt": {**jwt_on, "audience": "a"}}},
+                    "serve": {"host": "0.0.0.0"},
+                }
+            )
         )
     full = {**jwt_on, "audience": "a", "issuer": "i"}
-    config_from_dict({"api": {"auth": {"jwt": full}}, "serve": {"host": "0.0.0.0"}})
+    serve_settings(config_from_dict({"api": {"auth": {"jwt": full}}, "serve": {"host": "0.0.0.0"}}))
     # Loopback (a developer's machine) may leave them out.
-    config_from_dict({"api": {"auth": {"jwt": jwt_on}}, "serve": {"host": "127.0.0.1"}})
+    serve_settings(
+        config_from_dict({"api": {"auth": {"jwt": jwt_on}}, "serve": {"host": "127.0.0.1"}})
+    )
 
 
 def _hs_auth(**jwt_settings) -> Authenticator:

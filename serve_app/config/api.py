@@ -1,0 +1,104 @@
+"""The HTTP API: request limits, deadlines, upload admission, credentials."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from serve_app.config.base import Section
+from serve_app.schemas import TenantId
+
+
+class LimitsConfig(Section):
+    max_document_chars: int = Field(default=5_000_000, ge=1)
+    # Every chunk stores its document's title, heading chain, source and metadata again, so
+    # they are bounded apart from the text: a 2 MB title on a 2 MB text would be ~4 GB of
+    # chunks. Document.repeated_chars() counts them.
+    max_repeated_chars: int = Field(default=16_384, ge=1)
+    max_documents_per_request: int = Field(default=1000, ge=1)
+    # What one upload may cost the encoders, counted after chunking and before any encoding
+    # (413 with the counts): a pathological document (deeply nested Markdown quotes, say)
+    # can make several times the chunks its size suggests. Each chunk is at most
+    # chunker.max_tokens tokens, so these also bound the tokens encoded.
+    max_chunks_per_document: int = Field(default=5_000, ge=1)
+    max_chunks_per_request: int = Field(default=20_000, ge=1)
+    max_file_bytes: int = Field(default=50_000_000, ge=1)  # each uploaded file
+    max_pdf_pages: int = Field(default=2000, ge=1)
+    # Uploaded files are parsed in loader_workers processes per ingress replica; a file not
+    # parsed within loader_timeout_s is refused (400) and its worker killed.
+    loader_workers: int = Field(default=2, ge=1)
+    loader_timeout_s: float = Field(default=60.0, gt=0)
+
+
+class ApiKeyConfig(Section):
+    """An API key, stored only as the SHA-256 hex digest of the key."""
+
+    name: str = ""
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    tenant_id: TenantId
+    # ``admin``: operator reads across tenants (GET /v1/admin/inspect); never a default.
+    scopes: list[Literal["read", "write", "admin"]] = Field(
+        default_factory=lambda: ["read", "write"]
+    )
+
+
+class JwtConfig(Section):
+    enabled: bool = False
+    algorithms: list[Literal["HS256", "RS256"]] = Field(default_factory=lambda: ["HS256"])
+    secret: str | None = None  # HS256 shared secret; prefer secret_env over a literal
+    secret_env: str | None = None  # name of the environment variable holding the secret
+    public_key: str | None = None  # RS256 PEM
+    tenant_claim: str = "tenant"
+    scope_claim: str = "scope"
+    # Checked (and required in every token) when set; a cluster config must set both.
+    audience: str | None = None
+    issuer: str | None = None
+    leeway_s: float = Field(default=0.0, ge=0, le=300)  # clock skew allowed on exp/nbf/iat
+
+    @model_validator(mode="after")
+    def _keys_for_algorithms(self) -> JwtConfig:
+        if self.enabled and "HS256" in self.algorithms and not (self.secret or self.secret_env):
+            raise ValueError("jwt.secret or jwt.secret_env is required for HS256")
+        if self.enabled and "RS256" in self.algorithms and not self.public_key:
+            raise ValueError("jwt.public_key is required for RS256")
+        return self
+
+
+class AuthConfig(Section):
+    """``required`` (the default) needs a credential; ``none`` serves one anonymous tenant and
+    must be set explicitly, on a loopback bind only. Both are checked when the API starts
+    (``serve_app.api.auth.check_exposure``), so offline commands load any config."""
+
+    mode: Literal["none", "required"] = "required"
+    anonymous_tenant: TenantId = "default"
+    api_keys: list[ApiKeyConfig] = Field(default_factory=list)
+    jwt: JwtConfig = Field(default_factory=JwtConfig)
+
+
+class ApiConfig(Section):
+    request_timeout_s: float = Field(default=30.0, gt=0)  # search, reads, deletes
+    ingest_timeout_s: float = Field(default=900.0, gt=0)  # a document upload encodes everything
+    max_request_bytes: int = Field(default=50_000_000, ge=1024)
+    # Uploads are cut into sub-batches of at most ingest_batch_size documents and
+    # ingest_batch_chars characters; ingest_concurrency of them run at once per ingress
+    # replica (all uploads together), so chunking, encoding and writing of consecutive
+    # sub-batches overlap while the models see a bounded number of document batches.
+    ingest_batch_size: int = Field(default=32, ge=1)
+    ingest_batch_chars: int = Field(default=200_000, ge=1)
+    ingest_concurrency: int = Field(default=2, ge=1)
+    # Uploads one ingress replica holds at once (running or waiting for a slot); more are
+    # refused with 503 SERVICE_UNAVAILABLE and a retry hint, never queued in the models.
+    max_pending_uploads: int = Field(default=32, ge=1)
+    auth: AuthConfig = Field(default_factory=AuthConfig)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address (a bind nothing off this machine reaches)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

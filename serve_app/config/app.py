@@ -1,0 +1,61 @@
+"""The application's configuration: every section of the library, and the Ray Serve layer's
+own section carried through unread."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from serve_app.config.api import ApiConfig, LimitsConfig
+from serve_app.config.base import Section
+from serve_app.config.models import (
+    Bm25Config,
+    ChunkerConfig,
+    DenseConfig,
+    RerankerConfig,
+    SpladeConfig,
+)
+from serve_app.config.search import SearchConfig
+from serve_app.config.stores import StoresConfig
+from serve_app.schemas import Strategy
+
+
+class AppConfig(Section):
+    data_dir: str = ".data"
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    chunker: ChunkerConfig = Field(default_factory=ChunkerConfig)
+    dense: DenseConfig = Field(default_factory=DenseConfig)
+    splade: SpladeConfig = Field(default_factory=SpladeConfig)
+    bm25: Bm25Config = Field(default_factory=Bm25Config)
+    reranker: RerankerConfig = Field(default_factory=RerankerConfig)
+    stores: StoresConfig = Field(default_factory=StoresConfig)
+    search: SearchConfig = Field(default_factory=SearchConfig)
+    api: ApiConfig = Field(default_factory=ApiConfig)
+    # The Ray Serve layer's own section (replicas, resources, transport, the HTTP bind), kept
+    # here as given and validated by that layer (deployments/settings.py), which owns it.
+    serve: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> AppConfig:
+        enabled = self.enabled_strategies()
+        missing = [s for s in self.search.strategies if s not in enabled]
+        if missing:
+            raise ValueError(f"search.strategies names disabled strategies: {missing}")
+        if self.search.rerank and not self.reranker.enabled:
+            raise ValueError("search.rerank is true but reranker.enabled is false")
+        return self
+
+    def enabled_strategies(self) -> list[Strategy]:
+        out: list[Strategy] = []
+        if self.bm25.enabled:
+            out.append("bm25")
+        if self.splade.enabled:
+            out.append("splade")
+        out.append("dense")
+        return out
+
+    @property
+    def data_path(self) -> Path:
+        return Path(self.data_dir).expanduser()
