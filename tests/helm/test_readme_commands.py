@@ -31,8 +31,9 @@ from serve_app.config import AppConfig, load_config
 from tests.helm.test_chart import CHART, CRD, HELM, K8S_VERSION, ROOT
 
 KUBECTL = ROOT / ".cache" / "bin" / "kubectl"
-DEPLOY_DOCS = [ROOT / "README.md", ROOT / "docs" / "kubernetes.md"]  # the whole sequence each
-DOCS = [*DEPLOY_DOCS, CHART / "README.md"]
+DEPLOY_DOCS = [ROOT / "docs" / "kubernetes.md"]  # the whole production sequence
+README = ROOT / "README.md"  # its short install is checked like any command
+DOCS = [README, *DEPLOY_DOCS, CHART / "README.md"]
 SHELLS = {"bash", "sh", "shell"}
 OPERATORS = {";", "&&", "||", "|", "&", "(", ")", "$(", "`"}
 REDIRECTS = {"<", ">", ">>", "<<", "<<-", "2>", "&>"}
