@@ -42,7 +42,7 @@ class StoreDeployment:
         self.retriever = IndexRetriever(self.index)
         # The calls of every ingress replica, merged: what arrives while a batch runs goes
         # into the next as one search and one fetch (a query alone costs 1.3-1.6x its share
-        # of a batch of 4: ``benchmarks/store_retrieve.py``). The embedded engine runs
+        # of a batch of 4: ``benchmarks/dev/store_retrieve.py``). The embedded engine runs
         # inline, one batch at a time; a server store overlaps a few round trips. At most 4
         # calls a batch (each ingress replica keeps 2 in flight, of up to 64 queries): a
         # batch runs inline, so its size bounds how long the replica's loop is held.
