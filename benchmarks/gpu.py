@@ -43,18 +43,10 @@ import yaml
 from benchmarks import ingest, load, serving_path
 from benchmarks.dev import store_retrieve
 from benchmarks.model_calls import current_reading, export_wait_s, per_call
-from benchmarks.processes import (
-    host_probe_ms,
-)
+from benchmarks.processes import host_probe_ms
 from benchmarks.report import default_stem, table, write_report
 from benchmarks.runner import load_queries, search_body, sweep_rates
-from benchmarks.service import (
-    add_run_arguments,
-    app_config,
-    config_data,
-    local_run,
-    serving,
-)
+from benchmarks.service import add_run_arguments, app_config, config_data, local_run, serving
 
 STEPS = ("encoders", "ingest", "cold", "search", "store")
 P95_TARGET_MS = 200
@@ -115,11 +107,8 @@ def encoders(data: dict, args: argparse.Namespace) -> dict:
     here, cpu = app_config(data), app_config(cpu_data)
     rows = [json.loads(line) for line in (args.corpus / "corpus.jsonl").open()][: args.docs]
     texts = [f"{r['title']}\n\n{r['text']}" for r in rows]
-    dense, splade, top_k = (
-        TransformersDenseEncoder(here.dense),
-        SpladeEncoder(here.splade),
-        here.splade.doc_top_k,
-    )
+    dense, splade = TransformersDenseEncoder(here.dense), SpladeEncoder(here.splade)
+    top_k = here.splade.doc_top_k
     sample = texts[:256]
     cosine = (dense.encode(sample) * TransformersDenseEncoder(cpu.dense).encode(sample)).sum(1)
     on_cpu = SpladeEncoder(cpu.splade).encode(sample, top_k)
@@ -229,7 +218,9 @@ def run(args: argparse.Namespace) -> int:
 def summary_table(summary: dict) -> list[str]:
     rows = [["host probe ms", summary["host_probe_ms"]]]
     for name, report in summary.items():
-        if name.startswith("ingest_"):
+        if name == "encoders":
+            rows.append(["encoders: docs/s", report["docs_per_s"]])
+        elif name.startswith("ingest_"):
             ratio = report.get("http_over_slower_encoder")
             rows.append(
                 [

@@ -20,7 +20,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from benchmarks.rawhttp import RawHttpPool
-from benchmarks.report import default_stem, plot, table, write_report
+from benchmarks.report import beside, default_stem, plot, table, write_report
 from benchmarks.runner import (
     LoadRunner,
     add_search_arguments,
@@ -111,7 +111,7 @@ def save(report: dict, stem: Path, title: str) -> None:
     write_report(stem, report, lines)
     if report["mode"] == "sweep" and report["points"]:
         axes = ("offered load (queries/s)", "latency (ms)")
-        plot(stem.with_suffix(".png"), "Search latency vs offered load", axes,
+        plot(beside(stem, ".png"), "Search latency vs offered load", axes,
              lambda ax: _draw_sweep(ax, report), log="y")  # fmt: skip
 
 

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks.report import default_stem, plot, table, write_report
+from benchmarks.report import beside, default_stem, plot, table, write_report
 from benchmarks.service import add_run_arguments
 
 ANCHORS = {  # published nDCG@10 on SciFact (test)
@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         *table(["run", *(f"nDCG@10 {t}" for t in topologies),
                 f"Recall@100 {topologies[0]}", f"MRR@10 {topologies[0]}"], rows),
     ])  # fmt: skip
-    plot(stem.with_suffix(".png"), f"{name} ({args.split}), {topologies[0]}: nDCG@10",
+    plot(beside(stem, ".png"), f"{name} ({args.split}), {topologies[0]}: nDCG@10",
          ("nDCG@10", ""), lambda ax: _draw(ax, results[topologies[0]]),
          size=(9, 0.35 * len(rows) + 1.5))  # fmt: skip
     return 0

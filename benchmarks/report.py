@@ -44,11 +44,16 @@ def table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
     return lines + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
 
 
+def beside(stem: Path, suffix: str) -> Path:
+    """``stem`` with ``suffix`` added (a stem may hold dots: ``ingest-chunker-0.5``)."""
+    return stem.with_name(stem.name + suffix)
+
+
 def write_report(stem: Path, report: dict, markdown: Iterable[str]) -> None:
     text = "\n".join(markdown).rstrip("\n") + "\n"
     stem.parent.mkdir(parents=True, exist_ok=True)
-    stem.with_suffix(".json").write_text(json.dumps(report, indent=2))
-    stem.with_suffix(".md").write_text(text)
+    beside(stem, ".json").write_text(json.dumps(report, indent=2))
+    beside(stem, ".md").write_text(text)
     print(text, flush=True)
 
 

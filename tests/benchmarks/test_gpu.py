@@ -35,6 +35,7 @@ def cpu_config(path: Path) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)  # five Serve starts, each loading the models anew
 def test_every_step_of_the_gpu_suite_runs_on_this_code(tmp_path, scifact_dir):
     out = tmp_path / "out"
     sizes = {"--docs": DOCS, "--model-cpus": 0.1, "--chunker-cpus": "0.1,0.2", "--clients": 4,
@@ -47,7 +48,7 @@ def test_every_step_of_the_gpu_suite_runs_on_this_code(tmp_path, scifact_dir):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "SERVE_APP_"))}
     done = subprocess.run(
         command, cwd=ROOT, env={**env, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True,
-        timeout=1500,
+        timeout=1400,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     summary = json.loads((out / "summary.json").read_text())
@@ -62,6 +63,7 @@ def test_every_step_of_the_gpu_suite_runs_on_this_code(tmp_path, scifact_dir):
     for cpus in ("0.1", "0.2"):
         http = summary[f"ingest_chunker_{cpus}"]["http"]
         assert http["documents"] == DOCS and http["failed_requests"] == 0
+        assert json.loads((out / f"ingest-chunker-{cpus}.json").read_text())["http"] == http
     assert summary["ingest_chunker_0.1"]["http_over_slower_encoder"] > 0
     assert "ceiling" not in summary["ingest_chunker_0.2"]
 
