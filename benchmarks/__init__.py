@@ -1,0 +1,1 @@
+"""The project's benchmark suites (``python -m benchmarks``); profiling tools in ``dev``."""

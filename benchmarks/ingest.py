@@ -1,16 +1,22 @@
-"""Ingest throughput in-process against the raw throughput of each encoder (the ceiling).
+"""Ingest over HTTP on Ray Serve, against the encoders' own throughput.
 
-    python benchmarks/ingest.py --corpus scifact [--max-docs N] [--config config/local.yaml]
-    python benchmarks/ingest.py --corpus plos --chunker imrad
+    python -m benchmarks ingest [--docs 1000] [--docs-per-request 100] [--clients 4]
+        [--config config/local.yaml] [--url http://127.0.0.1:8000] [--corpus DIR]
+        [--chunker NAME] [--tokenizer-threads N] [--skip-ceiling] [--out STEM]
 
-Steps, all in one process on one machine:
-1. the whole ingest pipeline (load -> chunk -> encode dense + sparse -> write) into a fresh
-   index, in batches as the CLI does; documents/s, chunks/s, peak RSS;
-2. a second ingest of the same documents (content-hash skip: no model work);
-3. each encoder alone over exactly the chunk texts the ingest encoded (same batching): the
-   per-chunk cost of dense, SPLADE and BM25; their sum is the ceiling for chunks/s;
-4. single-query encode latency per model (median of 50).
-Prints the figures and writes JSON + Markdown under benchmarks/results/.
+1. The ceiling, in this process before any ingest: the corpus chunked as the service chunks
+   it, then each encoder alone in one blocking call over every chunk text (the model's own
+   batched throughput, tokenizing on ``--tokenizer-threads`` threads as a model replica does
+   on the CPUs it reserves). The slower encoder's figure is the yardstick.
+2. ``--clients`` concurrent clients POST ``--docs-per-request`` documents a request to the
+   service (``--url``, or one started here from ``--config`` with a fresh data directory);
+   documents/s and chunks/s from the first request to the last answer, and the cores each
+   kind of process used meanwhile.
+3. The same documents again: every one unchanged (content hashes), nothing written.
+
+``--corpus`` is a BEIR folder (SciFact by default) or a folder of files. The figure that
+matters is HTTP chunks/s over the slower encoder's: how close the pipelined ingest comes to
+the model that bounds it.
 """
 
 from __future__ import annotations
@@ -18,185 +24,171 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import resource
-import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-from benchmarks.reports import write_report  # noqa: E402
-from serve_app.config import load_config  # noqa: E402
-from serve_app.evaluation.beir import load_beir  # noqa: E402
-from serve_app.loaders import load_file  # noqa: E402
-from serve_app.pipelines.components import build_components  # noqa: E402
-from serve_app.pipelines.ingest import IngestPipeline, encoding_text  # noqa: E402
-from serve_app.schemas import Document  # noqa: E402
-
-SHARED = ROOT.parent / "shared" / "data"
-RESULTS = ROOT / "benchmarks" / "results"
+from benchmarks.processes import CpuMeter, own_processes
+from benchmarks.rawhttp import RawHttpPool
+from benchmarks.report import default_stem, table, write_report
+from benchmarks.service import (
+    TENANT,
+    add_run_arguments,
+    app_config,
+    fresh_run,
+    serving,
+)
 
 
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_run_arguments(parser)
+    parser.add_argument("--docs", type=int, default=1000)
+    parser.add_argument("--docs-per-request", type=int, default=100)
+    parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--chunker", help="the chunker to run (default: the configuration's)")
+    parser.add_argument("--url", help="a running service (default: start one here)")
+    parser.add_argument("--skip-ceiling", action="store_true")
+    parser.add_argument("--tokenizer-threads", type=int, default=1)
 
 
-def load_corpus(name: str, max_docs: int | None) -> list[Document]:
-    if name == "scifact":
-        docs = load_beir(SHARED / "scifact", "test", "default").corpus
-    elif name == "plos":
-        docs = [load_file(p) for p in sorted((SHARED / "plos_fulltext").glob("*.xml"))]
-    else:
-        raise SystemExit(f"unknown corpus {name!r}")
-    return docs[:max_docs] if max_docs else docs
+def load_corpus(folder: Path, count: int) -> list[Any]:
+    from serve_app.evaluation.beir import load_beir
+    from serve_app.loaders.base import iter_files, load_file
+
+    if (folder / "corpus.jsonl").is_file():
+        return load_beir(folder, "test", TENANT, max_docs=count).corpus[:count]
+    return [load_file(path, tenant_id=TENANT) for path in sorted(iter_files([folder]))[:count]]
 
 
-async def run(args: argparse.Namespace) -> dict:
-    config = load_config(args.config)
-    data_dir = tempfile.mkdtemp(prefix="bench-ingest-")
-    update: dict = {"data_dir": data_dir}
-    if args.chunker:
-        update["chunker"] = config.chunker.model_copy(update={"name": args.chunker})
-    config = config.model_copy(update=update)
-    documents = load_corpus(args.corpus, args.max_docs)
+async def encoder_ceiling(config: Any, documents: list[Any]) -> dict:
+    """Chunks/s of each encoder alone over the corpus's chunk texts: one blocking ``encode``
+    call over all of them (the model's own batched throughput), or its document lane where it
+    has no such call; the slower one is the yardstick."""
+    from serve_app.pipelines.components import build_components
+    from serve_app.pipelines.ingest import encoding_text
+
     components = await build_components(config)
-    pipeline = IngestPipeline(components)
-    report: dict = {
-        "corpus": args.corpus,
-        "documents": len(documents),
-        "chunker": config.chunker.name,
-        "batch_size": args.batch_size,
-        "cpus": os.cpu_count(),
-    }
     try:
-        # Warm-up on a copy under another tenant so first-call costs stay out of the figures.
-        warm = [d.model_copy(update={"tenant_id": "warmup"}) for d in documents[:4]]
-        await pipeline.ingest(warm)
-
-        stages: dict[str, float] = {}
-        start = time.perf_counter()
-        chunks = 0
-        for i in range(0, len(documents), args.batch_size):
-            result = await pipeline.ingest(documents[i : i + args.batch_size])
-            chunks += result.chunks_written
-            for stage, ms in result.timings_ms.items():
-                stages[stage] = stages.get(stage, 0.0) + ms
-        elapsed = time.perf_counter() - start
-        count = await components.index.count("default")
-        report["ingest"] = {
-            "seconds": round(elapsed, 2),
-            "docs_per_s": round(len(documents) / elapsed, 2),
-            "chunks": chunks,
-            "chunks_per_doc": round(chunks / len(documents), 2),
-            "chunks_per_s": round(chunks / elapsed, 2),
-            "stage_seconds": {k: round(v / 1000, 2) for k, v in sorted(stages.items())},
-            "peak_rss_mb": round(peak_rss_mb(), 1),
-        }
-
-        start = time.perf_counter()
-        unchanged = 0
-        for i in range(0, len(documents), args.batch_size):
-            unchanged += len((await pipeline.ingest(documents[i : i + args.batch_size])).unchanged)
-        report["reingest"] = {
-            "seconds": round(time.perf_counter() - start, 2),
-            "unchanged": unchanged,
-            "chunk_count_before": count,
-            "chunk_count_after": await components.index.count("default"),
-        }
-
-        # The ceiling: each encoder alone over the very texts the ingest encoded.
-        all_chunks = [c for d in documents for c in components.chunker.chunk(d)]
-        texts = [encoding_text(c, config.chunker.contextual_header) for c in all_chunks]
-        per_chunk_ms: dict[str, float] = {}
-        start = time.perf_counter()
-        await components.dense.embed_documents(texts)
-        per_chunk_ms["dense"] = (time.perf_counter() - start) * 1000 / len(texts)
-        for name, encoder in components.sparse.items():
-            start = time.perf_counter()
-            await encoder.encode_documents(texts)
-            per_chunk_ms[name] = (time.perf_counter() - start) * 1000 / len(texts)
-        ceiling = 1000 / sum(per_chunk_ms.values())
-        report["encoders"] = {
-            "per_chunk_ms": {k: round(v, 3) for k, v in per_chunk_ms.items()},
-            "chunks_per_s_alone": {k: round(1000 / v, 2) for k, v in per_chunk_ms.items()},
-            "ceiling_chunks_per_s": round(ceiling, 2),
-            "ingest_share_of_ceiling": round(report["ingest"]["chunks_per_s"] / ceiling, 3),
-        }
-
-        latencies: dict[str, float] = {}
-        queries = [d.title or d.id for d in documents[:50]]
-        for name, call in (
-            ("dense", lambda q: components.dense.embed_queries([q])),
-            *(
-                (n, (lambda enc: lambda q: enc.encode_queries([q]))(e))
-                for n, e in components.sparse.items()
-            ),
+        chunked = await components.chunker.chunk_many(documents)
+        texts = [encoding_text(c, config.chunker.contextual_header) for cs in chunked for c in cs]
+        rates = {}
+        for name, encoder in (
+            ("dense", components.dense),
+            ("splade", components.sparse.get("splade")),
         ):
-            samples = []
-            for query in queries:
-                start = time.perf_counter()
-                await call(query)
-                samples.append((time.perf_counter() - start) * 1000)
-            latencies[name] = round(statistics.median(samples), 2)
-        report["query_encode_ms_median"] = latencies
-        report["peak_rss_mb"] = round(peak_rss_mb(), 1)
+            if encoder is None:
+                continue
+            for some in (texts[:16], texts):  # a warm-up, then the timed call
+                started = time.perf_counter()
+                if not hasattr(encoder, "encode"):
+                    await (
+                        encoder.embed_documents if name == "dense" else encoder.encode_documents
+                    )(some)
+                else:
+                    encoder.encode(some, *(() if name == "dense" else (config.splade.doc_top_k,)))
+            rates[name] = round(len(texts) / (time.perf_counter() - started), 2)
     finally:
         await components.close()
+    slower = min(rates, key=lambda name: rates[name])
+    return {"chunks": len(texts), "chunks_per_s": rates, "slower_encoder": slower}
+
+
+async def post_all(pool: RawHttpPool, documents: list[Any], per_request: int, clients: int) -> dict:
+    """``clients`` concurrent clients POST ``per_request`` documents a request until all are sent."""
+    pending = [documents[i : i + per_request] for i in range(0, len(documents), per_request)]
+    pending.reverse()
+    totals = {"documents": 0, "chunks": 0, "unchanged": 0, "failed_requests": 0}
+    stages: dict[str, float] = {}
+
+    async def client() -> None:
+        while pending:
+            batch = [{"id": d.id, "title": d.title, "text": d.text} for d in pending.pop()]
+            reply = await pool.post_json("/v1/documents", {"documents": batch})
+            if reply.status != 200:
+                totals["failed_requests"] += 1
+                print(f"request failed: {reply.status} {reply.body[:300]!r}", file=sys.stderr)
+                continue
+            result = reply.json()
+            totals["chunks"] += result["chunks_written"]
+            totals["documents"] += len(result["written"]) + len(result["unchanged"])
+            totals["unchanged"] += len(result["unchanged"])
+            for stage, ms in result.get("timings_ms", {}).items():
+                stages[stage] = stages.get(stage, 0.0) + ms / 1000
+
+    started = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(clients)))
+    seconds = time.perf_counter() - started
+    return {
+        **totals,
+        "seconds": round(seconds, 1),
+        "docs_per_s": round(totals["documents"] / seconds, 2),
+        "chunks_per_s": round(totals["chunks"] / seconds, 2),
+        "stage_seconds_summed": {k: round(v, 1) for k, v in sorted(stages.items())},
+    }
+
+
+def measure(data: dict, documents: list[Any], args: argparse.Namespace) -> dict:
+    """The ceiling (unless skipped), then the ingest twice into the service at ``args.url``,
+    or into one started here from ``data``."""
+    from deployments.tokenizer_threads import tokenize_on_reserved_cpus
+
+    report: dict = {"documents": len(documents), "clients": args.clients}
+    report["request_docs"] = args.docs_per_request
+    if not args.skip_ceiling:
+        report["tokenizer_threads"] = tokenize_on_reserved_cpus(args.tokenizer_threads)
+        report["ceiling"] = asyncio.run(encoder_ceiling(app_config(data), documents))
+        print("ceiling:", json.dumps(report["ceiling"]), flush=True)
+
+    async def twice(url: str) -> None:
+        pool = RawHttpPool(url)
+        meter = CpuMeter(own_processes())
+        try:
+            for name in ("http", "again"):
+                report[name] = await post_all(pool, documents, args.docs_per_request, args.clients)
+                report.setdefault("cores_by_process", meter.cores())
+                print(f"{name}:", json.dumps(report[name]), flush=True)
+        finally:
+            await pool.close()
+
+    if args.url:
+        asyncio.run(twice(args.url))
+    else:
+        with serving(data) as url:
+            asyncio.run(twice(url))
+    if "ceiling" in report:
+        ceiling = report["ceiling"]
+        yardstick = ceiling["chunks_per_s"][ceiling["slower_encoder"]]
+        report["http_over_slower_encoder"] = round(report["http"]["chunks_per_s"] / yardstick, 3)
     return report
 
 
-def markdown(report: dict) -> str:
-    ingest, enc = report["ingest"], report["encoders"]
-    lines = [
-        f"# Ingest benchmark: {report['corpus']} ({report['documents']} documents, chunker {report['chunker']})",
-        "",
-        "| measure | value |",
-        "|---|---|",
-        f"| ingest documents/s | {ingest['docs_per_s']} |",
-        f"| ingest chunks/s | {ingest['chunks_per_s']} |",
-        f"| chunks per document | {ingest['chunks_per_doc']} |",
-        f"| ceiling chunks/s (sum of encoder costs) | {enc['ceiling_chunks_per_s']} |",
-        f"| ingest / ceiling | {enc['ingest_share_of_ceiling']:.1%} |",
-        f"| re-ingest (unchanged) seconds | {report['reingest']['seconds']} |",
-        f"| chunk count before / after re-ingest | {report['reingest']['chunk_count_before']} / {report['reingest']['chunk_count_after']} |",
-        f"| peak RSS MB | {report['peak_rss_mb']} |",
-        "",
-        "| encoder | ms per chunk | chunks/s alone | query encode ms (median) |",
-        "|---|---|---|---|",
+def markdown(report: dict, title: str) -> list[str]:
+    http, again = report["http"], report["again"]
+    rows = [
+        ["HTTP documents/s, chunks/s", f"{http['docs_per_s']}, {http['chunks_per_s']}"],
+        ["chunks written, failed requests", f"{http['chunks']}, {http['failed_requests']}"],
+        ["again: unchanged documents, seconds", f"{again['unchanged']}, {again['seconds']}"],
+        ["cores by process", json.dumps(report["cores_by_process"])],
     ]
-    for name, ms in enc["per_chunk_ms"].items():
-        lines.append(
-            f"| {name} | {ms} | {enc['chunks_per_s_alone'][name]} | {report['query_encode_ms_median'].get(name, '-')} |"
-        )
-    lines += ["", "Stage seconds inside the ingest: " + json.dumps(ingest["stage_seconds"])]
-    return "\n".join(lines) + "\n"
+    if ceiling := report.get("ceiling"):
+        rows += [
+            ["encoders alone, chunks/s", json.dumps(ceiling["chunks_per_s"])],
+            [f"HTTP / slower encoder ({ceiling['slower_encoder']})",
+             f"{report['http_over_slower_encoder']:.1%}"],
+        ]  # fmt: skip
+    stages = json.dumps(http["stage_seconds_summed"])
+    return [f"# {title}", "", *table(["measure", "value"], rows), "", f"Stage seconds: {stages}"]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--corpus", choices=["scifact", "plos"], default="scifact")
-    parser.add_argument("--max-docs", type=int)
-    parser.add_argument("--chunker", choices=["sliding_window", "sections", "imrad"])
-    parser.add_argument("--config", default=str(ROOT / "config" / "local.yaml"))
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument(
-        "--out", help="report path stem (default: benchmarks/results/ingest_<corpus>_<chunker>)"
-    )
-    args = parser.parse_args()
-    report = asyncio.run(run(args))
-    stem = (
-        Path(args.out) if args.out else RESULTS / f"ingest_{report['corpus']}_{report['chunker']}"
-    )
-    write_report(stem, report, markdown(report))
-
-
-if __name__ == "__main__":
-    main()
+def run(args: argparse.Namespace) -> int:
+    data = fresh_run(args.config, "ingest")
+    if args.chunker:
+        data.setdefault("chunker", {})["name"] = args.chunker
+    documents = load_corpus(args.corpus, args.docs)
+    report = measure(data, documents, args)
+    title = f"Ingest over HTTP: {len(documents)} documents of {args.corpus.name}, "
+    title += f"{args.clients} clients, {args.docs_per_request} documents a request"
+    stem = args.out or default_stem(f"ingest-{args.corpus.name}")
+    write_report(stem, report, markdown(report, title))
+    return 0

@@ -1,15 +1,13 @@
 """How many queries share one model call: the ingress's own metrics, read from Ray.
 
-Concurrent searches of an ingress replica coalesce into one call per model deployment; the
-fewer calls a query makes, the less of Serve's per-call cost (gRPC, the replica's request
-path, a thread hand-off) each query pays. The ingress counts every call in the
-``serve_app_model_batch_size`` histogram and every search in ``serve_app_requests``
-(``serve_app.api.observability.Metrics``). Under Ray Serve they reach Prometheus through
-Ray's metrics agent, exported once every ``metrics_report_interval_ms`` (10 s by default), so
-a reading waits for that export. Ray rebuilds a histogram's sum from bucket midpoints (a
-call of 1 reads as 0.5, of 3 or 4 as 3), so the sum is not used: queries per call are the
-successful searches over the calls (a search here calls each encoder once), and the bucket
-counts, which are exact, give the calls by size.
+Concurrent searches of an ingress replica coalesce into one call per model deployment: the
+fewer calls, the less of Serve's per-call cost (gRPC, the request path, a thread hand-off) a
+query pays. The ingress counts each call in ``serve_app_model_batch_size`` and each search in
+``serve_app_requests``; under Ray Serve they reach Prometheus through Ray's metrics agent,
+exported every ``metrics_report_interval_ms`` (10 s by default), so a reading waits for that.
+Ray rebuilds a histogram's sum from bucket midpoints (a call of 1 reads as 0.5), so the sum
+is not used: queries per call are the successful searches over the calls (a search calls
+each encoder once), and the exact bucket counts give the calls by size.
 """
 
 from __future__ import annotations
@@ -103,65 +101,14 @@ def ray_metrics_text(timeout_s: float = 10.0) -> str:
     return response.text
 
 
+def current_reading() -> Reading:
+    """``read_totals`` of this Ray cluster's metrics, now (the caller is a Ray driver)."""
+    return read_totals(ray_metrics_text())
+
+
 def export_wait_s() -> float:
     """How long after the last call a reading is sure to include it: one export interval
     of Ray's metrics, plus a margin for the agent."""
     import ray
 
     return ray._config.metrics_report_interval_ms() / 1000 + 1.5
-
-
-def main(argv: list[str] | None = None) -> int:
-    """From a shell, beside a running service: ``--save FILE`` keeps a reading now;
-    ``--since FILE`` waits for Ray's export, then prints (and with ``--json``, writes) the
-    calls made since that reading. Connects to the machine's running Ray cluster."""
-    import argparse
-    import json
-    import time
-    from pathlib import Path
-
-    import ray
-
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    mode = parser.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--save", type=Path)
-    mode.add_argument("--since", type=Path)
-    parser.add_argument("--address", default="auto")
-    parser.add_argument("--json", type=Path)
-    args = parser.parse_args(argv)
-    ray.init(address=args.address, logging_level="ERROR", log_to_driver=False)
-    try:
-        if args.save:
-            args.save.write_text(json.dumps(_jsonable(read_totals(ray_metrics_text()))))
-            return 0
-        time.sleep(export_wait_s())
-        before = _from_json(json.loads(args.since.read_text()))
-        calls = per_call(before, read_totals(ray_metrics_text()))
-    finally:
-        ray.shutdown()
-    print("model calls:", json.dumps(calls))
-    if args.json:
-        args.json.write_text(json.dumps(calls, indent=1))
-    return 0
-
-
-def _jsonable(reading: Reading) -> dict:
-    models = {
-        name: {"calls": m["calls"], "buckets": {str(b): n for b, n in m["buckets"].items()}}
-        for name, m in reading["models"].items()
-    }
-    return {"searches": reading["searches"], "models": models}
-
-
-def _from_json(data: dict) -> Reading:
-    models = {
-        name: {"calls": m["calls"], "buckets": {float(b): n for b, n in m["buckets"].items()}}
-        for name, m in data["models"].items()
-    }
-    return {"searches": data["searches"], "models": models}
-
-
-if __name__ == "__main__":
-    import sys
-
-    sys.exit(main())

@@ -1,39 +1,38 @@
-"""Ray's processes on this machine by kind, for memory and CPU accounting in benchmarks."""
+"""Ray's processes on this machine by kind: CPU and memory accounting, py-spy samples, and a
+probe of how fast the host runs."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
+import subprocess
+import sys
 import time
+from collections import Counter
+from pathlib import Path
 
 import psutil
 
+DRIVER = "driver (this script)"
 
-def process_kind(cmdline: str, pid: int) -> str | None:
+
+def process_kind(cmdline: str) -> str | None:
     """A readable kind for one of Ray's processes (replicas by deployment), else None."""
-    if pid == os.getpid():
-        return "driver (this script)"
     if "ServeReplica:" in cmdline:  # ray::ServeReplica:<app>:<deployment>
         return "replica " + cmdline.split("ServeReplica:", 1)[1].split()[0].split(":")[-1]
     if cmdline.startswith("ray::"):  # ray::<Actor>.<method being run>: keep the actor
         return cmdline.split()[0].split(".")[0]
-    if "ray" in cmdline:
-        return "ray system (gcs, raylet, monitors, dashboard)"
-    return None
+    return "ray system (gcs, raylet, monitors, dashboard)" if "ray" in cmdline else None
 
 
-def ray_processes(root: psutil.Process | None = None) -> dict[int, str]:
-    """pid -> kind of every Ray process under ``root`` (default: every process here)."""
-    found = {}
-    candidates = root.children(recursive=True) if root else psutil.process_iter()
-    for process in candidates:
-        try:
-            cmdline = " ".join(process.cmdline())
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-        kind = process_kind(cmdline, process.pid)
-        if kind is not None:
-            found[process.pid] = kind
+def own_processes() -> dict[int, str]:
+    """pid -> kind of this process (the driver) and of every Ray process it started."""
+    found = {os.getpid(): DRIVER}
+    for process in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            if kind := process_kind(" ".join(process.cmdline())):
+                found[process.pid] = kind
     return found
 
 
@@ -41,31 +40,59 @@ def cpu_seconds(pids: dict[int, str]) -> dict[int, float]:
     """User + system CPU seconds so far of each pid still alive."""
     out = {}
     for pid in pids:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
             times = psutil.Process(pid).cpu_times()
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-        out[pid] = times.user + times.system
+            out[pid] = times.user + times.system
     return out
 
 
-def cpu_by_kind(pids: dict[int, str], before: dict[int, float], after: dict[int, float]) -> dict:
-    """CPU seconds spent between two ``cpu_seconds`` readings, summed per process kind."""
-    totals: dict[str, float] = {}
-    for pid, end in after.items():
-        kind = pids[pid]
-        totals[kind] = totals.get(kind, 0.0) + end - before.get(pid, 0.0)
-    return totals
+class CpuMeter:
+    """CPU seconds of a fixed set of processes, by kind, from now to ``stop``."""
+
+    def __init__(self, pids: dict[int, str]) -> None:
+        self.pids = pids
+        self.before = cpu_seconds(pids)
+        self.started = time.perf_counter()
+
+    def stop(self) -> tuple[dict[str, float], float]:
+        """CPU seconds spent per kind, and the wall seconds they were spent in."""
+        spent: Counter[str] = Counter()
+        for pid, end in cpu_seconds(self.pids).items():
+            spent[self.pids[pid]] += end - self.before.get(pid, 0.0)
+        return dict(spent), time.perf_counter() - self.started
+
+    def per_query(self, queries: int) -> dict:
+        """CPU milliseconds a query, in all and by kind; the load generator's apart."""
+        spent, _ = self.stop()
+        scale = 1000 / max(queries, 1)
+        generator = spent.pop(DRIVER, 0.0)
+        return {
+            "cpu_ms_per_query": round(sum(spent.values()) * scale, 2),
+            "cpu_ms_per_query_by_process": {
+                k: round(v * scale, 2) for k, v in sorted(spent.items(), key=lambda kv: -kv[1])
+            },
+            "load_generator_cpu_ms_per_query": round(generator * scale, 2),
+        }
+
+    def cores(self) -> dict[str, float]:
+        """Cores busy per kind, busiest first."""
+        spent, seconds = self.stop()
+        return {k: round(v / seconds, 2) for k, v in sorted(spent.items(), key=lambda kv: -kv[1])}
+
+
+def rss_mb_by_kind() -> dict[str, float]:
+    """Resident memory of this process and the Ray processes it started, by kind."""
+    totals: Counter[str] = Counter()
+    for pid, kind in own_processes().items():
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            totals[kind] += psutil.Process(pid).memory_info().rss / 2**20
+    return {kind: round(mb, 1) for kind, mb in sorted(totals.items())}
 
 
 def host_probe_ms(seconds: float = 1.0) -> float:
-    """Median milliseconds of a fixed pure-Python workload, ``sum(range(10**6))``, on one core,
-    repeated for about ``seconds``.
-
-    The shared cores of the benchmark host run the same code up to twice as fast in one hour
-    as in another, and vary from one minute to the next; timed just before and just after a
-    measurement (while nothing else of the benchmark runs) it says how fast the host was
-    around it, lower being faster. A bracket, not a correction: the load itself is not probed."""
+    """Median ms of ``sum(range(10**6))`` on one core over about ``seconds``. Shared cores run
+    the same code up to twice as fast in one hour as in another: timed just before and after a
+    measurement, it brackets how fast the host was (lower is faster); it corrects nothing."""
     samples: list[float] = []
     deadline = time.perf_counter() + seconds
     while time.perf_counter() < deadline or len(samples) < 3:
@@ -73,3 +100,34 @@ def host_probe_ms(seconds: float = 1.0) -> float:
         sum(range(1_000_000))
         samples.append((time.perf_counter() - started) * 1000)
     return round(statistics.median(samples), 2)
+
+
+def py_spy(pids: dict[int, str], seconds: float, folder: Path) -> list[subprocess.Popen]:
+    """Start py-spy on each process (non-blocking sampling, raw folded stacks, one file each)."""
+    spy = Path(sys.executable).with_name("py-spy")
+    jobs = []
+    for pid, kind in pids.items():
+        out = folder / f"{kind.replace(' ', '_').replace(':', '_')}-{pid}.txt"
+        command = [str(spy), "record", "--pid", str(pid), "--duration", str(max(1, int(seconds)))]
+        command += ["--rate", "100", "--format", "raw", "--nonblocking", "--output", str(out)]
+        jobs.append(subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    return jobs
+
+
+def top_functions(folder: Path, limit: int = 12) -> dict[str, list[dict]]:
+    """Per sampled process: the functions with the most own samples (share of all samples)."""
+    report: dict[str, list[dict]] = {}
+    for path in sorted(folder.glob("*.txt")):
+        own: Counter[str] = Counter()
+        for line in path.read_text().splitlines():
+            stack, _, count = line.rpartition(" ")
+            if stack and count.isdigit():
+                name, _, where = stack.split(";")[-1].partition(" (")
+                where = where.rstrip(")").rsplit(":", 1)[0].split("site-packages/")[-1]
+                own[f"{name} ({where})"] += int(count)
+        total = sum(own.values())
+        if total:
+            report[path.stem] = [
+                {"function": f, "share": round(c / total, 3)} for f, c in own.most_common(limit)
+            ]
+    return report

@@ -1,170 +1,169 @@
 """Search while the service indexes at full speed: the `make run` path, measured.
 
-    python benchmarks/search_during_ingest.py [--rate 2] [--duration 180] [--folder PLOS]
-        [--config config/local.yaml] [--out benchmarks/results/search_during_ingest]
+    python -m benchmarks search-during-ingest [--rate 2] [--duration 180] [--folder DIR]
+        [--config config/local.yaml] [--out STEM]
 
-Starts ``serve-app --config CONFIG serve --ingest FOLDER`` (exactly what ``make run`` runs, on a
-free 127.0.0.1 port and a fresh data directory), waits until it serves, then sends searches
-as an open loop at ``--rate`` queries per second (SciFact test claims; three strategies, RRF)
-while the start-up ingest runs, for ``--duration`` seconds or until the ingest finishes.
-Reports search latency (P50/P95/P99 from each request's due time), errors by code (504 =
-TIMEOUT), and how far the ingest got; then stops the service with SIGINT and times that.
+Starts ``serve-app --config CONFIG serve --ingest FOLDER`` (what `make run` runs, on a free
+127.0.0.1 port and a fresh data directory; by default the 122 PLOS starter articles), waits
+until it serves, then sends searches as an open loop at ``--rate`` queries per second
+(SciFact test claims; three strategies, RRF) while the start-up ingest runs, for
+``--duration`` seconds or until the ingest finishes. Reports search latency (from each
+request's due time), errors by code (504 = TIMEOUT) and how far the ingest got; then stops
+the service with SIGINT, times that, and lists the processes of its tree still alive
+``--stop-within`` seconds later.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import psutil
+import yaml
 
-import yaml  # noqa: E402
+from benchmarks.rawhttp import RawHttpPool
+from benchmarks.report import default_stem, table, write_report
+from benchmarks.runner import LoadRunner, Sample, http_sender, load_queries, search_body, summarise
+from benchmarks.service import (
+    add_run_arguments,
+    config_data,
+    fresh_workdir,
+    starter_corpus,
+)
 
-from benchmarks.load import LoadRunner, http_sender, load_queries, summarise  # noqa: E402
-from benchmarks.rawhttp import RawHttpPool  # noqa: E402
-from benchmarks.reports import write_report  # noqa: E402
-from serve_app.ports import free_port  # noqa: E402
-
-RESULTS = ROOT / "benchmarks" / "results"
-PLOS = ROOT.parent / "shared" / "data" / "plos_fulltext"
-SCIFACT = ROOT.parent / "shared" / "data" / "scifact"
 PROGRESS = re.compile(r"ingested (\d+)/(\d+) files")
 
 
-class ServiceLog:
-    """The service's output, read in a thread: readiness and ingest progress."""
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_run_arguments(parser, "--queries")
+    parser.add_argument("--folder", type=Path, help="default: the PLOS starter articles")
+    parser.add_argument("--rate", type=float, default=2.0)
+    parser.add_argument("--duration", type=float, default=180)
+    parser.add_argument("--slice", type=float, default=10, help="seconds per open-loop slice")
+    parser.add_argument("--timeout", type=float, default=60)
+    parser.add_argument("--stop-within", type=float, default=15)
 
-    def __init__(self, process: subprocess.Popen) -> None:
-        self.lines: list[str] = []
-        self.ready = threading.Event()
-        self.ingest_done = threading.Event()
-        self.files_done = 0
-        self.files_total = 0
-        threading.Thread(target=self._read, args=(process,), daemon=True).start()
 
-    def _read(self, process: subprocess.Popen) -> None:
+@dataclass
+class LocalService:
+    """A ``serve-app serve`` process: its URL, its output as read so far, and how it stopped."""
+
+    url: str
+    command: list[str]
+    lines: list[str] = field(default_factory=list)
+    ready: threading.Event = field(default_factory=threading.Event)
+    ingest_done: threading.Event = field(default_factory=threading.Event)
+    files: tuple[int, int] = (0, 0)
+    stopped: dict = field(default_factory=dict)
+
+    def read(self, process: subprocess.Popen) -> None:
         for raw in process.stdout:  # type: ignore[union-attr]
             line = raw.rstrip()
             self.lines.append(line)
             if "serving on" in line:
                 self.ready.set()
             if match := PROGRESS.search(line):
-                self.files_done, self.files_total = int(match[1]), int(match[2])
+                self.files = (int(match[1]), int(match[2]))
             if line.startswith("ingested ") and "files:" in line:
                 self.ingest_done.set()
 
 
-async def search_while_ingesting(
-    url: str, args: argparse.Namespace, log: ServiceLog, queries: list[str]
-) -> tuple[list, float]:
-    body = {"top_k": 10, "strategies": ["bm25", "splade", "dense"], "fusion": {"method": "rrf"}}
-    pool = RawHttpPool(url)
-    runner = LoadRunner(http_sender(pool), queries, body, args.timeout)
-    samples: list = []
-    started = time.perf_counter()
-    try:
-        # Slices of the open loop, so the run ends soon after the ingest does.
-        while time.perf_counter() - started < args.duration and not log.ingest_done.is_set():
-            part, _ = await runner.open_loop(args.rate, args.slice, 0.0)
-            samples.extend(part)
-    finally:
-        await pool.close()
-    return samples, time.perf_counter() - started
+def alive(processes: list[psutil.Process]) -> list[str]:
+    found = []
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                found.append(f"{process.pid} {' '.join(process.cmdline())[:100]}")
+    return found
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+@contextlib.contextmanager
+def local_service(
+    config: Path, serve_args: list[str], stop_within: float
+) -> Iterator[LocalService]:
+    """``serve-app --config CONFIG serve SERVE_ARGS`` as `make run` starts it, on a free
+    loopback port and a fresh data directory; ready when yielded, stopped with SIGINT after
+    (``stopped``: seconds to exit, and its processes left ``stop_within`` seconds later)."""
+    from serve_app.ports import free_port
+
+    workdir = fresh_workdir("local-service")
+    (workdir / "config.yaml").write_text(
+        yaml.safe_dump({**config_data(config), "data_dir": str(workdir / "data")})
     )
-    parser.add_argument("--config", default=str(ROOT / "config" / "local.yaml"))
-    parser.add_argument("--folder", type=Path, default=PLOS)
-    parser.add_argument("--rate", type=float, default=2.0)
-    parser.add_argument("--duration", type=float, default=180)
-    parser.add_argument("--slice", type=float, default=10, help="seconds per open-loop slice")
-    parser.add_argument("--timeout", type=float, default=60)
-    parser.add_argument("--queries", type=Path, default=SCIFACT)
-    parser.add_argument("--check-p95-ms", type=float)
-    parser.add_argument("--out", type=Path, default=RESULTS / "search_during_ingest")
-    args = parser.parse_args(argv)
-
-    config = yaml.safe_load(Path(args.config).read_text())
-    workdir = Path(tempfile.mkdtemp(prefix="bench-search-ingest-"))
-    config["data_dir"] = str(workdir / "data")
-    config_path = workdir / "config.yaml"
-    config_path.write_text(yaml.safe_dump(config))
     port = free_port()
-    command = [
-        sys.executable, "-m", "deployments.cli", "--config", str(config_path),
-        "serve", "--port", str(port), "--ingest", str(args.folder),
-    ]  # fmt: skip
+    command = [sys.executable, "-m", "deployments.cli", "--config", str(workdir / "config.yaml")]
+    command += ["serve", "--port", str(port), *serve_args]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}
     process = subprocess.Popen(
-        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
-    log = ServiceLog(process)
+    service = LocalService(f"http://127.0.0.1:{port}", command)
+    threading.Thread(target=service.read, args=(process,), daemon=True).start()
     try:
-        if not log.ready.wait(300):
-            raise SystemExit("the service did not start within 300 s:\n" + "\n".join(log.lines))
-        samples, window = asyncio.run(
-            search_while_ingesting(
-                f"http://127.0.0.1:{port}", args, log, load_queries(args.queries)
-            )
-        )
-        files_done, files_total = log.files_done, log.files_total
+        if not service.ready.wait(300):
+            raise SystemExit("the service did not start in 300 s:\n" + "\n".join(service.lines))
+        yield service
     finally:
+        tree = psutil.Process(process.pid).children(recursive=True)
         sent = time.monotonic()
         process.send_signal(signal.SIGINT)
         try:
             process.wait(timeout=120)
         except subprocess.TimeoutExpired:
             process.kill()
-        stop_s = time.monotonic() - sent
+        service.stopped["after_sigint_s"] = round(time.monotonic() - sent, 1)
+        while alive(tree) and time.monotonic() - sent < stop_within:
+            time.sleep(0.2)
+        service.stopped.update(processes_in_tree=len(tree), left=alive(tree))
+        for leftover in tree:  # never leak a Ray cluster into whatever runs next
+            with contextlib.suppress(psutil.NoSuchProcess):
+                leftover.kill()
 
-    report = {
-        "command": " ".join(command[2:]),
-        "rate_qps": args.rate,
-        "searches": summarise(samples, window, args.rate),
-        "ingest": {
-            "files_done": files_done,
-            "files_total": files_total,
-            "finished": log.ingest_done.is_set(),
-            "window_s": round(window, 1),
-        },
-        "stop_after_sigint_s": round(stop_s, 1),
-    }
-    searches = report["searches"]
-    timeouts = searches["errors"].get("TIMEOUT", 0)
-    lines = [
-        f"# Search at {args.rate:g} QPS during the start-up ingest ({args.folder.name})",
-        "",
-        f"Service: `serve-app {report['command']}`",
-        "",
-        "| searches | p50 ms | p95 ms | p99 ms | max ms | errors | 504s | files ingested meanwhile |",
-        "|---|---|---|---|---|---|---|---|",
-        f"| {searches['requests']} | {searches['p50_ms']} | {searches['p95_ms']} | "
-        f"{searches['p99_ms']} | {searches['max_ms']} | {sum(searches['errors'].values())} | "
-        f"{timeouts} | {files_done}/{files_total} in {window:.0f} s |",
-        "",
-        f"Stage medians (ms): {json.dumps(searches['stage_ms_median'])}",
-        f"Stopped {report['stop_after_sigint_s']} s after SIGINT.",
-    ]
-    write_report(args.out, report, lines)
-    if args.check_p95_ms is not None and not searches["p95_ms"] <= args.check_p95_ms:
-        print(f"FAIL: p95 {searches['p95_ms']} ms > {args.check_p95_ms} ms", file=sys.stderr)
-        return 1
+
+async def search_while_ingesting(service: LocalService, args: argparse.Namespace) -> dict:
+    pool = RawHttpPool(service.url)
+    runner = LoadRunner(http_sender(pool), load_queries(args.queries), search_body(), args.timeout)
+    samples: list[Sample] = []
+    started = time.perf_counter()
+    try:
+        # Slices of the open loop, so the run ends soon after the ingest does.
+        while time.perf_counter() - started < args.duration and not service.ingest_done.is_set():
+            samples += (await runner.open_loop(args.rate, args.slice, 0.0))[0]
+    finally:
+        await pool.close()
+    window = time.perf_counter() - started
+    files = dict(zip(("files_done", "files_total"), service.files, strict=True))
+    ingest = {**files, "finished": service.ingest_done.is_set(), "window_s": round(window, 1)}
+    return {"searches": summarise(samples, window, args.rate), "ingest": ingest}
+
+
+def run(args: argparse.Namespace) -> int:
+    folder = args.folder or starter_corpus()
+    with local_service(args.config, ["--ingest", str(folder)], args.stop_within) as service:
+        report = asyncio.run(search_while_ingesting(service, args))
+    report.update(command=" ".join(service.command[3:]), rate_qps=args.rate, stop=service.stopped)
+    s, ingest = report["searches"], report["ingest"]
+    columns = ("requests", "p50_ms", "p95_ms", "p99_ms", "max_ms", "errors")
+    files = f"{ingest['files_done']}/{ingest['files_total']} in {ingest['window_s']} s"
+    stop = service.stopped
+    write_report(args.out or default_stem("search-during-ingest"), report, [
+        f"# Search at {args.rate:g} QPS during the start-up ingest ({folder.name})", "",
+        f"Service: `serve-app {report['command']}`", "",
+        *table([*columns, "files ingested meanwhile"], [[*(s[c] for c in columns), files]]), "",
+        f"Stage medians (ms): {json.dumps(s['stage_ms_median'])}",
+        f"Stopped {stop['after_sigint_s']} s after SIGINT; processes of its tree left: "
+        f"{len(stop['left'])} of {stop['processes_in_tree']}.",
+    ])  # fmt: skip
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -45,7 +45,8 @@ class BatchingSettings(Section):
     retrieve_batch: int = Field(default=64, ge=1)  # queries in one call to the store
     # The store replica merges the calls of every ingress replica: at most this many a batch
     # (a batch of the embedded engine runs inline, so its size bounds how long the replica's
-    # loop is held; a query alone costs 1.3-1.6x its share of a batch of 4).
+    # loop is held; a query alone costs 1.3-1.6x its share of a batch of 4:
+    # ``benchmarks/dev/store_retrieve.py``).
     store_merged_calls: int = Field(default=4, ge=1)
     # Merged batches a store replica runs at once; unset: 1 for the embedded engine (inline),
     # 4 for a server store (round trips overlap).

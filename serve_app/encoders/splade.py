@@ -36,7 +36,7 @@ SLICE_ELEMENTS = {"cpu": 1 << 20, "cuda": 1 << 27}
 
 # On a CPU only the real tokens go through the vocabulary projection: padding is a third of a
 # batch of 8 SciFact claims' positions and nearly half of 16, and the projection costs the
-# same per position (benchmarks/splade_pooling.py; README, "Serving path"). On a GPU the
+# same per position (docs/benchmarks.md, "SPLADE pooling"). On a GPU the
 # projection is cheap and each query's reduction would be a kernel launch of its own, so
 # padding stays and is neutralised instead.
 PACK_TOKENS = {"cpu": True, "cuda": False}

@@ -5,7 +5,7 @@ Named vectors: ``dense`` (cosine, HNSW), ``splade`` (sparse dot product) and ``b
 Payload indexes on tenant_id, doc_id and section. One process owns a shard directory. A
 batch of queries (``query``) or fetches (``present``/``chunks``) is one engine call.
 
-The engine's Python binding holds the GIL for the whole of each call (``benchmarks/store_gil.py``:
+The engine's Python binding holds the GIL for the whole of each call (docs/benchmarks.md:
 beside back-to-back searches or fetches, another thread of the process that ticks every
 millisecond gets about one tick in per call, between calls). A worker thread
 therefore buys those calls no concurrency, only two hand-offs per call, each of which waits
@@ -17,7 +17,7 @@ serialise on a lock of their own there).
 qdrant-edge has no background optimizer: what its writes leave unoptimized stays so (the
 SciFact index ``serve-app eval`` writes is one appendable segment, where dense search scans
 every vector) until ``EdgeShard.optimize()`` builds the HNSW graph. That call holds the GIL
-for its whole run (``benchmarks/store_optimize.py`` on that index: another thread of the
+for its whole run (docs/benchmarks.md, measured on that index: another thread of the
 process held up 2.3-3.4 s), so it would stall every search of a serving replica; the store
 runs it when it opens an existing index, before it serves.
 """
@@ -103,7 +103,7 @@ class IdTexts:
 
     The engine hands every id back as a ``uuid.UUID``, and a search returns up to
     ``candidates`` ids per strategy per query, most of them seen before: formatting each one
-    anew cost more than the engine's search itself (``benchmarks/store_hits.py``). Keyed by
+    anew cost more than the engine's search itself (docs/benchmarks.md). Keyed by
     the UUID's integer (hashed in C); emptied once it holds ``limit`` ids, so it stays a
     few tens of MB whatever the index holds."""
 
@@ -414,7 +414,7 @@ class EdgeBackend:
 
     def _hits(self, points: list[Any], with_doc_id: bool) -> list[Hit]:
         # Column by column: each attribute read crosses into the engine's binding, and a search
-        # reads up to ``candidates`` hits per strategy per query (``benchmarks/store_hits.py``).
+        # reads up to ``candidates`` hits per strategy per query (docs/benchmarks.md).
         ids = self._id_text.many([p.id for p in points])
         scores = [p.score for p in points]
         doc_ids: Iterable[str] = (

@@ -2,7 +2,7 @@
 
 import asyncio
 
-from benchmarks.load import (
+from benchmarks.runner import (
     LoadRunner,
     Sample,
     completion_window,

@@ -1,7 +1,5 @@
 """Queries per model call, read from the API's own metrics as exporters render them."""
 
-import json
-
 from benchmarks.model_calls import per_call, read_totals
 from serve_app.api.observability import Metrics
 
@@ -120,15 +118,3 @@ def test_per_call_between_two_readings():
         },
         "splade": {"calls": 50, "queries_per_call": 8.0, "calls_by_size": {"2-8": 50}},
     }
-
-
-def test_a_saved_reading_reads_back_the_same(tmp_path):
-    from benchmarks.model_calls import _from_json, _jsonable
-
-    reading = {
-        "searches": 12.0,
-        "models": {"dense": {"calls": 4.0, "buckets": {1.0: 1.0, 4.0: 3.0, INF: 4.0}}},
-    }
-    saved = tmp_path / "reading.json"
-    saved.write_text(json.dumps(_jsonable(reading)))
-    assert _from_json(json.loads(saved.read_text())) == reading

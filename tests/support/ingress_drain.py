@@ -22,11 +22,11 @@ from pathlib import Path
 
 import httpx
 
-from benchmarks.serving_path import wait_ready
 from serve_app.config import load_config
 from serve_app.evaluation.beir import load_beir
 from serve_app.ports import free_port
 from tests.support.data import SCIFACT_DIR
+from tests.support.local_run import wait_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 SCIFACT = SCIFACT_DIR

@@ -20,10 +20,11 @@ from pathlib import Path
 
 import httpx
 
-from benchmarks.serving_path import bench_config_data, wait_ready
+from benchmarks.service import bench_config_data
 from serve_app.config import config_from_dict
 from serve_app.evaluation.beir import load_beir
 from tests.support.data import SCIFACT_DIR
+from tests.support.local_run import wait_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 SCIFACT = SCIFACT_DIR

@@ -3,6 +3,7 @@ thread, a wait for a line, and a stop that leaves no process behind."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -87,3 +88,19 @@ class LocalRun:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+
+def wait_ready(url: str, timeout_s: float = 180, process: subprocess.Popen | None = None) -> None:
+    """Until ``url``'s /readyz answers 200; ``process`` (a ``subprocess.Popen`` serving it,
+    if any) exiting first ends the wait at once."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise SystemExit(f"the Serve process exited ({process.returncode}) before ready")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
+                return
+        time.sleep(0.5)
+    raise SystemExit(f"the Serve app at {url} was not ready within {timeout_s:g} s")

@@ -1,0 +1,1 @@
+"""Profiling tools, each run as ``python -m benchmarks.dev.<tool>``."""
