@@ -1,0 +1,548 @@
+"""``serve-app tune``: search retrieval parameters on one split (train), score the choice once
+on another (test) at the end.
+
+Every setting is scored the way ``/v1/search`` answers with no parameters: each strategy's
+``candidates`` best chunks, fused at chunk level (``serve_app.fusion.fuse``), the fused chunks
+collapsed to documents in their order, 100 documents a query, nDCG@10 from
+``serve_app.evaluation.metrics``. Retrieval is exact and in memory
+(``serve_app.evaluation.exact``) over cached encodings (``serve_app.evaluation.encodings``),
+so only a new chunking or model length costs model time.
+
+The search is staged, coarse, and greedy, each stage keeping what raises the split's nDCG@10:
+
+1. per strategy, on its own ranking: BM25 ``k1``/``b``/``avg_len``; title vs body (BM25F
+   title weight in one field, or two separate fields); RM3 feedback; SPLADE query pruning;
+2. chunking (chunk size and overlap, the dense and SPLADE models' length with it, so 512 means
+   "the full 512 positions") with every strategy's ranking and the fused default;
+3. fusion: method, weights (0 drops a strategy), RRF ``k``, candidates per strategy;
+4. chunk -> document aggregation (max, sum of the top n, first chunk) fused at document level,
+   against the chunk-level fusion the service does;
+5. each method of stage 1 switched back to its baseline under the chosen configuration (the
+   ablation the report lists): a per-strategy gain that does not carry into the fused default
+   is dropped.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from serve_app.config import AppConfig
+from serve_app.encoders.bm25 import Bm25Encoder
+from serve_app.evaluation.aggregation import Aggregation, aggregate
+from serve_app.evaluation.beir import BeirDataset
+from serve_app.evaluation.encodings import (
+    EncodedCorpus,
+    EncodedQueries,
+    encode_corpus,
+    encode_queries,
+)
+from serve_app.evaluation.exact import (
+    Bm25Scorer,
+    Bm25Setting,
+    Hits,
+    Rm3Setting,
+    SparseIndex,
+    dense_hits,
+    rm3_query,
+    sparse_top_hits,
+)
+from serve_app.evaluation.metrics import evaluate_run
+from serve_app.fusion import fuse
+from serve_app.schemas import STRATEGIES, FusionMethod, Strategy
+
+log = logging.getLogger(__name__)
+
+RUN_DEPTH = 100
+"""Documents per query in every scored run (Recall@100)."""
+MAX_CANDIDATES = 400
+"""Chunks retrieved per strategy once; every candidates setting is a prefix of them."""
+
+# The coarse grids (train only). Weights are relative to dense (1.0); 0 drops a strategy.
+BM25_K1 = (0.6, 0.9, 1.2, 1.5, 2.0)
+BM25_B = (0.5, 0.75, 0.9, 1.0)
+TITLE_WEIGHTS_ONE = (1.5, 2.0, 3.0)
+TITLE_WEIGHTS_SEPARATE = (0.5, 1.0, 2.0)
+RM3_GRID = [Rm3Setting(d, t, a) for d in (5, 10) for t in (10, 20) for a in (0.5, 0.7)]
+SPLADE_QUERY_TERMS = (8, 16, 32, 64, 128, 256)
+FUSION_METHODS_GRID: tuple[tuple[FusionMethod, int], ...] = (
+    ("rrf", 10),
+    ("rrf", 30),
+    ("rrf", 60),
+    ("rrf", 100),
+    ("weighted", 60),
+    ("dbsf", 60),
+)
+BM25_WEIGHTS = (0.0, 0.5, 0.75, 1.0, 1.5, 2.0)
+SPLADE_WEIGHTS = (0.0, 0.25, 0.5, 1.0)
+CANDIDATES = (50, 100, 200, 400)
+AGGREGATIONS: tuple[tuple[Aggregation, int], ...] = (
+    ("max", 1),
+    ("sum", 2),
+    ("sum", 3),
+    ("first", 1),
+)
+
+
+@dataclass(frozen=True)
+class Chunking:
+    """A chunking and the models' input length that goes with it."""
+
+    max_tokens: int
+    overlap_tokens: int
+    model_length: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.max_tokens}/{self.overlap_tokens} tokens, models at {self.model_length}"
+
+    def apply(self, config: AppConfig) -> AppConfig:
+        return config.model_copy(
+            update={
+                "chunker": config.chunker.model_copy(
+                    update={"max_tokens": self.max_tokens, "overlap_tokens": self.overlap_tokens}
+                ),
+                "dense": config.dense.model_copy(update={"max_length": self.model_length}),
+                "splade": config.splade.model_copy(update={"max_length": self.model_length}),
+            }
+        )
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One retrieval configuration as the tuner scores it."""
+
+    chunking: Chunking
+    bm25: Bm25Setting
+    rm3: Rm3Setting | None
+    splade_query_terms: int
+    method: FusionMethod
+    k: int
+    weights: tuple[tuple[Strategy, float], ...]  # (strategy, weight), 0 drops it
+    candidates: int
+    aggregation: tuple[Aggregation, int] | None = None  # None: chunk-level fusion (the service)
+
+    @property
+    def strategies(self) -> list[Strategy]:
+        return [s for s, w in self.weights if w > 0]
+
+    def describe(self) -> dict:
+        out = asdict(self)
+        out["chunking"] = self.chunking.name
+        out["weights"] = dict(self.weights)
+        return out
+
+
+@dataclass
+class Workspace:
+    """One split's queries and qrels over one chunking's encoded corpus, with cached hits."""
+
+    corpus: EncodedCorpus
+    queries: EncodedQueries
+    qrels: dict[str, dict[str, int]]
+    bm25_queries: list[dict[int, float]]
+    hits: dict[tuple, list[Hits]] = field(default_factory=dict)
+    _splade: SparseIndex | None = None
+    _bm25: dict[Bm25Setting, Bm25Scorer] = field(default_factory=dict)
+
+    def strategy_hits(self, strategy: Strategy, setting: Setting) -> list[Hits]:
+        """Each query's ``MAX_CANDIDATES`` best chunks for one strategy."""
+        if strategy == "dense":
+            key: tuple = ("dense",)
+        elif strategy == "splade":
+            key = ("splade", setting.splade_query_terms)
+        else:
+            key = ("bm25", setting.bm25, setting.rm3)
+        if key not in self.hits:
+            started = time.perf_counter()
+            self.hits[key] = self._compute(strategy, setting)
+            log.debug("%s hits in %.1f s", key, time.perf_counter() - started)
+        return self.hits[key]
+
+    def _compute(self, strategy: Strategy, setting: Setting) -> list[Hits]:
+        if strategy == "dense":
+            return dense_hits(self.queries.dense, self.corpus.dense, MAX_CANDIDATES)
+        if strategy == "splade":
+            if self._splade is None:
+                self._splade = SparseIndex(self.corpus.splade)
+            n = setting.splade_query_terms
+            out = []
+            for i in range(self.queries.splade.rows):
+                terms, values = self.queries.splade.row(i)
+                out.append(
+                    sparse_top_hits(self._splade.scores(terms[:n], values[:n]), MAX_CANDIDATES)
+                )
+            return out
+        scorer = self._bm25.get(setting.bm25)
+        if scorer is None:
+            scorer = Bm25Scorer(self.corpus.title_counts, self.corpus.body_counts, setting.bm25)
+            self._bm25 = {setting.bm25: scorer}  # one BM25 index in memory at a time
+        out = []
+        for query in self.bm25_queries:
+            hits = sparse_top_hits(scorer.scores(query), MAX_CANDIDATES)
+            if setting.rm3 is not None and hits:
+                expanded = rm3_query(query, hits, scorer.counts, setting.rm3)
+                hits = sparse_top_hits(scorer.scores(expanded), MAX_CANDIDATES)
+            out.append(hits)
+        return out
+
+    def single_run(
+        self, strategy: Strategy, setting: Setting
+    ) -> dict[str, list[tuple[str, float]]]:
+        doc_ids = self.corpus.doc_ids
+        return {
+            q: aggregate(((doc_ids[c], 0, s) for c, s in hits), "max")[:RUN_DEPTH]
+            for q, hits in zip(self.queries.ids, self.strategy_hits(strategy, setting), strict=True)
+        }
+
+    def fused_run(self, setting: Setting) -> dict[str, list[tuple[str, float]]]:
+        strategies = setting.strategies
+        per = {s: self.strategy_hits(s, setting) for s in strategies}
+        weights = {s: w for s, w in setting.weights if w > 0}
+        doc_ids, orders = self.corpus.doc_ids, self.corpus.orders
+        run = {}
+        for i, query_id in enumerate(self.queries.ids):
+            lists = {s: per[s][i][: setting.candidates] for s in strategies}
+            if setting.aggregation is None:
+                ranked = {s: [(str(c), score) for c, score in hits] for s, hits in lists.items()}
+                fused = fuse(setting.method, ranked, k=setting.k, weights=weights)[:RUN_DEPTH]
+                docs = aggregate(((doc_ids[int(c)], 0, s) for c, s in fused), "max")
+            else:
+                method, n = setting.aggregation
+                ranked = {
+                    s: aggregate(((doc_ids[c], orders[c], score) for c, score in hits), method, n)
+                    for s, hits in lists.items()
+                }
+                docs = fuse(setting.method, ranked, k=setting.k, weights=weights)[:RUN_DEPTH]
+            run[query_id] = docs
+        return run
+
+    def score(self, setting: Setting) -> dict[str, float]:
+        if len(setting.strategies) == 1:
+            return evaluate_run(self.single_run(setting.strategies[0], setting), self.qrels)
+        return evaluate_run(self.fused_run(setting), self.qrels)
+
+
+def bm25_query_terms(config: AppConfig, texts: list[str]) -> list[dict[int, float]]:
+    encoder = Bm25Encoder(config.bm25)
+    return [dict(zip(v.indices, v.values, strict=True)) for v in encoder.encode_queries_sync(texts)]
+
+
+@dataclass
+class Trial:
+    stage: str
+    method: str
+    setting: Setting
+    metrics: dict[str, float]
+    chosen: bool = False
+
+    def to_dict(self) -> dict:
+        return {
+            "stage": self.stage,
+            "method": self.method,
+            "metrics": self.metrics,
+            "chosen": self.chosen,
+            "setting": self.setting.describe(),
+        }
+
+
+class Tuner:
+    """The staged search (module docstring) over ``chunkings`` on ``dataset``'s split."""
+
+    def __init__(
+        self,
+        config: AppConfig,
+        dataset: BeirDataset,
+        chunkings: list[Chunking],
+        cache_root: Path,
+    ) -> None:
+        self.config = config
+        self.dataset = dataset
+        self.chunkings = chunkings
+        self.cache_root = cache_root
+        self.trials: list[Trial] = []
+        self._spaces: dict[tuple[Chunking, str], Workspace] = {}
+
+    def workspace(self, chunking: Chunking, dataset: BeirDataset | None = None) -> Workspace:
+        dataset = dataset or self.dataset
+        key = (chunking, id(dataset))
+        if key not in self._spaces:
+            config = chunking.apply(self.config)
+            queries = encode_queries(config, dataset.queries, self.cache_root)
+            corpus = encode_corpus(config, dataset, self.cache_root)
+            self._spaces = {k: v for k, v in self._spaces.items() if k[1] != id(dataset)}
+            self._spaces[key] = Workspace(
+                corpus, queries, dataset.qrels, bm25_query_terms(config, queries.texts)
+            )
+        return self._spaces[key]
+
+    def baseline(self) -> Setting:
+        c = self.config
+        fusion = c.search.fusion
+        return Setting(
+            chunking=Chunking(c.chunker.max_tokens, c.chunker.overlap_tokens, c.dense.max_length),
+            bm25=Bm25Setting(c.bm25.k1, c.bm25.b, c.bm25.avg_len),
+            rm3=None,
+            splade_query_terms=c.splade.query_top_k,
+            method=fusion.method,
+            k=fusion.k,
+            weights=tuple(
+                (s, fusion.weights.get(s, 1.0) if s in c.search.strategies else 0.0)
+                for s in STRATEGIES
+            ),
+            candidates=c.search.candidates,
+        )
+
+    def _try(
+        self, stage: str, method: str, setting: Setting, strategy: Strategy | None = None
+    ) -> float:
+        space = self.workspace(setting.chunking)
+        if strategy is None:
+            metrics = space.score(setting)
+        else:
+            metrics = evaluate_run(space.single_run(strategy, setting), space.qrels)
+        self.trials.append(Trial(stage, method, setting, metrics))
+        log.info("%-10s %-48s nDCG@10 %.4f", stage, method, metrics["ndcg@10"])
+        return metrics["ndcg@10"]
+
+    def _best(
+        self, stage: str, candidates: list[tuple[str, Setting]], strategy: Strategy | None = None
+    ) -> Setting:
+        scored = [(self._try(stage, m, s, strategy), i, s) for i, (m, s) in enumerate(candidates)]
+        best = max(scored, key=lambda item: (item[0], -item[1]))
+        self.trials[len(self.trials) - len(scored) + best[1]].chosen = True
+        return best[2]
+
+    def run(self) -> Setting:
+        base = self.baseline()
+        self._try("baseline", "configuration as it stands", base)
+        current = base
+        # 1. per strategy
+        current = self._best(
+            "bm25",
+            [
+                (f"k1={k1} b={b} avg_len={a:g}", replace(current, bm25=Bm25Setting(k1, b, a)))
+                for a in (current.bm25.avg_len, self._mean_chunk_terms(current.chunking))
+                for k1 in BM25_K1
+                for b in BM25_B
+            ],
+            "bm25",
+        )
+        fielded = [("title counted once (as indexed)", current)]
+        fielded += [
+            (f"BM25F title x{w:g}", replace(current, bm25=replace(current.bm25, title_weight=w)))
+            for w in TITLE_WEIGHTS_ONE
+        ]
+        fielded += [
+            (
+                f"separate fields, title x{w:g}",
+                replace(current, bm25=replace(current.bm25, title_weight=w, fields="separate")),
+            )
+            for w in TITLE_WEIGHTS_SEPARATE
+        ]
+        current = self._best("bm25-fields", fielded, "bm25")
+        rm3 = [("no RM3", current)] + [
+            (f"RM3 docs={r.fb_docs} terms={r.fb_terms} alpha={r.alpha}", replace(current, rm3=r))
+            for r in RM3_GRID
+        ]
+        current = self._best("bm25-rm3", rm3, "bm25")
+        current = self._best(
+            "splade-q",
+            [
+                (f"query terms {n}", replace(current, splade_query_terms=n))
+                for n in SPLADE_QUERY_TERMS
+            ],
+            "splade",
+        )
+        # 2. chunking, judged on the fused default
+        for chunking in self.chunkings:
+            variant = replace(current, chunking=chunking)
+            for strategy in STRATEGIES:
+                self._try("chunking", f"{chunking.name}: {strategy}", variant, strategy)
+        current = self._best(
+            "chunking", [(f"{c.name}: fused", replace(current, chunking=c)) for c in self.chunkings]
+        )
+        # 3. fusion
+        grid = []
+        for (method, k), wb, ws in itertools.product(
+            FUSION_METHODS_GRID, BM25_WEIGHTS, SPLADE_WEIGHTS
+        ):
+            weights = (("bm25", wb), ("splade", ws), ("dense", 1.0))
+            if sum(w > 0 for _, w in weights) < 2:
+                continue
+            name = f"{method}{' k=' + str(k) if method == 'rrf' else ''} w=bm25:{wb:g},splade:{ws:g},dense:1"
+            grid.append((name, replace(current, method=method, k=k, weights=weights)))
+        current = self._best("fusion", grid)
+        current = self._best(
+            "candidates",
+            [(f"{n} chunks a strategy", replace(current, candidates=n)) for n in CANDIDATES],
+        )
+        # 4. aggregation (document-level fusion) against the service's chunk-level fusion
+        self._best(
+            "aggregation",
+            [("chunk-level fusion (the service)", current)]
+            + [
+                (
+                    f"{m}{n if m == 'sum' else ''} then document-level fusion",
+                    replace(current, aggregation=(m, n)),
+                )
+                for m, n in AGGREGATIONS
+            ],
+        )
+        # 5. ablation of the per-strategy methods under the chosen configuration
+        current = self.ablate(current, base)
+        return current
+
+    def ablations(self, chosen: Setting, base: Setting) -> list[tuple[str, Setting]]:
+        """The chosen setting with one method at a time back at its baseline."""
+        out = [("chosen configuration", chosen)]
+        if (chosen.bm25.k1, chosen.bm25.b, chosen.bm25.avg_len) != (
+            base.bm25.k1,
+            base.bm25.b,
+            base.bm25.avg_len,
+        ):
+            out.append(
+                (
+                    "without BM25 k1/b/avg_len tuning",
+                    replace(
+                        chosen,
+                        bm25=replace(
+                            chosen.bm25, k1=base.bm25.k1, b=base.bm25.b, avg_len=base.bm25.avg_len
+                        ),
+                    ),
+                )
+            )
+        if (chosen.bm25.title_weight, chosen.bm25.fields) != (1.0, "one"):
+            out.append(
+                (
+                    "without title/body field weighting",
+                    replace(chosen, bm25=replace(chosen.bm25, title_weight=1.0, fields="one")),
+                )
+            )
+        if chosen.rm3 is not None:
+            out.append(("without RM3", replace(chosen, rm3=None)))
+        if chosen.splade_query_terms != base.splade_query_terms:
+            out.append(
+                (
+                    "without SPLADE query pruning change",
+                    replace(chosen, splade_query_terms=base.splade_query_terms),
+                )
+            )
+        if chosen.chunking != base.chunking:
+            out.append(("without the chunking change", replace(chosen, chunking=base.chunking)))
+        if chosen.candidates != base.candidates:
+            out.append(
+                ("without the candidates change", replace(chosen, candidates=base.candidates))
+            )
+        return out
+
+    def ablate(self, chosen: Setting, base: Setting) -> Setting:
+        """Drops any per-strategy method whose removal does not lower the fused nDCG@10."""
+        while True:
+            variants = self.ablations(chosen, base)
+            scores = [self._try("ablation", name, s) for name, s in variants]
+            best = max(range(1, len(variants)), key=lambda i: scores[i], default=None)
+            if best is None or scores[best] < scores[0]:
+                return chosen
+            log.info("dropping %r: it did not help the fused default", variants[best][0])
+            chosen = variants[best][1]
+
+    def _mean_chunk_terms(self, chunking: Chunking) -> float:
+        corpus = self.workspace(chunking).corpus
+        lengths = [
+            sum(t.values()) + sum(b.values())
+            for t, b in zip(corpus.title_counts, corpus.body_counts, strict=True)
+        ]
+        return round(float(np.mean(lengths)), 1)
+
+
+def chosen_overrides(setting: Setting, config: AppConfig) -> dict:
+    """The configuration keys the chosen setting sets (a YAML fragment for config files)."""
+    weights = {s: w for s, w in setting.weights if w > 0}
+    norm = weights.get("dense", 1.0)
+    return {
+        "chunker": {
+            "max_tokens": setting.chunking.max_tokens,
+            "overlap_tokens": setting.chunking.overlap_tokens,
+        },
+        "dense": {"max_length": setting.chunking.model_length},
+        "splade": {
+            "max_length": setting.chunking.model_length,
+            "query_top_k": setting.splade_query_terms,
+        },
+        "bm25": {"k1": setting.bm25.k1, "b": setting.bm25.b, "avg_len": setting.bm25.avg_len},
+        "search": {
+            "strategies": setting.strategies,
+            "candidates": setting.candidates,
+            "fusion": {
+                "method": setting.method,
+                "k": setting.k,
+                "weights": {s: round(w / norm, 4) for s, w in weights.items()},
+            },
+        },
+    }
+
+
+def score_on(tuner: Tuner, dataset: BeirDataset, variants: list[tuple[str, Setting]]) -> list[dict]:
+    """Each variant's metrics on another split (the held-out split, once)."""
+    out = []
+    for name, setting in variants:
+        space = tuner.workspace(setting.chunking, dataset)
+        out.append({"method": name, "metrics": space.score(setting), "setting": setting.describe()})
+    return out
+
+
+def write_report(path: Path, payload: dict, render: Callable[[dict], str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.with_suffix(".json").write_text(json.dumps(payload, indent=2, default=str))
+    path.with_suffix(".md").write_text(render(payload))
+
+
+def render_report(payload: dict) -> str:
+    """The tuning report in Markdown: every trial by stage, the choice, the held-out scores."""
+    lines = [
+        f"# Tuning on {payload['dataset']} ({payload['split']}): "
+        f"{payload['queries']} queries, {payload['documents']} documents",
+        "",
+        "Every row is the fused default as `/v1/search` computes it (stage `bm25*`, `splade-q` "
+        "and per-strategy `chunking` rows: that strategy alone). **bold**: kept.",
+        "",
+        "| stage | method | nDCG@10 | Recall@100 | MRR@10 |",
+        "|---|---|---|---|---|",
+    ]
+    for trial in payload["trials"]:
+        m = trial["metrics"]
+        name = f"**{trial['method']}**" if trial["chosen"] else trial["method"]
+        lines.append(
+            f"| {trial['stage']} | {name} | {m['ndcg@10']:.4f} | {m['recall@100']:.4f} "
+            f"| {m['mrr@10']:.4f} |"
+        )
+    lines += [
+        "",
+        "## Chosen configuration",
+        "",
+        "```json",
+        json.dumps(payload["overrides"], indent=2),
+        "```",
+    ]
+    if payload.get("final"):
+        lines += [
+            "",
+            f"## Held-out split ({payload['final_split']}), scored once after the choice",
+            "",
+            "| method | nDCG@10 | Recall@100 | MRR@10 |",
+            "|---|---|---|---|",
+        ]
+        for row in payload["final"]:
+            m = row["metrics"]
+            lines.append(
+                f"| {row['method']} | {m['ndcg@10']:.4f} | {m['recall@100']:.4f} | {m['mrr@10']:.4f} |"
+            )
+    return "\n".join(lines) + "\n"
