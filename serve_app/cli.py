@@ -166,8 +166,16 @@ async def _eval(config: AppConfig, args: argparse.Namespace) -> int:
     config = _eval_config(config, dataset.name)
     components = await build_components(config)
     try:
+        reused = ()
+        if args.reuse_encodings:
+            from serve_app.evaluation.encodings import reuse_document_encodings
+
+            cache = config.data_path / "tune" / "cache"
+            reused = reuse_document_encodings(components, cache)
         with _progress(len(dataset.corpus), "index corpus", "doc") as bar:
             await ingest_corpus(IngestPipeline(components), dataset, progress=bar.update)
+        for encoder in reused:
+            print(f"{encoder.model_id}: {encoder.hits} chunk encodings reused from the cache")
         search = SearchPipeline(components)
         strategies = search.strategies_for(args.strategies.split(",") if args.strategies else None)
         with _progress(len(dataset.queries), f"default search {args.split}", "query") as bar:
@@ -215,6 +223,7 @@ async def _tune(config: AppConfig, args: argparse.Namespace) -> int:
 
     from serve_app.evaluation.beir import load_beir
     from serve_app.evaluation.tuning import (
+        GRIDS,
         Chunking,
         Tuner,
         chosen_overrides,
@@ -229,31 +238,32 @@ async def _tune(config: AppConfig, args: argparse.Namespace) -> int:
         dataset.queries = {q: dataset.queries[q] for q in keep}
         dataset.qrels = {q: dataset.qrels[q] for q in keep}
     chunkings = [Chunking(*map(int, spec.split("/"))) for spec in args.chunkings.split(",")]
-    tuner = Tuner(config, dataset, chunkings, config.data_path / "tune" / "cache")
+    tuner = Tuner(config, dataset, chunkings, config.data_path / "tune" / "cache", GRIDS[args.grid])
     chosen = await asyncio.to_thread(tuner.run)
     payload: dict = {
         "dataset": dataset.name,
         "split": args.split,
+        "grid": args.grid,
+        "chunkings": [c.name for c in chunkings],
         "queries": len(dataset.queries),
         "documents": len(dataset.corpus),
         "chosen": chosen.describe(),
         "overrides": chosen_overrides(chosen, config),
         "trials": [t.to_dict() for t in tuner.trials],
     }
+    variants = tuner.method_variants(chosen)
+    train = await asyncio.to_thread(score_on, tuner, dataset, variants)
+    payload["methods"] = [
+        {"method": name, args.split: metrics, "setting": setting.describe()}
+        for (name, setting), metrics in zip(variants, train, strict=True)
+    ]
     if args.final_split:
         # Scored once, after every choice was made on the tuning split.
         held_out = load_beir(args.beir, args.final_split, "tune")
-        variants = [("configuration before tuning", tuner.baseline())]
-        variants += tuner.ablations(chosen, tuner.baseline())
-        variants += [
-            (t.method + f" ({t.stage})", t.setting)
-            for t in tuner.trials
-            if t.stage in ("chunking", "aggregation", "bm25-fields", "bm25-rm3")
-            and t.chosen is False
-            and len(t.setting.strategies) > 1
-        ]
         payload["final_split"] = args.final_split
-        payload["final"] = await asyncio.to_thread(score_on, tuner, held_out, variants)
+        scores = await asyncio.to_thread(score_on, tuner, held_out, variants)
+        for row, metrics in zip(payload["methods"], scores, strict=True):
+            row[args.final_split] = metrics
     out = Path(args.out)
     write_report(out, payload, render_report)
     out.with_suffix(".yaml").write_text(yaml.safe_dump(payload["overrides"], sort_keys=False))
@@ -378,6 +388,12 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument(
         "--runs", help="folder for the TREC run files (default: <data_dir>/eval/runs)"
     )
+    evaluate.add_argument(
+        "--reuse-encodings",
+        action="store_true",
+        help="index the chunk vectors `serve-app tune` cached for this model setting "
+        "(<data_dir>/tune/cache) instead of encoding them again; queries are encoded live",
+    )
 
     tune = sub.add_parser(
         "tune",
@@ -396,6 +412,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--final-split", help="score the chosen configuration and each method once on this split"
     )
     tune.add_argument("--max-queries", type=int)
+    tune.add_argument(
+        "--grid",
+        choices=["coarse", "smoke"],
+        default="coarse",
+        help="coarse: the search; smoke: every method once or twice (checks the machinery)",
+    )
     tune.add_argument(
         "--out", default="tuning", help="report stem: writes .md, .json and .yaml (the choice)"
     )

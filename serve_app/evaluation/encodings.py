@@ -226,15 +226,45 @@ def splade_setting(config: AppConfig, side: str) -> dict:
     }
 
 
-def encode_corpus(config: AppConfig, dataset: BeirDataset, cache_root: Path) -> EncodedCorpus:
-    """Chunk ``dataset.corpus`` with ``config.chunker`` and encode every chunk (cached)."""
+def chunk_corpus(config: AppConfig, dataset: BeirDataset, cache_root: Path) -> list[dict]:
+    """The corpus's chunks under ``config.chunker`` (doc id, order, header, text), cached on
+    disk per chunker setting and corpus (sentence splitting 5,000 abstracts takes minutes)."""
     from serve_app.pipelines.components import build_chunker
 
     chunker = build_chunker(config)
-    per_doc = chunker.chunk_batch(dataset.corpus)  # type: ignore[attr-defined]
-    chunks = [c for doc_chunks in per_doc for c in doc_chunks]
+    corpus_key = hashlib.sha1()
+    for document in dataset.corpus:
+        corpus_key.update(f"{document.id}\x00{document.title}\x00{document.text}\x01".encode())
+    setting = {
+        "chunker": chunker.fingerprint(),
+        "tokenizer": config.chunker.tokenizer or config.dense.model,
+        "corpus": corpus_key.hexdigest(),
+    }
+    name = hashlib.sha1(json.dumps(setting, sort_keys=True).encode()).hexdigest()[:16]
+    path = cache_root / "chunks" / f"{name}.json"
+    if path.is_file():
+        return json.loads(path.read_text())
     with_header = config.chunker.contextual_header
-    texts = [encoding_text(c, with_header) for c in chunks]
+    rows = [
+        {
+            "doc_id": c.doc_id,
+            "order": c.order,
+            "header": contextual_header(c.title, c.heading_chain) if with_header else "",
+            "text": c.text,
+            "encoded": encoding_text(c, with_header),
+        }
+        for chunks in chunker.chunk_batch(dataset.corpus)  # type: ignore[attr-defined]
+        for c in chunks
+    ]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(rows))
+    return rows
+
+
+def encode_corpus(config: AppConfig, dataset: BeirDataset, cache_root: Path) -> EncodedCorpus:
+    """Chunk ``dataset.corpus`` with ``config.chunker`` and encode every chunk (cached)."""
+    chunks = chunk_corpus(config, dataset, cache_root)
+    texts = [c["encoded"] for c in chunks]
     dense_cache = VectorCache(cache_root, dense_setting(config, "document"), sparse=False)
     splade_cache = VectorCache(cache_root, splade_setting(config, "document"), sparse=True)
     if dense_cache.missing(texts) or splade_cache.missing(texts):
@@ -246,16 +276,15 @@ def encode_corpus(config: AppConfig, dataset: BeirDataset, cache_root: Path) -> 
         finally:
             dense.close()
             splade.close()
-    bm25 = config.bm25
-    headers = [contextual_header(c.title, c.heading_chain) if with_header else "" for c in chunks]
+    language = config.bm25.language
     return EncodedCorpus(
         chunking=config.chunker.model_dump(include={"name", "max_tokens", "overlap_tokens"}),
-        doc_ids=[c.doc_id for c in chunks],
-        orders=[c.order for c in chunks],
+        doc_ids=[c["doc_id"] for c in chunks],
+        orders=[c["order"] for c in chunks],
         dense=dense_cache.dense_rows(texts),
         splade=splade_cache.sparse_rows(texts),
-        title_counts=[term_counts(h, bm25.language) for h in headers],
-        body_counts=[term_counts(c.text, bm25.language) for c in chunks],
+        title_counts=[term_counts(c["header"], language) for c in chunks],
+        body_counts=[term_counts(c["text"], language) for c in chunks],
     )
 
 
@@ -284,3 +313,70 @@ def encode_queries(config: AppConfig, queries: dict[str, str], cache_root: Path)
         dense=dense_cache.dense_rows(texts),
         splade=splade_cache.sparse_rows(texts),
     )
+
+
+class CachedDocuments:
+    """An encoder whose document side reads ``cache`` (texts it lacks go to ``inner``), the
+    query side always ``inner``: an eval re-indexing a corpus the tuner already encoded with
+    the same model setting skips the model, and every query is encoded live as in a search.
+    Nothing is written to the cache here."""
+
+    def __init__(self, inner, cache: VectorCache) -> None:
+        self.inner = inner
+        self.cache = cache
+        self.model_id = inner.model_id
+        self.hits = 0
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    async def _documents(self, texts: list[str], encode):
+        missing = set(self.cache.missing(texts))
+        fresh = iter(await encode([t for t in texts if t in missing]) if missing else [])
+        self.hits += len(texts) - len(missing)
+        out = []
+        for text in texts:
+            out.append(next(fresh) if text in missing else self._cached(text))
+        return out
+
+    async def embed_documents(self, texts: list[str]) -> np.ndarray:
+        return np.asarray(await self._documents(texts, self.inner.embed_documents), np.float32)
+
+    async def embed_queries(self, texts: list[str]) -> np.ndarray:
+        return await self.inner.embed_queries(texts)
+
+    async def encode_documents(self, texts: list[str]) -> list[SparseVector]:
+        return await self._documents(texts, self.inner.encode_documents)
+
+    async def encode_queries(self, texts: list[str]) -> list[SparseVector]:
+        return await self.inner.encode_queries(texts)
+
+    def _cached(self, text: str):
+        if not self.cache.sparse:
+            return self.cache.dense_rows([text])[0]
+        vector = self.cache.splade[self.cache.rows[_text_key(text)]]
+        vocab = getattr(self.inner, "_vocab", None)
+        terms = None if vocab is None else vocab[vector.indices].tolist()
+        return SparseVector.model_construct(
+            indices=vector.indices, values=vector.values, terms=terms
+        )
+
+
+def reuse_document_encodings(components, cache_root: Path) -> tuple[CachedDocuments, ...]:
+    """Wrap the components' dense and SPLADE encoders with their settings' caches."""
+    config = components.config
+    wrapped = [
+        CachedDocuments(
+            components.dense,
+            VectorCache(cache_root, dense_setting(config, "document"), sparse=False),
+        )
+    ]
+    components.dense = wrapped[0]
+    if "splade" in components.sparse:
+        splade = CachedDocuments(
+            components.sparse["splade"],
+            VectorCache(cache_root, splade_setting(config, "document"), sparse=True),
+        )
+        components.sparse["splade"] = splade
+        wrapped.append(splade)
+    return tuple(wrapped)

@@ -65,30 +65,63 @@ RUN_DEPTH = 100
 MAX_CANDIDATES = 400
 """Chunks retrieved per strategy once; every candidates setting is a prefix of them."""
 
-# The coarse grids (train only). Weights are relative to dense (1.0); 0 drops a strategy.
-BM25_K1 = (0.6, 0.9, 1.2, 1.5, 2.0)
-BM25_B = (0.5, 0.75, 0.9, 1.0)
-TITLE_WEIGHTS_ONE = (1.5, 2.0, 3.0)
-TITLE_WEIGHTS_SEPARATE = (0.5, 1.0, 2.0)
-RM3_GRID = [Rm3Setting(d, t, a) for d in (5, 10) for t in (10, 20) for a in (0.5, 0.7)]
-SPLADE_QUERY_TERMS = (8, 16, 32, 64, 128, 256)
-FUSION_METHODS_GRID: tuple[tuple[FusionMethod, int], ...] = (
-    ("rrf", 10),
-    ("rrf", 30),
-    ("rrf", 60),
-    ("rrf", 100),
-    ("weighted", 60),
-    ("dbsf", 60),
+
+@dataclass(frozen=True)
+class Grid:
+    """The values each stage tries. ``COARSE`` is the search; ``SMOKE`` tries every method
+    once or twice (for checking the machinery on a small corpus). Fusion weights are
+    relative to dense (1.0); 0 drops a strategy."""
+
+    bm25_k1: tuple[float, ...]
+    bm25_b: tuple[float, ...]
+    title_weights_one: tuple[float, ...]
+    title_weights_separate: tuple[float, ...]
+    rm3: tuple[Rm3Setting, ...]
+    splade_query_terms: tuple[int, ...]
+    fusion_methods: tuple[tuple[FusionMethod, int], ...]
+    bm25_weights: tuple[float, ...]
+    splade_weights: tuple[float, ...]
+    candidates: tuple[int, ...]
+    aggregations: tuple[tuple[Aggregation, int], ...] = (
+        ("max", 1),
+        ("sum", 2),
+        ("sum", 3),
+        ("first", 1),
+    )
+
+
+COARSE = Grid(
+    bm25_k1=(0.6, 0.9, 1.2, 1.5, 2.0),
+    bm25_b=(0.5, 0.75, 0.9, 1.0),
+    title_weights_one=(1.5, 2.0, 3.0),
+    title_weights_separate=(0.5, 1.0, 2.0),
+    rm3=tuple(Rm3Setting(d, t, a) for d in (5, 10) for t in (10, 20) for a in (0.5, 0.7)),
+    splade_query_terms=(8, 16, 32, 64, 128, 256),
+    fusion_methods=(
+        ("rrf", 10),
+        ("rrf", 30),
+        ("rrf", 60),
+        ("rrf", 100),
+        ("weighted", 60),
+        ("dbsf", 60),
+    ),
+    bm25_weights=(0.0, 0.5, 0.75, 1.0, 1.5, 2.0),
+    splade_weights=(0.0, 0.25, 0.5, 1.0),
+    candidates=(50, 100, 200, 400),
 )
-BM25_WEIGHTS = (0.0, 0.5, 0.75, 1.0, 1.5, 2.0)
-SPLADE_WEIGHTS = (0.0, 0.25, 0.5, 1.0)
-CANDIDATES = (50, 100, 200, 400)
-AGGREGATIONS: tuple[tuple[Aggregation, int], ...] = (
-    ("max", 1),
-    ("sum", 2),
-    ("sum", 3),
-    ("first", 1),
+SMOKE = Grid(
+    bm25_k1=(0.9, 1.2),
+    bm25_b=(0.75, 1.0),
+    title_weights_one=(2.0,),
+    title_weights_separate=(1.0,),
+    rm3=(Rm3Setting(5, 10, 0.5),),
+    splade_query_terms=(16, 64),
+    fusion_methods=(("rrf", 60), ("weighted", 60), ("dbsf", 60)),
+    bm25_weights=(0.0, 1.0),
+    splade_weights=(0.0, 1.0),
+    candidates=(50, 100),
 )
+GRIDS = {"coarse": COARSE, "smoke": SMOKE}
 
 
 @dataclass(frozen=True)
@@ -148,12 +181,16 @@ class Workspace:
     queries: EncodedQueries
     qrels: dict[str, dict[str, int]]
     bm25_queries: list[dict[int, float]]
-    hits: dict[tuple, list[Hits]] = field(default_factory=dict)
+    # Hits as (chunk rows, scores) arrays: dozens of settings x queries x 400 hits as tuples
+    # would take gigabytes.
+    hits: dict[tuple, list[tuple[np.ndarray, np.ndarray]]] = field(default_factory=dict)
     _splade: SparseIndex | None = None
     _bm25: dict[Bm25Setting, Bm25Scorer] = field(default_factory=dict)
 
-    def strategy_hits(self, strategy: Strategy, setting: Setting) -> list[Hits]:
-        """Each query's ``MAX_CANDIDATES`` best chunks for one strategy."""
+    def strategy_hits(
+        self, strategy: Strategy, setting: Setting, depth: int = MAX_CANDIDATES
+    ) -> list[Hits]:
+        """Each query's ``depth`` (at most ``MAX_CANDIDATES``) best chunks for one strategy."""
         if strategy == "dense":
             key: tuple = ("dense",)
         elif strategy == "splade":
@@ -162,9 +199,15 @@ class Workspace:
             key = ("bm25", setting.bm25, setting.rm3)
         if key not in self.hits:
             started = time.perf_counter()
-            self.hits[key] = self._compute(strategy, setting)
+            self.hits[key] = [
+                (np.array([c for c, _ in h], dtype=np.int64), np.array([x for _, x in h]))
+                for h in self._compute(strategy, setting)
+            ]
             log.debug("%s hits in %.1f s", key, time.perf_counter() - started)
-        return self.hits[key]
+        return [
+            list(zip(rows[:depth].tolist(), scores[:depth].tolist(), strict=True))
+            for rows, scores in self.hits[key]
+        ]
 
     def _compute(self, strategy: Strategy, setting: Setting) -> list[Hits]:
         if strategy == "dense":
@@ -204,12 +247,12 @@ class Workspace:
 
     def fused_run(self, setting: Setting) -> dict[str, list[tuple[str, float]]]:
         strategies = setting.strategies
-        per = {s: self.strategy_hits(s, setting) for s in strategies}
+        per = {s: self.strategy_hits(s, setting, setting.candidates) for s in strategies}
         weights = {s: w for s, w in setting.weights if w > 0}
         doc_ids, orders = self.corpus.doc_ids, self.corpus.orders
         run = {}
         for i, query_id in enumerate(self.queries.ids):
-            lists = {s: per[s][i][: setting.candidates] for s in strategies}
+            lists = {s: per[s][i] for s in strategies}
             if setting.aggregation is None:
                 ranked = {s: [(str(c), score) for c, score in hits] for s, hits in lists.items()}
                 fused = fuse(setting.method, ranked, k=setting.k, weights=weights)[:RUN_DEPTH]
@@ -256,30 +299,39 @@ class Trial:
 class Tuner:
     """The staged search (module docstring) over ``chunkings`` on ``dataset``'s split."""
 
+    _single_stages = ("bm25", "bm25-fields", "bm25-rm3", "splade-q", "chunking-single")
+
     def __init__(
         self,
         config: AppConfig,
         dataset: BeirDataset,
         chunkings: list[Chunking],
         cache_root: Path,
+        grid: Grid = COARSE,
     ) -> None:
+        self.grid = grid
         self.config = config
         self.dataset = dataset
         self.chunkings = chunkings
         self.cache_root = cache_root
         self.trials: list[Trial] = []
-        self._spaces: dict[tuple[Chunking, str], Workspace] = {}
+        self._spaces: dict[tuple[Chunking, int], Workspace] = {}
+        self._corpora: dict[Chunking, EncodedCorpus] = {}
 
     def workspace(self, chunking: Chunking, dataset: BeirDataset | None = None) -> Workspace:
+        """The chunking's encoded corpus (kept for the whole run) with ``dataset``'s queries."""
         dataset = dataset or self.dataset
         key = (chunking, id(dataset))
         if key not in self._spaces:
             config = chunking.apply(self.config)
+            if chunking not in self._corpora:
+                self._corpora[chunking] = encode_corpus(config, dataset, self.cache_root)
             queries = encode_queries(config, dataset.queries, self.cache_root)
-            corpus = encode_corpus(config, dataset, self.cache_root)
-            self._spaces = {k: v for k, v in self._spaces.items() if k[1] != id(dataset)}
             self._spaces[key] = Workspace(
-                corpus, queries, dataset.qrels, bm25_query_terms(config, queries.texts)
+                self._corpora[chunking],
+                queries,
+                dataset.qrels,
+                bm25_query_terms(config, queries.texts),
             )
         return self._spaces[key]
 
@@ -330,34 +382,34 @@ class Tuner:
             [
                 (f"k1={k1} b={b} avg_len={a:g}", replace(current, bm25=Bm25Setting(k1, b, a)))
                 for a in (current.bm25.avg_len, self._mean_chunk_terms(current.chunking))
-                for k1 in BM25_K1
-                for b in BM25_B
+                for k1 in self.grid.bm25_k1
+                for b in self.grid.bm25_b
             ],
             "bm25",
         )
         fielded = [("title counted once (as indexed)", current)]
         fielded += [
             (f"BM25F title x{w:g}", replace(current, bm25=replace(current.bm25, title_weight=w)))
-            for w in TITLE_WEIGHTS_ONE
+            for w in self.grid.title_weights_one
         ]
         fielded += [
             (
                 f"separate fields, title x{w:g}",
                 replace(current, bm25=replace(current.bm25, title_weight=w, fields="separate")),
             )
-            for w in TITLE_WEIGHTS_SEPARATE
+            for w in self.grid.title_weights_separate
         ]
         current = self._best("bm25-fields", fielded, "bm25")
         rm3 = [("no RM3", current)] + [
             (f"RM3 docs={r.fb_docs} terms={r.fb_terms} alpha={r.alpha}", replace(current, rm3=r))
-            for r in RM3_GRID
+            for r in self.grid.rm3
         ]
         current = self._best("bm25-rm3", rm3, "bm25")
         current = self._best(
             "splade-q",
             [
                 (f"query terms {n}", replace(current, splade_query_terms=n))
-                for n in SPLADE_QUERY_TERMS
+                for n in self.grid.splade_query_terms
             ],
             "splade",
         )
@@ -365,14 +417,14 @@ class Tuner:
         for chunking in self.chunkings:
             variant = replace(current, chunking=chunking)
             for strategy in STRATEGIES:
-                self._try("chunking", f"{chunking.name}: {strategy}", variant, strategy)
+                self._try("chunking-single", f"{chunking.name}: {strategy}", variant, strategy)
         current = self._best(
             "chunking", [(f"{c.name}: fused", replace(current, chunking=c)) for c in self.chunkings]
         )
         # 3. fusion
         grid = []
         for (method, k), wb, ws in itertools.product(
-            FUSION_METHODS_GRID, BM25_WEIGHTS, SPLADE_WEIGHTS
+            self.grid.fusion_methods, self.grid.bm25_weights, self.grid.splade_weights
         ):
             weights = (("bm25", wb), ("splade", ws), ("dense", 1.0))
             if sum(w > 0 for _, w in weights) < 2:
@@ -382,7 +434,10 @@ class Tuner:
         current = self._best("fusion", grid)
         current = self._best(
             "candidates",
-            [(f"{n} chunks a strategy", replace(current, candidates=n)) for n in CANDIDATES],
+            [
+                (f"{n} chunks a strategy", replace(current, candidates=n))
+                for n in self.grid.candidates
+            ],
         )
         # 4. aggregation (document-level fusion) against the service's chunk-level fusion
         self._best(
@@ -393,12 +448,23 @@ class Tuner:
                     f"{m}{n if m == 'sum' else ''} then document-level fusion",
                     replace(current, aggregation=(m, n)),
                 )
-                for m, n in AGGREGATIONS
+                for m, n in self.grid.aggregations
             ],
         )
         # 5. ablation of the per-strategy methods under the chosen configuration
         current = self.ablate(current, base)
+        # Greedy stages can end below where they started: then nothing helped.
+        if self.score(current) < self.score(base):
+            log.info("no tuned configuration beat the baseline: keeping it")
+            return base
         return current
+
+    def score(self, setting: Setting) -> float:
+        """The split's fused nDCG@10 of a setting already tried (or scored now)."""
+        for trial in reversed(self.trials):
+            if trial.setting == setting and trial.stage not in self._single_stages:
+                return trial.metrics["ndcg@10"]
+        return self._try("check", "re-scored", setting)
 
     def ablations(self, chosen: Setting, base: Setting) -> list[tuple[str, Setting]]:
         """The chosen setting with one method at a time back at its baseline."""
@@ -441,6 +507,61 @@ class Tuner:
             out.append(
                 ("without the candidates change", replace(chosen, candidates=base.candidates))
             )
+        return out
+
+    def method_variants(self, chosen: Setting) -> list[tuple[str, Setting]]:
+        """Every method against the chosen configuration: the baseline, the choice, each kept
+        method taken out, each method not kept put in (its best setting on the tuning split),
+        each fusion method at its best, and the choice's strategies alone."""
+        base = self.baseline()
+        out = [("configuration before tuning", base), *self.ablations(chosen, base)]
+
+        def best_of(stage: str, keep: Callable[[Trial], bool] = lambda t: True) -> Trial | None:
+            trials = [t for t in self.trials if t.stage == stage and keep(t)]
+            return max(trials, key=lambda t: t.metrics["ndcg@10"], default=None)
+
+        one = best_of(
+            "bm25-fields",
+            lambda t: t.setting.bm25.fields == "one" and t.setting.bm25.title_weight != 1.0,
+        )
+        two = best_of("bm25-fields", lambda t: t.setting.bm25.fields == "separate")
+        for label, trial in (
+            ("with BM25F title weight", one),
+            ("with separate title/body fields", two),
+        ):
+            if trial and (trial.setting.bm25.fields, trial.setting.bm25.title_weight) != (
+                chosen.bm25.fields,
+                chosen.bm25.title_weight,
+            ):
+                bm25 = replace(
+                    chosen.bm25,
+                    fields=trial.setting.bm25.fields,
+                    title_weight=trial.setting.bm25.title_weight,
+                )
+                out.append((f"{label} ({trial.method})", replace(chosen, bm25=bm25)))
+        rm3 = best_of("bm25-rm3", lambda t: t.setting.rm3 is not None)
+        if rm3 and chosen.rm3 is None:
+            out.append((f"with {rm3.method}", replace(chosen, rm3=rm3.setting.rm3)))
+        for chunking in self.chunkings:
+            if chunking != chosen.chunking:
+                out.append((f"with chunking {chunking.name}", replace(chosen, chunking=chunking)))
+        for method, n in self.grid.aggregations:
+            label = f"{method}{n if method == 'sum' else ''}"
+            out.append(
+                (
+                    f"with {label} aggregation, document-level fusion",
+                    replace(chosen, aggregation=(method, n)),
+                )
+            )
+        for method in ("rrf", "weighted", "dbsf"):
+            trial = best_of("fusion", lambda t, m=method: t.setting.method == m)
+            if trial and method != chosen.method:
+                out.append(
+                    (f"fusion {trial.method}", replace(trial.setting, candidates=chosen.candidates))
+                )
+        for strategy in STRATEGIES:
+            alone = tuple((s, 1.0 if s == strategy else 0.0) for s in STRATEGIES)
+            out.append((f"{strategy} alone", replace(chosen, weights=alone)))
         return out
 
     def ablate(self, chosen: Setting, base: Setting) -> Setting:
@@ -490,13 +611,11 @@ def chosen_overrides(setting: Setting, config: AppConfig) -> dict:
     }
 
 
-def score_on(tuner: Tuner, dataset: BeirDataset, variants: list[tuple[str, Setting]]) -> list[dict]:
-    """Each variant's metrics on another split (the held-out split, once)."""
-    out = []
-    for name, setting in variants:
-        space = tuner.workspace(setting.chunking, dataset)
-        out.append({"method": name, "metrics": space.score(setting), "setting": setting.describe()})
-    return out
+def score_on(
+    tuner: Tuner, dataset: BeirDataset, variants: list[tuple[str, Setting]]
+) -> list[dict[str, float]]:
+    """Each variant's metrics on ``dataset``'s split (for the held-out split: once, at the end)."""
+    return [tuner.workspace(s.chunking, dataset).score(s) for _, s in variants]
 
 
 def write_report(path: Path, payload: dict, render: Callable[[dict], str]) -> None:
@@ -532,17 +651,30 @@ def render_report(payload: dict) -> str:
         json.dumps(payload["overrides"], indent=2),
         "```",
     ]
-    if payload.get("final"):
-        lines += [
-            "",
-            f"## Held-out split ({payload['final_split']}), scored once after the choice",
-            "",
-            "| method | nDCG@10 | Recall@100 | MRR@10 |",
-            "|---|---|---|---|",
+    held_out = payload.get("final_split")
+    header = f"| method | {payload['split']} nDCG@10 | {payload['split']} Recall@100 |"
+    rule = "|---|---|---|"
+    if held_out:
+        header += f" {held_out} nDCG@10 | {held_out} Recall@100 |"
+        rule += "---|---|"
+    lines += [
+        "",
+        "## Every method against the chosen configuration",
+        "",
+        f"The {held_out} split was scored once, after every choice was made."
+        if held_out
+        else "No held-out split was scored.",
+        "",
+        header,
+        rule,
+    ]
+    for row in payload["methods"]:
+        cells = [
+            row["method"],
+            f"{row[payload['split']]['ndcg@10']:.4f}",
+            f"{row[payload['split']]['recall@100']:.4f}",
         ]
-        for row in payload["final"]:
-            m = row["metrics"]
-            lines.append(
-                f"| {row['method']} | {m['ndcg@10']:.4f} | {m['recall@100']:.4f} | {m['mrr@10']:.4f} |"
-            )
+        if held_out:
+            cells += [f"{row[held_out]['ndcg@10']:.4f}", f"{row[held_out]['recall@100']:.4f}"]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
