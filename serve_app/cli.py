@@ -238,7 +238,8 @@ async def _tune(config: AppConfig, args: argparse.Namespace) -> int:
         dataset.queries = {q: dataset.queries[q] for q in keep}
         dataset.qrels = {q: dataset.qrels[q] for q in keep}
     chunkings = [Chunking(*map(int, spec.split("/"))) for spec in args.chunkings.split(",")]
-    tuner = Tuner(config, dataset, chunkings, config.data_path / "tune" / "cache", GRIDS[args.grid])
+    cache = config.data_path / "tune" / "cache"
+    tuner = Tuner(config, dataset, chunkings, cache, GRIDS[args.grid], not args.cached_only)
     chosen = await asyncio.to_thread(tuner.run)
     payload: dict = {
         "dataset": dataset.name,
@@ -412,6 +413,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--final-split", help="score the chosen configuration and each method once on this split"
     )
     tune.add_argument("--max-queries", type=int)
+    tune.add_argument(
+        "--cached-only",
+        action="store_true",
+        help="run no model for chunk vectors: settings needing vectors the cache lacks are "
+        "listed as not run",
+    )
     tune.add_argument(
         "--grid",
         choices=["coarse", "smoke"],

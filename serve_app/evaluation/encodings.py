@@ -173,6 +173,81 @@ def fill(
         log.info("%s: %d/%d encoded (%.1f texts/s)", what, done, len(todo), rate)
 
 
+class NotEncoded(LookupError):
+    """Vectors the cache lacks, asked for where encoding is not allowed."""
+
+
+class Encoded:
+    """Texts with their dense and SPLADE vectors, each encoded (or read from the cache) the
+    first time it is asked for: a tuning stage that uses BM25 alone runs no model. With
+    ``encode`` False, vectors the cache lacks raise ``NotEncoded`` instead."""
+
+    def __init__(
+        self,
+        config: AppConfig,
+        texts: list[str],
+        side: str,
+        cache_root: Path,
+        encode: bool = True,
+    ) -> None:
+        self.config = config
+        self.texts = texts
+        self.side = side
+        self.cache_root = cache_root
+        self.encode = encode
+        self._dense: np.ndarray | None = None
+        self._splade: SparseMatrix | None = None
+
+    @property
+    def dense(self) -> np.ndarray:
+        if self._dense is None:
+            from serve_app.encoders.base import DENSE_BACKENDS
+            from serve_app.pipelines.components import register_builtins
+
+            cache = VectorCache(self.cache_root, dense_setting(self.config, self.side), False)
+            self._check(cache, "dense")
+            if cache.missing(self.texts):
+                register_builtins()
+                model = DENSE_BACKENDS.create(self.config.dense.backend, self.config.dense)
+                encode = model.encode if self.side == "document" else model.encode_queries_sync
+                try:
+                    fill(cache, self.texts, encode, f"dense {self.side}s")
+                finally:
+                    model.close()
+            self._dense = cache.dense_rows(self.texts)
+        return self._dense
+
+    @property
+    def splade(self) -> SparseMatrix:
+        if self._splade is None:
+            from serve_app.encoders.splade import SpladeEncoder
+
+            setting = splade_setting(self.config, self.side)
+            cache = VectorCache(self.cache_root, setting, True)
+            self._check(cache, "splade")
+            if cache.missing(self.texts):
+                model = SpladeEncoder(self.config.splade)
+                try:
+                    fill(
+                        cache,
+                        self.texts,
+                        lambda t: model.encode(t, setting["top_k"]),
+                        f"splade {self.side}s",
+                    )
+                finally:
+                    model.close()
+            self._splade = cache.sparse_rows(self.texts)
+        return self._splade
+
+    def _check(self, cache: VectorCache, model: str) -> None:
+        missing = len(cache.missing(self.texts))
+        if missing and not self.encode:
+            raise NotEncoded(
+                f"{model} {self.side} vectors at {self.config.dense.max_length if model == 'dense' else self.config.splade.max_length}"
+                f" tokens: {missing} of {len(self.texts)} texts not encoded"
+            )
+
+
 @dataclass
 class EncodedCorpus:
     """One chunking of a corpus with every strategy's document-side representation."""
@@ -180,27 +255,32 @@ class EncodedCorpus:
     chunking: dict
     doc_ids: list[str]  # per chunk
     orders: list[int]  # each chunk's position in its document
-    dense: np.ndarray  # (chunks, dim), L2-normalised
-    splade: SparseMatrix
+    vectors: Encoded
     title_counts: list[dict[int, int]]  # BM25 term counts of the contextual header
     body_counts: list[dict[int, int]]  # BM25 term counts of the chunk text
+
+    @property
+    def dense(self) -> np.ndarray:  # (chunks, dim), L2-normalised
+        return self.vectors.dense
+
+    @property
+    def splade(self) -> SparseMatrix:
+        return self.vectors.splade
 
 
 @dataclass
 class EncodedQueries:
     ids: list[str]
     texts: list[str]
-    dense: np.ndarray
-    splade: SparseMatrix  # QUERY_SPLADE_TOP_K terms, largest first
+    vectors: Encoded  # SPLADE with QUERY_SPLADE_TOP_K terms, largest first
 
+    @property
+    def dense(self) -> np.ndarray:
+        return self.vectors.dense
 
-def _models(config: AppConfig):
-    from serve_app.encoders.base import DENSE_BACKENDS
-    from serve_app.encoders.splade import SpladeEncoder
-    from serve_app.pipelines.components import register_builtins
-
-    register_builtins()
-    return DENSE_BACKENDS.create(config.dense.backend, config.dense), SpladeEncoder(config.splade)
+    @property
+    def splade(self) -> SparseMatrix:
+        return self.vectors.splade
 
 
 def dense_setting(config: AppConfig, side: str) -> dict:
@@ -261,58 +341,28 @@ def chunk_corpus(config: AppConfig, dataset: BeirDataset, cache_root: Path) -> l
     return rows
 
 
-def encode_corpus(config: AppConfig, dataset: BeirDataset, cache_root: Path) -> EncodedCorpus:
-    """Chunk ``dataset.corpus`` with ``config.chunker`` and encode every chunk (cached)."""
+def encode_corpus(
+    config: AppConfig, dataset: BeirDataset, cache_root: Path, encode: bool = True
+) -> EncodedCorpus:
+    """``dataset.corpus`` chunked with ``config.chunker``; vectors encoded (cached) when used
+    (``encode`` False: only what the cache holds)."""
     chunks = chunk_corpus(config, dataset, cache_root)
-    texts = [c["encoded"] for c in chunks]
-    dense_cache = VectorCache(cache_root, dense_setting(config, "document"), sparse=False)
-    splade_cache = VectorCache(cache_root, splade_setting(config, "document"), sparse=True)
-    if dense_cache.missing(texts) or splade_cache.missing(texts):
-        dense, splade = _models(config)
-        try:
-            fill(dense_cache, texts, dense.encode, "dense documents")
-            top_k = config.splade.doc_top_k
-            fill(splade_cache, texts, lambda t: splade.encode(t, top_k), "splade documents")
-        finally:
-            dense.close()
-            splade.close()
     language = config.bm25.language
     return EncodedCorpus(
         chunking=config.chunker.model_dump(include={"name", "max_tokens", "overlap_tokens"}),
         doc_ids=[c["doc_id"] for c in chunks],
         orders=[c["order"] for c in chunks],
-        dense=dense_cache.dense_rows(texts),
-        splade=splade_cache.sparse_rows(texts),
+        vectors=Encoded(config, [c["encoded"] for c in chunks], "document", cache_root, encode),
         title_counts=[term_counts(c["header"], language) for c in chunks],
         body_counts=[term_counts(c["text"], language) for c in chunks],
     )
 
 
 def encode_queries(config: AppConfig, queries: dict[str, str], cache_root: Path) -> EncodedQueries:
-    """Dense and SPLADE query vectors (cached) for ``queries``, in id order."""
+    """``queries`` in id order; vectors encoded (cached) when used."""
     ids = sorted(queries)
     texts = [queries[q] for q in ids]
-    dense_cache = VectorCache(cache_root, dense_setting(config, "query"), sparse=False)
-    splade_cache = VectorCache(cache_root, splade_setting(config, "query"), sparse=True)
-    if dense_cache.missing(texts) or splade_cache.missing(texts):
-        dense, splade = _models(config)
-        try:
-            fill(dense_cache, texts, dense.encode_queries_sync, "dense queries")
-            fill(
-                splade_cache,
-                texts,
-                lambda t: splade.encode(t, QUERY_SPLADE_TOP_K),
-                "splade queries",
-            )
-        finally:
-            dense.close()
-            splade.close()
-    return EncodedQueries(
-        ids=ids,
-        texts=texts,
-        dense=dense_cache.dense_rows(texts),
-        splade=splade_cache.sparse_rows(texts),
-    )
+    return EncodedQueries(ids=ids, texts=texts, vectors=Encoded(config, texts, "query", cache_root))
 
 
 class CachedDocuments:
