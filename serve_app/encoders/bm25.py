@@ -18,7 +18,8 @@ from serve_app.schemas import SparseVector
 
 def bm25_model_id(config: Bm25Config) -> str:
     """The parameters that shape the document weights, as the index records them."""
-    return f"bm25(k1={config.k1},b={config.b},avg_len={config.avg_len},{config.language})"
+    title = f",title_weight={config.title_weight}" if config.title_weight != 1 else ""
+    return f"bm25(k1={config.k1},b={config.b},avg_len={config.avg_len}{title},{config.language})"
 
 
 # With b = 0 and a huge k the engine's saturation ``tf * (k + 1) / (tf + k)`` is tf within

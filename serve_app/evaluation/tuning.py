@@ -80,7 +80,7 @@ class Grid:
 
     bm25_k1: tuple[float, ...]
     bm25_b: tuple[float, ...]
-    title_weights_one: tuple[float, ...]
+    title_weights_one: tuple[int, ...]  # integers: the service repeats the header
     title_weights_separate: tuple[float, ...]
     rm3: tuple[Rm3Setting, ...]
     splade_query_terms: tuple[int, ...]
@@ -99,7 +99,7 @@ class Grid:
 COARSE = Grid(
     bm25_k1=(0.6, 0.9, 1.2, 1.5, 2.0),
     bm25_b=(0.5, 0.75, 0.9, 1.0),
-    title_weights_one=(1.5, 2.0, 3.0),
+    title_weights_one=(2, 3),
     title_weights_separate=(0.5, 1.0, 2.0),
     rm3=tuple(Rm3Setting(d, t, a) for d in (5, 10) for t in (10, 20) for a in (0.5, 0.7)),
     splade_query_terms=(8, 16, 32, 64, 128, 256),
@@ -118,7 +118,7 @@ COARSE = Grid(
 SMOKE = Grid(
     bm25_k1=(0.9, 1.2),
     bm25_b=(0.75, 1.0),
-    title_weights_one=(2.0,),
+    title_weights_one=(2,),
     title_weights_separate=(1.0,),
     rm3=(Rm3Setting(5, 10, 0.5),),
     splade_query_terms=(16, 64),
@@ -171,6 +171,12 @@ class Setting:
     @property
     def strategies(self) -> list[Strategy]:
         return [s for s, w in self.weights if w > 0]
+
+    @property
+    def deployable(self) -> bool:
+        """Whether the service can run it: separate BM25 fields, RM3 and document-level
+        aggregation are measured here only (the report says what they gave)."""
+        return self.bm25.fields == "one" and self.rm3 is None and self.aggregation is None
 
     def describe(self) -> dict:
         out = asdict(self)
@@ -390,7 +396,10 @@ class Tuner:
         """The best-scoring candidate if it beats the first (the current setting) by at least
         ``MIN_GAIN``, else the first; the first when none could be scored."""
         scored = [(self._try(stage, m, s, strategy), i, s) for i, (m, s) in enumerate(candidates)]
-        best = max(scored, key=lambda item: (item[0], -item[1]))
+        best = max(
+            (item for item in scored if item[2].deployable),
+            key=lambda item: (item[0], -item[1]),
+        )
         if best[0] == -math.inf:
             return candidates[0][1]
         if scored[0][0] > -math.inf and best[0] < scored[0][0] + MIN_GAIN:
@@ -643,7 +652,12 @@ def chosen_overrides(setting: Setting, config: AppConfig) -> dict:
             "max_length": setting.chunking.model_length,
             "query_top_k": setting.splade_query_terms,
         },
-        "bm25": {"k1": setting.bm25.k1, "b": setting.bm25.b, "avg_len": setting.bm25.avg_len},
+        "bm25": {
+            "k1": setting.bm25.k1,
+            "b": setting.bm25.b,
+            "avg_len": setting.bm25.avg_len,
+            "title_weight": int(setting.bm25.title_weight),
+        },
         "search": {
             "strategies": setting.strategies,
             "candidates": setting.candidates,
