@@ -8,18 +8,21 @@ collapsed to documents in their order, 100 documents a query, nDCG@10 from
 (``serve_app.evaluation.exact``) over cached encodings (``serve_app.evaluation.encodings``),
 so only a new chunking or model length costs model time.
 
-The search is staged, coarse, and greedy, each stage keeping what raises the split's nDCG@10:
+The search is staged, coarse, and greedy; a stage replaces the current setting only with one
+that adds at least ``MIN_GAIN`` nDCG@10 on the split, and only with what the service can run
+(``Setting.deployable``):
 
-1. per strategy, on its own ranking: BM25 ``k1``/``b``/``avg_len``; title vs body (BM25F
-   title weight in one field, or two separate fields); RM3 feedback; SPLADE query pruning;
-2. chunking (chunk size and overlap, the dense and SPLADE models' length with it, so 512 means
-   "the full 512 positions") with every strategy's ranking and the fused default;
-3. fusion: method, weights (0 drops a strategy), RRF ``k``, candidates per strategy;
-4. chunk -> document aggregation (max, sum of the top n, first chunk) fused at document level,
-   against the chunk-level fusion the service does;
-5. each method of stage 1 switched back to its baseline under the chosen configuration (the
-   ablation the report lists): a per-strategy gain that does not carry into the fused default
-   is dropped.
+1. chunking (chunk size and overlap, the dense and SPLADE models' length with it, so 512 means
+   "the full 512 positions"), judged on the fused default, each strategy alone listed too;
+2. per strategy, on its own ranking, at that chunking: BM25 ``k1``/``b``/``avg_len``; title vs
+   body (BM25F title weight in one field; two separate fields, measured only); RM3 feedback
+   (measured only); SPLADE query pruning;
+3. ablation: each per-strategy change switched back under the fused default, dropped when it
+   adds less than ``MIN_GAIN`` there (a gain on one ranking need not carry into the fusion);
+4. fusion, for the strategies as they now are: method, weights (0 drops a strategy), RRF
+   ``k``; then candidates per strategy;
+5. chunk -> document aggregation (max, sum of the top n, first chunk) fused at document level,
+   measured against the chunk-level fusion the service does.
 """
 
 from __future__ import annotations
@@ -76,7 +79,9 @@ MAX_CANDIDATES = 400
 class Grid:
     """The values each stage tries. ``COARSE`` is the search; ``SMOKE`` tries every method
     once or twice (for checking the machinery on a small corpus). Fusion weights are
-    relative to dense (1.0); 0 drops a strategy."""
+    relative to dense (1.0); 0 drops a strategy. Candidates start at 100: a search asks each
+    strategy for ``max(candidates, top_k)`` chunks, so below 100 the eval's 100-deep default
+    run would fuse deeper lists than a top-10 search does."""
 
     bm25_k1: tuple[float, ...]
     bm25_b: tuple[float, ...]
@@ -113,7 +118,7 @@ COARSE = Grid(
     ),
     bm25_weights=(0.0, 0.5, 0.75, 1.0, 1.5, 2.0),
     splade_weights=(0.0, 0.25, 0.5, 1.0),
-    candidates=(50, 100, 200, 400),
+    candidates=(100, 200, 400),
 )
 SMOKE = Grid(
     bm25_k1=(0.9, 1.2),
@@ -125,7 +130,7 @@ SMOKE = Grid(
     fusion_methods=(("rrf", 60), ("weighted", 60), ("dbsf", 60)),
     bm25_weights=(0.0, 1.0),
     splade_weights=(0.0, 1.0),
-    candidates=(50, 100),
+    candidates=(100, 200),
 )
 GRIDS = {"coarse": COARSE, "smoke": SMOKE}
 
@@ -469,7 +474,9 @@ class Tuner:
             ],
             "splade",
         )
-        # 3. fusion
+        # Each per-strategy method must help the fused default, not only its own ranking.
+        current = self.ablate(current, base)
+        # 3. fusion, for the strategies as they now are
         grid = [("as configured", current)]
         for (method, k), wb, ws in itertools.product(
             self.grid.fusion_methods, self.grid.bm25_weights, self.grid.splade_weights
@@ -501,8 +508,6 @@ class Tuner:
                 for m, n in self.grid.aggregations
             ],
         )
-        # 5. ablation of every kept method under the chosen configuration
-        current = self.ablate(current, base)
         # Greedy stages can end below where they started: then nothing helped.
         if self.score(current) < self.score(base):
             log.info("no tuned configuration beat the baseline: keeping it")
@@ -573,6 +578,19 @@ class Tuner:
             ]
             return max(trials, key=lambda t: t.metrics["ndcg@10"], default=None)
 
+        tuned = best_of("bm25", lambda t: t.method != "as configured")
+        if tuned and (tuned.setting.bm25.k1, tuned.setting.bm25.b, tuned.setting.bm25.avg_len) != (
+            chosen.bm25.k1,
+            chosen.bm25.b,
+            chosen.bm25.avg_len,
+        ):
+            bm25 = replace(
+                chosen.bm25,
+                k1=tuned.setting.bm25.k1,
+                b=tuned.setting.bm25.b,
+                avg_len=tuned.setting.bm25.avg_len,
+            )
+            out.append((f"with BM25 {tuned.method}", replace(chosen, bm25=bm25)))
         one = best_of(
             "bm25-fields",
             lambda t: t.setting.bm25.fields == "one" and t.setting.bm25.title_weight != 1.0,
