@@ -2,20 +2,22 @@
 
 ``evaluate_run`` scores ranked lists with nDCG@10, Recall@100 and MRR@10 as trec_eval
 computes them (``ndcg_cut_10``: linear gain ``rel / log2(rank + 1)``; ``recall_100``;
-``recip_rank`` of the first ten). Queries of the qrels missing from the run count 0 (trec_eval
+``recip_rank`` of the first ten documents). Queries of the qrels missing from the run count 0 (trec_eval
 would leave them out of the mean).
 
-trec_eval orders a query's documents by score and breaks ties by document id, not by the
-order a system returned them; ``run_scores`` therefore makes each list's scores strictly
-decreasing (a tie is lowered to the float just below its predecessor, a few ulps at most), so
-trec_eval, ranx or any tool reading a run file ranks exactly what the system ranked.
+trec_eval orders a query's documents by score (a 32-bit float) and breaks ties by document
+id, not by the order a system returned them; ``run_scores`` therefore makes each list's
+scores strictly decreasing in float32 (a tie is lowered to the float32 just below its
+predecessor), so trec_eval, ranx or any tool reading a run file ranks exactly what the system
+ranked.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+import numpy as np
 
 from serve_app.errors import ServeAppError
 
@@ -41,16 +43,19 @@ def _measures() -> dict:
 def run_scores(ranked: Ranked) -> dict[str, float]:
     """One query's ranked (doc id, score) list as strictly decreasing scores, in list order.
 
-    A document listed twice keeps its first (best) position."""
+    trec_eval holds scores as 32-bit floats, so the scores are rounded to float32 and a tie
+    (or an inversion) becomes the float32 just below its predecessor. A document listed twice
+    keeps its first (best) position."""
     out: dict[str, float] = {}
-    previous = math.inf
+    previous = np.float32(np.inf)
+    lowest = np.float32(-np.inf)
     for doc, score in ranked:
         if doc in out:
             continue
-        value = float(score)
+        value = np.float32(score)
         if value >= previous:
-            value = math.nextafter(previous, -math.inf)
-        out[doc] = value
+            value = np.nextafter(previous, lowest)
+        out[doc] = float(value)
         previous = value
     return out
 
@@ -65,10 +70,18 @@ def per_query(
     by_measure = {str(m): name for name, m in measures.items()}
     out = {name: dict.fromkeys(qrels, 0.0) for name in measures}
     scored = {q: run_scores(run[q]) for q in qrels if run.get(q)}
-    if scored:
-        provider = ir_measures.providers.registry["pytrec_eval"]
-        evaluator = provider.evaluator(list(measures.values()), {q: dict(qrels[q]) for q in qrels})
-        for metric in evaluator.iter_calc(scored):
+    if not scored:
+        return out
+    provider = ir_measures.providers.registry["pytrec_eval"]
+    judged = {q: dict(qrels[q]) for q in qrels}
+    # trec_eval's recip_rank has no cutoff (the provider ignores RR's @10): it is computed on
+    # each query's first ten documents, which the strictly decreasing scores keep in order.
+    top10 = {q: dict(list(docs.items())[:10]) for q, docs in scored.items()}
+    for measure, ranked in (
+        ([measures["ndcg@10"], measures["recall@100"]], scored),
+        ([measures["mrr@10"]], top10),
+    ):
+        for metric in provider.evaluator(measure, judged).iter_calc(ranked):
             out[by_measure[str(metric.measure)]][metric.query_id] = float(metric.value)
     return out
 

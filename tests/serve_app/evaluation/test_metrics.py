@@ -87,7 +87,7 @@ def test_run_scores_keep_the_system_order_through_ties():
     assert list(scores) == ["a", "b", "c"]
     values = list(scores.values())
     assert values[0] == 0.5 and values[0] > values[1] > values[2]
-    assert values[1] == pytest.approx(0.5, abs=1e-12)
+    assert values[1] == pytest.approx(0.5, abs=1e-6)  # one float32 step below
     qrels = {"q": {"a": 1}}
     # "a" is ranked first by the system: RR 1.0 whatever the tie.
     assert evaluate_run({"q": [("b", 1.0), ("a", 1.0)]}, qrels)["mrr@10"] == 0.5
