@@ -50,7 +50,7 @@ async def run(args: argparse.Namespace) -> dict[str, float]:
     from osmem_server import OsmemServer
 
     from serve_app.evaluation.beir import load_beir
-    from serve_app.evaluation.metrics import ndcg_at_k
+    from serve_app.evaluation.metrics import evaluate_run
 
     dataset = load_beir(args.beir, args.split, "t")
     properties = {
@@ -73,7 +73,7 @@ async def run(args: argparse.Namespace) -> dict[str, float]:
         await client.indices.refresh(index="docs")
         query_ids = sorted(dataset.queries)
         for name, variant in VARIANTS.items():
-            scores = []
+            run = {}
             for query_id in query_ids:
                 response = await client.search(
                     index="docs",
@@ -83,9 +83,8 @@ async def run(args: argparse.Namespace) -> dict[str, float]:
                         "query": build_query(variant, dataset.queries[query_id]),
                     },
                 )
-                ranked = [hit["_id"] for hit in response["hits"]["hits"]]
-                scores.append(ndcg_at_k(ranked, dataset.qrels.get(query_id, {}), 10))
-            results[name] = round(sum(scores) / len(scores), 4)
+                run[query_id] = [(hit["_id"], hit["_score"]) for hit in response["hits"]["hits"]]
+            results[name] = evaluate_run(run, dataset.qrels)["ndcg@10"]
             print(f"{name:<40} {results[name]:.4f}", flush=True)
         await client.close()
     return results
