@@ -33,6 +33,7 @@ from serve_app.schemas import SparseVector
 
 log = logging.getLogger(__name__)
 
+PLURAL = {"document": "documents", "query": "queries"}
 QUERY_SPLADE_TOP_K = 256
 """Query vectors are cached with this many terms; any smaller pruning is a prefix of them."""
 
@@ -211,7 +212,7 @@ class Encoded:
                 model = DENSE_BACKENDS.create(self.config.dense.backend, self.config.dense)
                 encode = model.encode if self.side == "document" else model.encode_queries_sync
                 try:
-                    fill(cache, self.texts, encode, f"dense {self.side}s")
+                    fill(cache, self.texts, encode, f"dense {PLURAL[self.side]}")
                 finally:
                     model.close()
             self._dense = cache.dense_rows(self.texts)
@@ -232,7 +233,7 @@ class Encoded:
                         cache,
                         self.texts,
                         lambda t: model.encode(t, setting["top_k"]),
-                        f"splade {self.side}s",
+                        f"splade {PLURAL[self.side]}",
                     )
                 finally:
                     model.close()
