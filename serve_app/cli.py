@@ -218,7 +218,13 @@ async def _search(config: AppConfig, args: argparse.Namespace) -> int:
 # -- eval ------------------------------------------------------------------------------------
 async def _eval(config: AppConfig, args: argparse.Namespace) -> int:
     from serve_app.evaluation.beir import load_beir
-    from serve_app.evaluation.runner import ingest_corpus, retrieve_all, score_runs
+    from serve_app.evaluation.runner import (
+        DEFAULT_RUN,
+        default_run,
+        ingest_corpus,
+        retrieve_all,
+        score_runs,
+    )
     from serve_app.pipelines.components import build_components
     from serve_app.pipelines.ingest import IngestPipeline
     from serve_app.pipelines.search import SearchPipeline
@@ -229,29 +235,26 @@ async def _eval(config: AppConfig, args: argparse.Namespace) -> int:
         keep = sorted(dataset.queries)[: args.max_queries]
         dataset.queries = {q: dataset.queries[q] for q in keep}
         dataset.qrels = {q: dataset.qrels[q] for q in keep}
-    # The eval index lives apart from the service's, one per dataset (reused across runs).
-    stores = config.stores
-    eval_name = f"eval-{dataset.name}"
-    qdrant_update: dict = {"collection": eval_name}
-    if stores.qdrant.local_path and stores.qdrant.local_path != ":memory:":
-        qdrant_update["local_path"] = f"eval/{dataset.name}-qdrant"
-    stores = stores.model_copy(
-        update={
-            "embedded": stores.embedded.model_copy(update={"path": f"eval/{dataset.name}"}),
-            "qdrant": stores.qdrant.model_copy(update=qdrant_update),
-            "opensearch": stores.opensearch.model_copy(update={"index": eval_name}),
-        }
-    )
-    config = config.model_copy(update={"stores": stores})
+    config = _eval_config(config, dataset.name)
     components = await build_components(config)
     try:
+        reused = ()
+        if args.reuse_encodings:
+            from serve_app.evaluation.encodings import reuse_document_encodings
+
+            cache = config.data_path / "tune" / "cache"
+            reused = reuse_document_encodings(components, cache)
         with _progress(len(dataset.corpus), "index corpus", "doc") as bar:
             await ingest_corpus(IngestPipeline(components), dataset, progress=bar.update)
+        for encoder in reused:
+            print(f"{encoder.model_id}: {encoder.hits} chunk encodings reused from the cache")
         search = SearchPipeline(components)
         strategies = search.strategies_for(args.strategies.split(",") if args.strategies else None)
+        with _progress(len(dataset.queries), f"default search {args.split}", "query") as bar:
+            default = await default_run(search, dataset, tenant, progress=bar.update)
         with _progress(len(dataset.queries), f"retrieve {args.split}", "query") as bar:
             runs = await retrieve_all(search, dataset, strategies, args.depth, tenant, bar.update)
-        report = score_runs(search, dataset, args.split, runs, strategies)
+        report = score_runs(search, dataset, args.split, runs, strategies, default=default)
     finally:
         await components.close()
 
@@ -260,6 +263,12 @@ async def _eval(config: AppConfig, args: argparse.Namespace) -> int:
         f"{dataset.name} ({args.split}, {config.stores.topology}): {report.queries} queries, "
         f"{report.documents} documents"
     )
+    print(
+        f"default = {report.default['name']}: what /v1/search answers with no parameters "
+        f"({report.default['candidates']} candidates a strategy, chunk-level fusion"
+        f"{', reranked' if report.default['rerank'] else ''}); the other runs fuse "
+        f"documents from {args.depth} chunks a strategy"
+    )
     print(f"{'run':<{width}}  nDCG@10  Recall@100  MRR@10")
     for name, metrics in report.results.items():
         print(
@@ -267,13 +276,90 @@ async def _eval(config: AppConfig, args: argparse.Namespace) -> int:
         )
     single, single_score = report.best([s for s in strategies if s in report.results])
     fused_names = [n for n in report.results if "(" in n]
+    line = f"default {report.results[DEFAULT_RUN]['ndcg@10']:.4f}; best single: {single} {single_score:.4f}"
     if fused_names:
         fused, fused_score = report.best(fused_names)
-        print(f"best single: {single} {single_score:.4f}; best fused: {fused} {fused_score:.4f}")
+        line += f"; best fused: {fused} {fused_score:.4f}"
+    print(line)
+    runs_dir = Path(args.runs) if args.runs else config.data_path / "eval" / "runs"
+    written = report.write_runs(runs_dir / f"{dataset.name}-{args.split}")
+    print(f"TREC run files: {len(written)} in {runs_dir / f'{dataset.name}-{args.split}'}")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(report.to_dict(), indent=2))
     return 0
+
+
+async def _tune(config: AppConfig, args: argparse.Namespace) -> int:
+    import yaml
+
+    from serve_app.evaluation.beir import load_beir
+    from serve_app.evaluation.tuning import (
+        GRIDS,
+        Chunking,
+        Tuner,
+        chosen_overrides,
+        render_report,
+        score_on,
+        write_report,
+    )
+
+    dataset = load_beir(args.beir, args.split, "tune")
+    if args.max_queries:
+        keep = sorted(dataset.queries)[: args.max_queries]
+        dataset.queries = {q: dataset.queries[q] for q in keep}
+        dataset.qrels = {q: dataset.qrels[q] for q in keep}
+    chunkings = [Chunking(*map(int, spec.split("/"))) for spec in args.chunkings.split(",")]
+    cache = config.data_path / "tune" / "cache"
+    tuner = Tuner(config, dataset, chunkings, cache, GRIDS[args.grid], not args.cached_only)
+    chosen = await asyncio.to_thread(tuner.run)
+    payload: dict = {
+        "dataset": dataset.name,
+        "split": args.split,
+        "grid": args.grid,
+        "chunkings": [c.name for c in chunkings],
+        "queries": len(dataset.queries),
+        "documents": len(dataset.corpus),
+        "chosen": chosen.describe(),
+        "overrides": chosen_overrides(chosen, config),
+        "trials": [t.to_dict() for t in tuner.trials],
+    }
+    variants = tuner.method_variants(chosen)
+    train = await asyncio.to_thread(score_on, tuner, dataset, variants)
+    payload["methods"] = [
+        {"method": name, args.split: metrics, "setting": setting.describe()}
+        for (name, setting), metrics in zip(variants, train, strict=True)
+    ]
+    if args.final_split:
+        # Scored once, after every choice was made on the tuning split.
+        held_out = load_beir(args.beir, args.final_split, "tune")
+        payload["final_split"] = args.final_split
+        scores = await asyncio.to_thread(score_on, tuner, held_out, variants)
+        for row, metrics in zip(payload["methods"], scores, strict=True):
+            row[args.final_split] = metrics
+    out = Path(args.out)
+    write_report(out, payload, render_report)
+    out.with_suffix(".yaml").write_text(yaml.safe_dump(payload["overrides"], sort_keys=False))
+    print(render_report(payload))
+    print(f"report: {out.with_suffix('.md')}; chosen configuration: {out.with_suffix('.yaml')}")
+    return 0
+
+
+def _eval_config(config: AppConfig, dataset: str) -> AppConfig:
+    """The eval index lives apart from the service's, one per dataset (reused across runs)."""
+    stores = config.stores
+    eval_name = f"eval-{dataset}"
+    qdrant_update: dict = {"collection": eval_name}
+    if stores.qdrant.local_path and stores.qdrant.local_path != ":memory:":
+        qdrant_update["local_path"] = f"eval/{dataset}-qdrant"
+    stores = stores.model_copy(
+        update={
+            "embedded": stores.embedded.model_copy(update={"path": f"eval/{dataset}"}),
+            "qdrant": stores.qdrant.model_copy(update=qdrant_update),
+            "opensearch": stores.opensearch.model_copy(update={"index": eval_name}),
+        }
+    )
+    return config.model_copy(update={"stores": stores})
 
 
 async def _snapshot(config: AppConfig, args: argparse.Namespace) -> int:
@@ -471,6 +557,48 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--strategies")
     evaluate.add_argument("--max-queries", type=int)
     evaluate.add_argument("--max-docs", type=int, help="judged documents plus others up to N")
+    evaluate.add_argument(
+        "--runs", help="folder for the TREC run files (default: <data_dir>/eval/runs)"
+    )
+    evaluate.add_argument(
+        "--reuse-encodings",
+        action="store_true",
+        help="index the chunk vectors `serve-app tune` cached for this model setting "
+        "(<data_dir>/tune/cache) instead of encoding them again; queries are encoded live",
+    )
+
+    tune = sub.add_parser(
+        "tune",
+        help="search retrieval parameters on a BEIR split (train), exact and in memory; "
+        "writes a report and the chosen configuration",
+    )
+    tune.add_argument("--beir", required=True, help="BEIR-layout folder")
+    tune.add_argument("--split", default="train", help="the split parameters are chosen on")
+    tune.add_argument(
+        "--chunkings",
+        default="256/32/256,512/32/512",
+        help="comma-separated max_tokens/overlap_tokens/model_length (model_length: the dense "
+        "and SPLADE max_length)",
+    )
+    tune.add_argument(
+        "--final-split", help="score the chosen configuration and each method once on this split"
+    )
+    tune.add_argument("--max-queries", type=int)
+    tune.add_argument(
+        "--cached-only",
+        action="store_true",
+        help="run no model for chunk vectors: settings needing vectors the cache lacks are "
+        "listed as not run",
+    )
+    tune.add_argument(
+        "--grid",
+        choices=["coarse", "smoke"],
+        default="coarse",
+        help="coarse: the search; smoke: every method once or twice (checks the machinery)",
+    )
+    tune.add_argument(
+        "--out", default="tuning", help="report stem: writes .md, .json and .yaml (the choice)"
+    )
 
     inspect = sub.add_parser(
         "inspect", help="what the stores hold: sizes, models, versions, payload, per collection"
@@ -523,6 +651,7 @@ COMMANDS = {
     "ingest": _ingest,
     "search": _search,
     "eval": _eval,
+    "tune": _tune,
     "snapshot": _snapshot,
     "inspect": _inspect,
     "validate": _validate,

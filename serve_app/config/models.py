@@ -174,6 +174,11 @@ class Bm25Config(Section):
     # Expected chunk length in words; fixed at index time (document weights depend on it).
     avg_len: float = Field(default=180.0, gt=0)
     language: str = "english"
+    # The contextual header (title and heading chain) counts this many times in each chunk's
+    # BM25 terms: a BM25F field weight in one field (the header is repeated in the indexed
+    # text). Index time, for the stores that hold BM25 vectors (embedded, qdrant); the
+    # OpenSearch topology weighs its own fields (stores.opensearch.field_boosts).
+    title_weight: int = Field(default=1, ge=1, le=8)
 
 
 class RerankerConfig(TorchRuntimeConfig):

@@ -3,6 +3,11 @@
 Each query is encoded and retrieved once per strategy (``depth`` chunks each); chunk hits are
 collapsed to documents (a document ranks where its best chunk ranks), and each fusion method
 is applied to those document lists for every combination of two or more strategies.
+
+The ``default`` run is what a user gets: every query goes through ``SearchPipeline.search``
+with no parameters (the configured strategies, fusion and candidates, chunk-level fusion as
+``/v1/search`` does it, the reranker when the configuration turns it on), and the returned
+chunks are collapsed to documents in their order.
 """
 
 from __future__ import annotations
@@ -11,16 +16,28 @@ import itertools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from serve_app.evaluation.aggregation import aggregate
 from serve_app.evaluation.beir import BeirDataset
-from serve_app.evaluation.metrics import evaluate_run
+from serve_app.evaluation.metrics import evaluate_run, write_trec_run
 from serve_app.fusion import fuse
 from serve_app.pipelines.ingest import IngestPipeline
 from serve_app.pipelines.search import SearchPipeline
-from serve_app.schemas import FUSION_METHODS, STRATEGIES, FusionSpec, Strategy
+from serve_app.schemas import (
+    FUSION_METHODS,
+    STRATEGIES,
+    FusionSpec,
+    SearchRequest,
+    Strategy,
+)
 
 log = logging.getLogger(__name__)
 Progress = Callable[[int], None]
+Run = dict[str, list[tuple[str, float]]]
+DEFAULT_RUN = "default"
+DEFAULT_RUN_DEPTH = 100
+"""Documents the default run asks the search for (Recall@100 needs 100)."""
 
 
 @dataclass
@@ -31,6 +48,8 @@ class EvalReport:
     documents: int
     results: dict[str, dict[str, float]] = field(default_factory=dict)
     fusion_settings: dict[str, dict] = field(default_factory=dict)
+    runs: dict[str, Run] = field(default_factory=dict)
+    default: dict = field(default_factory=dict)  # the default run's configuration
 
     def best(self, names: list[str]) -> tuple[str, float]:
         name = max(names, key=lambda n: self.results[n]["ndcg@10"])
@@ -42,9 +61,35 @@ class EvalReport:
             "split": self.split,
             "queries": self.queries,
             "documents": self.documents,
+            "default": self.default,
             "results": self.results,
             "fusion_settings": self.fusion_settings,
         }
+
+    def write_runs(self, folder: Path) -> list[Path]:
+        """One TREC run file per run (``default.trec``, ``bm25.trec``, ``dbsf_bm25+dense.trec``)."""
+        paths = []
+        for name, run in self.runs.items():
+            path = folder / f"{run_file_stem(name)}.trec"
+            write_trec_run(path, run, run_file_stem(name))
+            paths.append(path)
+        return paths
+
+
+def run_file_stem(name: str) -> str:
+    return name.replace("(", "_").replace(")", "")
+
+
+def default_name(spec: FusionSpec, strategies: list[Strategy]) -> str:
+    """How the default configuration is named in reports: ``dbsf(bm25+dense) w=... k=...``."""
+    name = fusion_name(spec.method, tuple(strategies)) if len(strategies) > 1 else strategies[0]
+    weights = {s: w for s, w in (spec.weights or {}).items() if s in strategies}
+    details = []
+    if len(strategies) > 1 and spec.method == "rrf":
+        details.append(f"k={spec.k}")
+    if len(strategies) > 1 and weights and any(w != 1.0 for w in weights.values()):
+        details.append("w=" + ",".join(f"{s}:{weights.get(s, 1.0):g}" for s in strategies))
+    return " ".join([name, *details])
 
 
 def fusion_name(method: str, strategies: tuple[str, ...]) -> str:
@@ -53,10 +98,7 @@ def fusion_name(method: str, strategies: tuple[str, ...]) -> str:
 
 def doc_ranking(hits: list) -> list[tuple[str, float]]:
     """Chunk hits (best first) -> documents at their best chunk's rank and score."""
-    seen: dict[str, float] = {}
-    for hit in hits:
-        seen.setdefault(hit.doc_id, hit.score)
-    return list(seen.items())
+    return aggregate(((hit.doc_id, 0, hit.score) for hit in hits), "max")
 
 
 async def ingest_corpus(
@@ -95,6 +137,27 @@ async def retrieve_all(
     return runs
 
 
+async def default_run(
+    search: SearchPipeline,
+    dataset: BeirDataset,
+    tenant_id: str,
+    depth: int = DEFAULT_RUN_DEPTH,
+    progress: Progress | None = None,
+) -> Run:
+    """query id -> ranked (doc id, score) from ``search.search`` with no parameters but
+    ``top_k`` = ``depth``: the configured default, as ``/v1/search`` answers it."""
+    run: Run = {}
+    for query_id in sorted(dataset.queries):
+        request = SearchRequest(query=dataset.queries[query_id], top_k=depth)
+        response = await search.search(request, tenant_id)
+        run[query_id] = aggregate(
+            ((r.chunk.doc_id, r.chunk.order, r.score) for r in response.results), "max"
+        )
+        if progress:
+            progress(1)
+    return run
+
+
 def score_runs(
     search: SearchPipeline,
     dataset: BeirDataset,
@@ -102,11 +165,26 @@ def score_runs(
     runs: dict[str, dict[str, list[tuple[str, float]]]],
     strategies: list[Strategy],
     methods: tuple[str, ...] = FUSION_METHODS,
+    default: Run | None = None,
 ) -> EvalReport:
+    """Scores every strategy and fusion of ``runs``; ``default`` (``default_run``'s) first."""
     report = EvalReport(dataset.name, split, len(dataset.queries), len(dataset.corpus))
+    if default is not None:
+        config = search.config.search
+        spec = search.fusion_for(None)
+        report.default = {
+            "name": default_name(spec, list(config.strategies)),
+            "strategies": list(config.strategies),
+            "fusion": spec.model_dump(),
+            "candidates": config.candidates,
+            "rerank": config.rerank,
+        }
+        report.results[DEFAULT_RUN] = evaluate_run(default, dataset.qrels)
+        report.runs[DEFAULT_RUN] = default
     for strategy in strategies:
-        run = {q: [d for d, _ in per[strategy]] for q, per in runs.items()}
+        run = {q: per[strategy] for q, per in runs.items()}
         report.results[strategy] = evaluate_run(run, dataset.qrels)
+        report.runs[strategy] = run
     ordered = [s for s in STRATEGIES if s in strategies]
     for size in range(2, len(ordered) + 1):
         for combo in itertools.combinations(ordered, size):
@@ -114,15 +192,11 @@ def score_runs(
                 spec = search.fusion_for(FusionSpec(method=method))
                 weights = {s: w for s, w in (spec.weights or {}).items() if s in combo} or None
                 run = {
-                    q: [
-                        d
-                        for d, _ in fuse(
-                            method, {s: per[s] for s in combo}, k=spec.k or 60, weights=weights
-                        )
-                    ]
+                    q: fuse(method, {s: per[s] for s in combo}, k=spec.k or 60, weights=weights)
                     for q, per in runs.items()
                 }
                 name = fusion_name(method, combo)
                 report.results[name] = evaluate_run(run, dataset.qrels)
+                report.runs[name] = run
                 report.fusion_settings[name] = {"k": spec.k, "weights": weights or {}}
     return report

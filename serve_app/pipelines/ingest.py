@@ -48,6 +48,15 @@ class ChunkBudget:
         self.used += count
 
 
+def bm25_text(chunk: Chunk, with_header: bool, title_weight: int) -> str:
+    """What BM25 indexes: ``encoding_text`` with the header ``title_weight`` times, so header
+    terms count that many times in the chunk's term frequencies and length (BM25F)."""
+    header = contextual_header(chunk.title, chunk.heading_chain) if with_header else ""
+    if title_weight == 1 or not header:
+        return encoding_text(chunk, with_header)
+    return "\n".join([header] * title_weight + [chunk.text])
+
+
 class IngestPipeline:
     def __init__(self, components: Components) -> None:
         self.components = components
@@ -184,12 +193,24 @@ class IngestPipeline:
         )
 
     async def _encode(self, chunks: list[Chunk], timer: StageTimer) -> list[EncodedChunk]:
-        texts = [encoding_text(c, self.config.chunker.contextual_header) for c in chunks]
+        with_header = self.config.chunker.contextual_header
+        texts = [encoding_text(c, with_header) for c in chunks]
+        title_weight = self.config.bm25.title_weight
+        bm25_texts = (
+            texts
+            if title_weight == 1
+            else [bm25_text(c, with_header, title_weight) for c in chunks]
+        )
         sparse = self.components.sparse
         names = list(sparse)
         outputs = await asyncio.gather(
             timer.run("encode.dense", self.components.dense.embed_documents, texts),
-            *(timer.run(f"encode.{n}", sparse[n].encode_documents, texts) for n in names),
+            *(
+                timer.run(
+                    f"encode.{n}", sparse[n].encode_documents, bm25_texts if n == "bm25" else texts
+                )
+                for n in names
+            ),
         )
         dense, sparse_out = outputs[0], dict(zip(names, outputs[1:], strict=True))
         return [

@@ -53,6 +53,9 @@ async def test_plos_articles_with_each_chunker(app_config_factory, plos_dir, chu
 def test_eval_cli_on_a_scifact_slice(tmp_path, scifact_dir, capsys):
     import yaml
 
+    from serve_app.evaluation.beir import read_qrels
+    from serve_app.evaluation.metrics import evaluate_run, read_trec_run
+
     config = yaml.safe_load((ROOT / "config" / "local.yaml").read_text())
     config["data_dir"] = str(tmp_path / "data")
     config_path = tmp_path / "config.yaml"
@@ -74,13 +77,33 @@ def test_eval_cli_on_a_scifact_slice(tmp_path, scifact_dir, capsys):
         "100",
         "--json",
         str(out),
+        "--runs",
+        str(tmp_path / "runs"),
     ]
     assert main(argv) == 0
     printed = capsys.readouterr().out
-    report = json.loads(out.read_text())["results"]
+    saved = json.loads(out.read_text())
+    report = saved["results"]
     for name in ("bm25", "splade", "dense", "rrf(bm25+splade+dense)", "dbsf(bm25+dense)"):
         assert name in report and name in printed
         assert set(report[name]) == {"ndcg@10", "recall@100", "mrr@10"}
     # With 150 documents every judged one is in the index; a working retriever is far above chance.
     assert all(report[s]["ndcg@10"] > 0.5 for s in ("bm25", "splade", "dense"))
     assert "best fused" in printed
+    # The default configuration comes first, by name, as /v1/search answers it.
+    assert next(iter(report)) == "default"
+    search = config["search"]
+    assert saved["default"]["strategies"] == search["strategies"]
+    assert saved["default"]["fusion"]["method"] == search["fusion"]["method"]
+    table = printed[printed.index("nDCG@10") :].splitlines()
+    assert table[1].split()[0] == "default"
+    assert saved["default"]["name"] in printed
+    # One TREC run file per run; any tool re-scores them to the printed figures.
+    runs = tmp_path / "runs" / "scifact-test"
+    files = sorted(runs.glob("*.trec"))
+    assert len(files) == len(report)
+    qrels = read_qrels(scifact_dir / "qrels" / "test.tsv")
+    qrels = {q: qrels[q] for q in sorted(qrels)[:30]}
+    for name in ("default", "dbsf(bm25+dense)"):
+        stem = name.replace("(", "_").replace(")", "")
+        assert evaluate_run(read_trec_run(runs / f"{stem}.trec"), qrels) == report[name]
