@@ -19,9 +19,11 @@ concurrent requests cost one thread hand-off per batch rather than one per reque
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
@@ -100,6 +102,8 @@ class ModelQueue:
                 raise RuntimeError(f"the {self.name} model queue is closed")
             self._lanes[lane].append(request)
             if lane not in self._threads:
+                if not self._threads:  # by weak reference: the queue may go before exit
+                    atexit.register(_finish_at_exit, weakref.ref(self))
                 self._threads[lane] = threading.Thread(
                     target=self._work, args=(lane,), name=f"{self.name}-{lane}", daemon=True
                 )
@@ -126,6 +130,15 @@ class ModelQueue:
                 self._wake[lane].notify_all()
         for request in stranded:
             request.finish(RuntimeError(f"the {self.name} model queue was closed"))
+
+    def _finish_at_exit(self, timeout_s: float = 60.0) -> None:
+        """At interpreter exit: close, and let a batch in hand finish (bounded). A worker
+        still inside the model when the interpreter tears down aborts the process ("terminate
+        called without an active exception": seen after a caller was cancelled mid-batch)."""
+        self.close()
+        deadline = time.monotonic() + timeout_s
+        for thread in list(self._threads.values()):
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     # -- the worker threads --------------------------------------------------------------
     def _next_batch(self, lane: Lane) -> list[tuple[_Request, int, int]]:
@@ -206,3 +219,9 @@ class PairQueue:
 
     def close(self) -> None:
         self.queue.close()
+
+
+def _finish_at_exit(queue: weakref.ref[ModelQueue]) -> None:
+    alive = queue()
+    if alive is not None:
+        alive._finish_at_exit()

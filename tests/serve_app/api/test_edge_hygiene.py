@@ -28,6 +28,7 @@ async def client(app_config_factory):
     config = app_config_factory(
         limits={"max_chunks_per_document": PER_DOCUMENT, "max_chunks_per_request": PER_REQUEST},
         api={"ingest_batch_size": 1},  # one document a sub-batch: the request cap spans them
+        chunker={"max_tokens": 256, "overlap_tokens": 32},  # the chunk counts below assume it
     )
     components = await build_components(config)
     transport = httpx.ASGITransport(app=create_app(RetrievalService(components)))
