@@ -12,6 +12,8 @@ from serve_app.errors import (
     ServiceUnavailableError,
     collection_not_found,
 )
+from serve_app.generation.base import LLM
+from serve_app.pipelines.answer import AnswerPipeline
 from serve_app.pipelines.components import Components
 from serve_app.pipelines.ingest import ChunkBudget, IngestPipeline
 from serve_app.pipelines.search import SearchPipeline
@@ -83,13 +85,20 @@ def _partial_failure(failure: BaseExceptionGroup, done: list[IngestResult]) -> B
 
 class RetrievalService:
     def __init__(
-        self, components: Components, checks: dict[str, ReadinessCheck] | None = None
+        self,
+        components: Components,
+        checks: dict[str, ReadinessCheck] | None = None,
+        llm: LLM | None = None,
     ) -> None:
         self.components = components
         self.config = components.config
         self.ingest_pipeline = IngestPipeline(components)
         self.search_pipeline = SearchPipeline(components)
         self.checks = checks or {"store": self._store_check}
+        # Answers: the LLM in this process or a handle to its deployment (None: answers are
+        # refused with 503 naming llm.enabled).
+        self.llm = llm
+        self.answer_pipeline = AnswerPipeline(self.config, llm, self.search, self._collection_names)
         self._ingest_slots: asyncio.Semaphore | None = None
         self._uploads = 0
 
@@ -186,6 +195,9 @@ class RetrievalService:
         if named is not None and not await self.components.index.has_collection(*named):
             raise collection_not_found(collection)
         return scope(tenant_id, collection)
+
+    async def _collection_names(self, tenant_id: str) -> list[str]:
+        return [c["name"] for c in await self.list_collections(tenant_id)]
 
     async def list_collections(self, tenant_id: str) -> list[dict]:
         return await self.components.index.list_collections(tenant_id)

@@ -171,11 +171,17 @@ class LlamaCppLLM:
         self.pool = ThreadPoolExecutor(config.parallel, thread_name_prefix="llama.cpp")
         self.slots = GenerationSlots(config.parallel, config.max_queued, config.retry_after_s)
         self.tokens_generated = 0  # every token handed to a reader, over the engine's life
+        self.closed = False
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ServiceUnavailableError("the LLM engine is stopped")
 
     def _params(self, params: GenerationParams) -> GenerationParams:
         return params if params.seed is not None else _with_seed(params, self.config.seed)
 
     async def complete(self, messages: list[Message], params: GenerationParams) -> Completion:
+        self._check_open()
         await self.slots.acquire()
         try:
             body = request_body(messages, self._params(params), stream=False)
@@ -193,6 +199,7 @@ class LlamaCppLLM:
     async def open_stream(
         self, messages: list[Message], params: GenerationParams
     ) -> LlamaCppStream:
+        self._check_open()
         await self.slots.acquire()
         try:
             return LlamaCppStream(self, request_body(messages, self._params(params), stream=True))
@@ -204,6 +211,7 @@ class LlamaCppLLM:
         return {**self.slots.stats(), "tokens_generated": self.tokens_generated}
 
     def close(self) -> None:
+        self.closed = True
         self.pool.shutdown(wait=False, cancel_futures=True)
 
 

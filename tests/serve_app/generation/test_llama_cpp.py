@@ -12,6 +12,8 @@ from serve_app.errors import ConfigError, OverloadedError
 from serve_app.generation import GenerationParams, Message, build_llm
 from tests.conftest import SMOLLM2
 
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
 STORY = [Message("user", "Write a long story about a lighthouse keeper and his cat.")]
 
 
