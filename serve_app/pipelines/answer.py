@@ -28,6 +28,7 @@ from serve_app.errors import (
     ServeAppError,
     ServiceUnavailableError,
     TimeoutExceededError,
+    collection_not_found,
 )
 from serve_app.generation.base import LLM, GenerationParams, Message, TokenStream
 from serve_app.generation.citations import check_citations
@@ -262,6 +263,9 @@ class AnswerPipeline:
             )
         started = time.perf_counter()
         settings = self.config.answer
+        named = request.collection != DEFAULT_COLLECTION
+        if named and request.collection not in await self.collections(tenant_id):
+            raise collection_not_found(request.collection)  # before any model call
         understand = (
             settings.understanding.enabled if request.understand is None else request.understand
         )
