@@ -71,7 +71,7 @@ def _ms(since: float) -> float:
 
 def similarity(item: ScoredChunk) -> float:
     """A [0, 1] similarity of a result for the multi-query blend: the reranker's score, else
-    the dense cosine; ``nan`` when neither exists (filled in by ``_similarities``)."""
+    the dense cosine; ``nan`` when neither exists (filled in by ``result_similarities``)."""
     if item.rerank_score is not None:
         return item.rerank_score
     if "dense" in item.scores:
@@ -79,7 +79,7 @@ def similarity(item: ScoredChunk) -> float:
     return float("nan")
 
 
-def _similarities(results: list[ScoredChunk]) -> list[tuple[str, float]]:
+def result_similarities(results: list[ScoredChunk]) -> list[tuple[str, float]]:
     """(doc id, similarity) of each result; without a reranker or dense score, the fused
     score min-max normalised within this list."""
     values = [similarity(r) for r in results]
@@ -230,7 +230,7 @@ class AnswerPipeline:
             ]
             return passages, results, timings
         documents = aggregate_sub_queries(
-            [_similarities(r.results) for r in responses],
+            [result_similarities(r.results) for r in responses],
             k=multi.rrf_k,
             similarity_weight=multi.similarity_weight,
         )[:top_k]
