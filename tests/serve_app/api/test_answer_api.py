@@ -339,3 +339,23 @@ async def test_a_client_disconnect_stops_the_generation(service, smollm2):
     finally:
         server.should_exit = True
         await serving
+
+
+async def test_a_generation_past_its_deadline_ends_with_a_timeout_event(app_config_factory):
+    deadlines = {"first_token_s": 0.05, "understand_s": 20, "retrieve_s": 15, "total_s": 60}
+    config = app_config_factory(llm=SMOLLM2, answer={**ANSWER, "deadlines": deadlines})
+    llm = build_llm(config.llm)
+    service = await make_service(config, llm)
+    try:
+        transport = httpx.ASGITransport(app=create_app(service))
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+            response = await http.post("/v1/answer", json={"question": "Does sleep help memory?"})
+        events = parse_sse(response.text)
+        assert [kind for kind, _ in events] == ["metadata", "error"]
+        assert events[0][1]["results"]
+        assert events[1][1]["code"] == "TIMEOUT"
+        assert "first_token_s" in events[1][1]["message"]
+        assert llm.slots.active == 0  # the generation was closed, not left running
+    finally:
+        await service.components.close()
+        llm.close()
