@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 from serve_app.errors import (
     NotFoundError,
@@ -13,12 +14,13 @@ from serve_app.errors import (
     collection_not_found,
 )
 from serve_app.generation.base import LLM
-from serve_app.pipelines.answer import AnswerPipeline
+from serve_app.pipelines.answer import AnswerPipeline, Event, PreparedAnswer
 from serve_app.pipelines.components import Components
 from serve_app.pipelines.ingest import ChunkBudget, IngestPipeline
 from serve_app.pipelines.search import SearchPipeline
 from serve_app.schemas import (
     DEFAULT_COLLECTION,
+    AnswerRequest,
     Document,
     DocumentInfo,
     IngestResult,
@@ -168,6 +170,17 @@ class RetrievalService:
         return await self.search_pipeline.search(
             request, scope(tenant_id, collection), confirm=_named(tenant_id, collection)
         )
+
+    async def prepare_answer(self, request: AnswerRequest, tenant_id: str) -> PreparedAnswer:
+        """Everything of an answer before its first byte (``AnswerPipeline.prepare``)."""
+        return await self.answer_pipeline.prepare(request, tenant_id)
+
+    def answer_events(self, prepared: PreparedAnswer) -> AsyncIterator[Event]:
+        return self.answer_pipeline.events(prepared)
+
+    async def answer(self, request: AnswerRequest, tenant_id: str) -> dict[str, Any]:
+        """The whole answer as one object (the JSON variant)."""
+        return await self.answer_pipeline.answer(request, tenant_id)
 
     async def get_document(
         self, tenant_id: str, doc_id: str, collection: str = DEFAULT_COLLECTION

@@ -82,15 +82,14 @@ async def run_answer(
     metrics: Metrics,
 ) -> Response:
     who.require("read")
-    pipeline = service.answer_pipeline
     if not request.stream:
-        answer = await deps.within(seconds, pipeline.answer(request, who.tenant_id))
+        answer = await deps.within(seconds, service.answer(request, who.tenant_id))
         metrics.observe_stages("answer", answer.get("timings_ms", {}))
         return JSONResponse(answer)
-    prepared = await deps.within(seconds, pipeline.prepare(request, who.tenant_id))
+    prepared = await deps.within(seconds, service.prepare_answer(request, who.tenant_id))
 
     async def observed() -> AsyncIterator[Event]:
-        events = pipeline.events(prepared)
+        events = service.answer_events(prepared)
         try:
             async for kind, data in events:
                 if kind == "done":
