@@ -97,6 +97,7 @@ class VllmLLM:
         platform = check_vllm_device(config.device, "llm.device")
         set_cpu_kv_cache(config.vllm, platform)
         from transformers import AutoTokenizer
+        from vllm.config import StructuredOutputsConfig
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -115,6 +116,13 @@ class VllmLLM:
             "tensor_parallel_size": engine.tensor_parallel_size,
             "enforce_eager": engine.enforce_eager,
             "seed": config.seed,
+            # Compact JSON: the schema's grammar admits no whitespace between tokens, so the
+            # output is as short as the schema allows and a model cannot pad it until
+            # max_tokens cuts it (a tiny random Qwen3 wrote tabs to the end; the backends read
+            # this engine setting, not the request's).
+            "structured_outputs_config": StructuredOutputsConfig(
+                backend="xgrammar", disable_any_whitespace=True
+            ),
         }
         if engine.hf_overrides:
             args["hf_overrides"] = dict(engine.hf_overrides)
