@@ -377,23 +377,23 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "model": config.llm.model,
         "llm": config.llm.model_dump(include={"parallel", "threads", "context_tokens"}),
         "index": index,
+        "load_average": {"start": load_start},
     }
     try:
         if "latency" in suites:
             report["latency"] = await latency(service, dataset, levels, args.latency_tokens)
+            save(report, args)
         if "multi_query" in suites:
             report["multi_query"] = await multi_query(service, dataset, args.queries, args.depth)
             print(f"multi_query: {report['multi_query']}", file=sys.stderr)
+            save(report, args)
         if "citations" in suites:
             report["citations"] = await citations(service, dataset, args.claims, args.answer_tokens)
             print(f"citations: {report['citations']}", file=sys.stderr)
     finally:
         llm.close()
         await service.components.close()
-    report["load_average"] = {
-        "start": load_start,
-        "end": [round(x, 1) for x in os.getloadavg()],
-    }
+    save(report, args)
     return report
 
 
