@@ -98,6 +98,16 @@ async def make_service(config, llm):
 
 
 @pytest.fixture(scope="module")
+def smollm2(app_config_factory):
+    """This module's own engine: llama.cpp reuses a slot's cached prompt prefix, which can
+    move a greedy answer by a token; a fresh engine makes the module's outputs depend on its
+    own requests only, the same whatever ran before it."""
+    llm = build_llm(app_config_factory(llm=SMOLLM2).llm)
+    yield llm
+    llm.close()
+
+
+@pytest.fixture(scope="module")
 async def service(app_config_factory, smollm2):
     config = app_config_factory(llm=SMOLLM2, answer=ANSWER)
     service = await make_service(config, smollm2)
