@@ -40,7 +40,7 @@ test: setup-dev lint test-vllm
 test-vllm: setup-dev setup-vllm
 	SERVE_APP_REQUIRE_VLLM=1 $(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider -m vllm
 
-eval: setup
+eval: setup-dev
 	$(VENV)/bin/serve-app --config config/local.yaml eval --beir $(SERVE_APP_TEST_DATA)/scifact --split test
 
 # Regenerate the checked-in Serve configs from the app configs (a test keeps them in sync).

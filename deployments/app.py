@@ -16,6 +16,7 @@ from ray.serve.deployment import Deployment
 from deployments.chunker import ChunkerDeployment
 from deployments.dense import DenseDeployment
 from deployments.ingress import IngressDeployment
+from deployments.llm import LlmDeployment
 from deployments.reranker import RerankerDeployment
 from deployments.settings import serve_settings
 from deployments.splade import SpladeDeployment
@@ -50,7 +51,8 @@ def build_app_from_config(config: AppConfig) -> Application:
     reranker = bind(RerankerDeployment, config, data) if config.reranker.enabled else None
     # Every store replica opens its index itself, for the dense model's id and dimension.
     store = bind(StoreDeployment, config, data, dense)
-    return bind(IngressDeployment, config, data, chunker, dense, splade, reranker, store)
+    llm = bind(LlmDeployment, config, data) if config.llm.enabled else None
+    return bind(IngressDeployment, config, data, chunker, dense, splade, reranker, store, llm)
 
 
 def build_app(args: dict[str, Any]) -> Application:

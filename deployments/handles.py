@@ -19,7 +19,8 @@ from deployments.settings import BatchingSettings
 from deployments.store import FORWARDED
 from serve_app.batching import Coalescer, concatenating
 from serve_app.encoders.queue import Lane
-from serve_app.errors import ServeAppError, ServiceUnavailableError
+from serve_app.errors import OverloadedError, ServeAppError, ServiceUnavailableError
+from serve_app.generation.base import Completion, GenerationParams, Message, Usage
 from serve_app.pipelines.retrieval import Retrieved, RetrieveSpec
 from serve_app.schemas import Chunk, Document, SparseVector, Strategy
 from serve_app.stores.base import IndexModels
@@ -238,3 +239,67 @@ def _forward(name: str) -> Any:
 
 for _name in FORWARDED:
     setattr(RemoteIndex, _name, _forward(_name))
+
+
+class RemoteTokenStream:
+    """A generation streamed from the LLM deployment; ``aclose`` cancels the call, which
+    closes the generator in the replica and so stops the engine."""
+
+    def __init__(self, responses: Any) -> None:
+        self._responses = responses
+        self.usage = Usage()
+        self.finish_reason: str | None = None
+        self._closed = False
+
+    async def __aiter__(self) -> Any:
+        while True:
+            try:
+                item = await call("llm", self._responses.__anext__())
+            except StopAsyncIteration:
+                return
+            if "text" in item:
+                yield item["text"]
+            else:
+                self.finish_reason = item["finish_reason"]
+                self.usage = Usage(item["prompt_tokens"], item["completion_tokens"])
+
+    async def aclose(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._responses.cancel()
+
+
+class RemoteLLM:
+    """The LLM protocol over the LLM deployment. Serve's own back-pressure (every replica at
+    ``max_ongoing_requests`` with its queue full) is the replicas' overload: a 429."""
+
+    def __init__(
+        self, handle: DeploymentHandle, info: dict[str, Any], retry_after_s: float
+    ) -> None:
+        self._complete = handle.complete  # made once: see _RemoteLanes
+        self._stream = handle.options(stream=True).stream
+        self.model_id = info["model_id"]
+        self.retry_after_s = retry_after_s
+
+    async def _admitted(self, awaitable: Awaitable[T]) -> T:
+        try:
+            return await awaitable
+        except serve_exceptions.BackPressureError:
+            raise OverloadedError(
+                "every LLM replica is at its limit; retry shortly",
+                retry_after_s=self.retry_after_s,
+            ) from None
+
+    async def complete(self, messages: list[Message], params: GenerationParams) -> Completion:
+        return await call("llm", self._admitted(self._complete.remote(messages, params)))
+
+    async def open_stream(
+        self, messages: list[Message], params: GenerationParams
+    ) -> RemoteTokenStream:
+        responses = self._stream.remote(messages, params)
+        try:  # the first item: the replica admitted the request (or refused it)
+            await call("llm", self._admitted(responses.__anext__()))
+        except BaseException:
+            responses.cancel()
+            raise
+        return RemoteTokenStream(responses)

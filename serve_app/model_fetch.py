@@ -95,6 +95,8 @@ def model_references(config) -> dict[str, list[str]]:
         refs["splade"] = [config.splade.model]
     if config.reranker.enabled:
         refs["reranker"] = [config.reranker.model]
+    if config.llm.enabled and not config.llm.model.startswith(("catalog:", "package:")):
+        refs["llm"] = [config.llm.model]
     return refs
 
 

@@ -302,3 +302,45 @@ class DocumentInfo(_Strict):
     source: str | None
     content_hash: str
     chunk_ids: list[str]
+
+
+class ChatTurn(_Strict):
+    """An earlier turn of a conversation (``AnswerRequest.messages``), oldest first."""
+
+    role: Literal["user", "assistant"]
+    content: str = Field(min_length=1, max_length=20_000)
+
+
+class AnswerRequest(_Strict):
+    """A question to answer from a collection's documents, with citations.
+
+    Unset fields take the ``answer:`` configuration's defaults: ``understand`` (the query
+    understanding call), ``multi_query`` (reformulations retrieved and aggregated),
+    ``top_k`` passages, ``max_tokens``. ``strategies``, ``fusion``, ``rerank`` and
+    ``filters`` are the search's; explicit ``filters`` win over understood ones.
+    ``stream``: Server-Sent Events (default) or one JSON answer."""
+
+    question: str = Field(max_length=4096)
+    collection: CollectionName = DEFAULT_COLLECTION
+    messages: list[ChatTurn] = Field(default_factory=list, max_length=64)
+    top_k: int | None = Field(default=None, ge=1, le=20)
+    understand: bool | None = None
+    multi_query: bool | None = None
+    strategies: list[Strategy] | None = None
+    fusion: FusionSpec | None = None
+    rerank: bool | None = None
+    filters: SearchFilters | None = None
+    max_tokens: int | None = Field(default=None, ge=1, le=8192)
+    stream: bool = True
+
+    @field_validator("question")
+    @classmethod
+    def _question_not_blank(cls, question: str) -> str:
+        if not question.strip():
+            raise ValueError("question must not be empty")
+        return question
+
+    @field_validator("strategies")
+    @classmethod
+    def _strategies_distinct(cls, strategies: list[str] | None) -> list[str] | None:
+        return SearchRequest._distinct(strategies)

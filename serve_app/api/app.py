@@ -22,7 +22,7 @@ from serve_app.api.auth import Authenticator
 from serve_app.api.middleware import Authenticate, BodyLimit, RequestEnvelope
 from serve_app.api.models import IngestRequest
 from serve_app.api.observability import Metrics
-from serve_app.api.routers import admin, collections, documents, operations, search
+from serve_app.api.routers import admin, answer, collections, documents, operations, search
 from serve_app.api.service import RetrievalService
 from serve_app.loaders.pool import LoaderPool
 
@@ -74,6 +74,7 @@ def create_app(
     default = APIRouter(prefix="/v1")  # the tenant's default collection
     documents.add_document_routes(default, deps.default_collection)
     search.add_search_routes(default, deps.default_collection)
+    answer.add_answer_routes(default, deps.default_collection)
     routers = (default, collections.router, collections.named_router, admin.router)
     for router in (*routers, operations.router):
         app.include_router(router)

@@ -62,6 +62,13 @@ async def deadline_s(
     return _bounded(request.app.state.service.config.api.request_timeout_s, x_request_timeout_ms)
 
 
+async def answer_deadline_s(
+    request: Request, x_request_timeout_ms: int | None = Header(default=None, ge=1)
+) -> float:
+    """Seconds an answer may take: ``answer.deadlines.total_s``, or less."""
+    return _bounded(request.app.state.service.config.answer.deadlines.total_s, x_request_timeout_ms)
+
+
 async def ingest_deadline_s(
     request: Request, x_request_timeout_ms: int | None = Header(default=None, ge=1)
 ) -> float:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import math
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -21,6 +22,7 @@ from serve_app.api.observability import REQUEST_ID
 from serve_app.errors import (
     ConfigError,
     InvalidInputError,
+    OverloadedError,
     RequestSchemaError,
     ServeAppError,
     describe_validation_errors,
@@ -78,6 +80,8 @@ def error_response(error: ServeAppError, headers: dict[str, str] | None = None) 
     body = {"error": {**error.to_dict(), "request_id": REQUEST_ID.get()}}
     if error.status == 401:
         headers = {"WWW-Authenticate": "Bearer", **(headers or {})}
+    if isinstance(error, OverloadedError):
+        headers = {"Retry-After": str(max(1, math.ceil(error.retry_after_s))), **(headers or {})}
     return JSONResponse(body, status_code=error.status, headers=headers)
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 from serve_app.errors import (
     NotFoundError,
@@ -12,11 +13,14 @@ from serve_app.errors import (
     ServiceUnavailableError,
     collection_not_found,
 )
+from serve_app.generation.base import LLM
+from serve_app.pipelines.answer import AnswerPipeline, Event, PreparedAnswer
 from serve_app.pipelines.components import Components
 from serve_app.pipelines.ingest import ChunkBudget, IngestPipeline
 from serve_app.pipelines.search import SearchPipeline
 from serve_app.schemas import (
     DEFAULT_COLLECTION,
+    AnswerRequest,
     Document,
     DocumentInfo,
     IngestResult,
@@ -83,13 +87,20 @@ def _partial_failure(failure: BaseExceptionGroup, done: list[IngestResult]) -> B
 
 class RetrievalService:
     def __init__(
-        self, components: Components, checks: dict[str, ReadinessCheck] | None = None
+        self,
+        components: Components,
+        checks: dict[str, ReadinessCheck] | None = None,
+        llm: LLM | None = None,
     ) -> None:
         self.components = components
         self.config = components.config
         self.ingest_pipeline = IngestPipeline(components)
         self.search_pipeline = SearchPipeline(components)
         self.checks = checks or {"store": self._store_check}
+        # Answers: the LLM in this process or a handle to its deployment (None: answers are
+        # refused with 503 naming llm.enabled).
+        self.llm = llm
+        self.answer_pipeline = AnswerPipeline(self.config, llm, self.search, self._collection_names)
         self._ingest_slots: asyncio.Semaphore | None = None
         self._uploads = 0
 
@@ -160,6 +171,17 @@ class RetrievalService:
             request, scope(tenant_id, collection), confirm=_named(tenant_id, collection)
         )
 
+    async def prepare_answer(self, request: AnswerRequest, tenant_id: str) -> PreparedAnswer:
+        """Everything of an answer before its first byte (``AnswerPipeline.prepare``)."""
+        return await self.answer_pipeline.prepare(request, tenant_id)
+
+    def answer_events(self, prepared: PreparedAnswer) -> AsyncIterator[Event]:
+        return self.answer_pipeline.events(prepared)
+
+    async def answer(self, request: AnswerRequest, tenant_id: str) -> dict[str, Any]:
+        """The whole answer as one object (the JSON variant)."""
+        return await self.answer_pipeline.answer(request, tenant_id)
+
     async def get_document(
         self, tenant_id: str, doc_id: str, collection: str = DEFAULT_COLLECTION
     ) -> DocumentInfo:
@@ -186,6 +208,9 @@ class RetrievalService:
         if named is not None and not await self.components.index.has_collection(*named):
             raise collection_not_found(collection)
         return scope(tenant_id, collection)
+
+    async def _collection_names(self, tenant_id: str) -> list[str]:
+        return [c["name"] for c in await self.list_collections(tenant_id)]
 
     async def list_collections(self, tenant_id: str) -> list[dict]:
         return await self.components.index.list_collections(tenant_id)

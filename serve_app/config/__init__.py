@@ -3,6 +3,12 @@ and loading (YAML plus ``SERVE_APP__`` environment overrides). The ``serve:`` se
 to the Ray Serve layer (``deployments/settings.py``); here it is carried through unread.
 Every field is documented where it is defined."""
 
+from serve_app.config.answer import (
+    AnswerConfig,
+    AnswerDeadlines,
+    MultiQueryConfig,
+    UnderstandingConfig,
+)
 from serve_app.config.api import (
     ApiConfig,
     ApiKeyConfig,
@@ -18,6 +24,7 @@ from serve_app.config.models import (
     Bm25Config,
     ChunkerConfig,
     DenseConfig,
+    LlmConfig,
     QueueConfig,
     RerankerConfig,
     SpladeConfig,
@@ -37,6 +44,8 @@ from serve_app.config.stores import (
 __all__ = [
     "CONFIG_ENV",
     "ENV_PREFIX",
+    "AnswerConfig",
+    "AnswerDeadlines",
     "ApiConfig",
     "ApiKeyConfig",
     "AppConfig",
@@ -48,6 +57,8 @@ __all__ = [
     "FusionConfig",
     "JwtConfig",
     "LimitsConfig",
+    "LlmConfig",
+    "MultiQueryConfig",
     "OpenSearchConfig",
     "QdrantConfig",
     "QueueConfig",
@@ -57,6 +68,7 @@ __all__ = [
     "SpladeConfig",
     "StoresConfig",
     "TorchRuntimeConfig",
+    "UnderstandingConfig",
     "VllmEngineConfig",
     "VllmHttpConfig",
     "config_from_dict",

@@ -8,12 +8,14 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
+from serve_app.config.answer import AnswerConfig
 from serve_app.config.api import ApiConfig, LimitsConfig
 from serve_app.config.base import Section
 from serve_app.config.models import (
     Bm25Config,
     ChunkerConfig,
     DenseConfig,
+    LlmConfig,
     RerankerConfig,
     SpladeConfig,
 )
@@ -33,6 +35,8 @@ class AppConfig(Section):
     stores: StoresConfig = Field(default_factory=StoresConfig)
     search: SearchConfig = Field(default_factory=SearchConfig)
     api: ApiConfig = Field(default_factory=ApiConfig)
+    llm: LlmConfig = Field(default_factory=LlmConfig)
+    answer: AnswerConfig = Field(default_factory=AnswerConfig)
     # The Ray Serve layer's own section (replicas, resources, transport, the HTTP bind), kept
     # here as given and validated by that layer (deployments/settings.py), which owns it.
     serve: dict[str, Any] = Field(default_factory=dict)

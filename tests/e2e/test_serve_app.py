@@ -355,7 +355,7 @@ def test_the_ingress_calls_every_deployment_over_the_configured_transport(serve_
     builder_default = "actor" if DynamicHandleOptions()._by_reference else "grpc"
     ingress = serve.get_app_handle(settings.app_name)
     transports = ingress.transports.remote().result(timeout_s=30)
-    assert transports == dict.fromkeys(("chunker", "dense", "splade", "store"), "grpc"), (
+    assert transports == dict.fromkeys(("chunker", "dense", "splade", "store", "llm"), "grpc"), (
         f"the ingress chose {transports}; this process's handles default to {builder_default}"
     )
     found = httpx.post(f"{serve_url}/v1/search", json={"query": "transport"}, headers=A)

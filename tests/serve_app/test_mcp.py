@@ -51,8 +51,11 @@ def service_url(app_config_factory):
     started = threading.Event()
 
     async def serve() -> None:
+        from serve_app.generation import build_llm
+
         components = await build_components(config)
-        app = create_app(RetrievalService(components))
+        llm = build_llm(config.llm)  # SmolLM2: the answer tool and `serve-app answer --url`
+        app = create_app(RetrievalService(components, llm=llm))
         server = uvicorn.Server(
             uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
         )
@@ -63,6 +66,7 @@ def service_url(app_config_factory):
         started.set()
         await task
         await components.close()
+        llm.close()
 
     thread = threading.Thread(target=lambda: asyncio.run(serve()), daemon=True)
     thread.start()
@@ -114,6 +118,7 @@ async def test_an_mcp_session_ingests_and_searches_with_provenance(service_url):
                 "delete_collection",
                 "get_document",
                 "delete_document",
+                "answer",
             }
             assert "query" in tools["search"].input_schema["properties"]
 
@@ -141,6 +146,24 @@ async def test_an_mcp_session_ingests_and_searches_with_provenance(service_url):
             )
             assert dense["strategies"] == ["dense"]
             assert dense["results"][0]["doc_id"] == "vectors"
+
+            answered = payload(
+                await session.call_tool(
+                    "answer",
+                    {
+                        "question": "What carries resistance genes?",
+                        "understand": False,
+                        "max_tokens": 24,
+                    },
+                )
+            )
+            assert answered["error"] is None and answered["answer"]
+            assert answered["sub_queries"] == ["What carries resistance genes?"]
+            passages = answered["passages"]
+            assert [p["rank"] for p in passages] == list(range(1, len(passages) + 1))
+            assert passages[0]["doc_id"] == "plasmids" and passages[0]["found_by"]
+            for citation in answered["citations"]:
+                assert citation["doc_id"] == passages[citation["number"] - 1]["doc_id"]
 
             listed = payload(await session.call_tool("list_collections", {}))
             assert [c["name"] for c in listed["collections"]] == ["default"]
@@ -183,3 +206,32 @@ async def test_a_wrong_api_key_is_a_clear_tool_error(service_url):
             await session.initialize()
             refused = await session.call_tool("list_collections", {})
             assert "UNAUTHENTICATED" in error_text(refused)
+
+
+def test_the_cli_answers_through_a_running_service(service_url):
+    """`serve-app answer --url`: the answer streams to stdout, its passages and sources to
+    stderr; an error of the service is the CLI's error line."""
+    import subprocess
+
+    import httpx
+
+    indexed = httpx.post(
+        f"{service_url}/v1/documents", json={"documents": DOCS},
+        headers={"X-API-Key": "key-a"}, timeout=120,
+    )  # fmt: skip
+    assert indexed.status_code == 200, indexed.text  # unchanged when the MCP test ran first
+    env = {"SERVE_APP_API_KEY": "key-a", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "serve_app.cli", "answer", "--url", service_url]
+    done = subprocess.run(
+        [*command, "What carries resistance genes?", "--no-understand", "--max-tokens", "24"],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip()
+    assert "passages for: What carries resistance genes?" in done.stderr
+    assert "first token" in done.stderr
+    missing = subprocess.run(
+        [*command, "anything?", "--collection", "nope"],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert missing.returncode == 2 and "error [NOT_FOUND]" in missing.stderr

@@ -300,13 +300,16 @@ def test_ids_derive_from_the_configuration():
         "Qwen/Qwen3-Embedding-8B",  # chunker tokenizer and dense model: one fetch
         "naver/splade-v3",
         "BAAI/bge-reranker-v2-m3",
+        "Qwen/Qwen3-4B-Instruct-2507",
     ]
+    assert model_references(config)["llm"] == ["/models/Qwen/Qwen3-4B-Instruct-2507"]
     assert model_references(config)["chunker"] == ["/models/Qwen/Qwen3-Embedding-8B"]
     data = config.model_dump(mode="json")
     data["reranker"]["enabled"] = False
     data["search"]["rerank"] = False
     data["splade"]["model"] = "package:cognition/model"  # not in the cache: nothing to fetch
     data["chunker"]["tokenizer"] = "/models/Qwen/Qwen3-Embedding-0.6B"
+    data["llm"]["enabled"] = False
     assert cache_ids(config_from_dict(data), "/models/") == [
         "Qwen/Qwen3-Embedding-0.6B",
         "Qwen/Qwen3-Embedding-8B",

@@ -256,10 +256,12 @@ def test_no_load_passes_on_a_wired_embedded_deployment(store_config, capsys):
     assert code == 0, [c for c in checks if c["ok"] is False]
     # The device checks are reported, as not run: neither passed nor failed.
     devices = [c for c in checks if c["name"] == "device"]
-    assert {c["field"] for c in devices} == {"dense.device", "splade.device"}
+    assert {c["field"] for c in devices} == {"dense.device", "splade.device", "llm.device"}
     assert all(c["ok"] is None and "not run (--no-load)" in c["message"] for c in devices)
-    # No model is loaded; each one's files are checked instead, the dense dimension read.
-    assert not [c for c in checks if c["name"] == "model"]
+    # No model is loaded; each one's files are checked instead, the dense dimension read (and
+    # the LLM's GGUF against its pinned digest).
+    [llm] = [c for c in checks if c["name"] == "model"]
+    assert llm["field"] == "llm.model" and "matches its pinned SHA-256" in llm["message"]
     files = {c["field"]: c for c in checks if c["name"] == "model_files"}
     assert set(files) == {"dense.model", "splade.model"}
     assert all(c["ok"] and "not loaded" in c["message"] for c in files.values())
@@ -269,7 +271,7 @@ def test_no_load_passes_on_a_wired_embedded_deployment(store_config, capsys):
     # The text report shows them as skipped and counts them apart.
     assert main(["--config", str(path), "validate", "--no-load"]) == 0
     text = capsys.readouterr().out
-    assert "skip  device" in text and text.rstrip().endswith("0 failed, 2 not run")
+    assert "skip  device" in text and text.rstrip().endswith("0 failed, 3 not run")
 
 
 def test_no_load_catches_a_wrong_dimension(store_config, capsys):

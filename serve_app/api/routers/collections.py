@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict
 
 from serve_app.api import deps
 from serve_app.api.auth import Principal
+from serve_app.api.routers.answer import add_answer_routes
 from serve_app.api.routers.documents import add_document_routes
 from serve_app.api.routers.search import add_search_routes
 from serve_app.api.service import RetrievalService
@@ -96,3 +97,4 @@ async def delete_collection(
 named_router = APIRouter(prefix="/v1/collections/{name}")
 add_document_routes(named_router, deps.named_collection)
 add_search_routes(named_router, deps.named_collection)
+add_answer_routes(named_router, deps.named_collection)

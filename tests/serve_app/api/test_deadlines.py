@@ -36,6 +36,8 @@ CASES: dict[tuple[str, str], dict] = {
     ("DELETE", "/v1/collections/{name}/documents/{doc_id}"): {"url": "/v1/collections/c1/documents/d1"},
     ("POST", "/v1/collections/{name}/search"): {"url": "/v1/collections/c1/search", "json": {"query": "q"}},
     ("GET", "/v1/collections/{name}/search"): {"url": "/v1/collections/c1/search", "params": {"q": "q"}},
+    ("POST", "/v1/answer"): {"url": "/v1/answer", "json": {"question": "q"}},
+    ("POST", "/v1/collections/{name}/answer"): {"url": "/v1/collections/c1/answer", "json": {"question": "q", "stream": False}},
 }  # fmt: skip
 UNTIMED = {("GET", "/healthz"), ("GET", "/metrics")}  # no I/O: nothing to wait for
 

@@ -1,0 +1,411 @@
+"""Answers on this machine: time to first token and tokens/s under concurrent answers,
+multi-query against single-query retrieval (nDCG@10), and citation precision and recall.
+
+    python -m benchmarks.answers [--suites latency,multi_query,citations] [--queries 100]
+        [--claims 100] [--concurrency 1,4,16] [--max-docs 2000] [--model catalog:...]
+
+Everything runs in process on ``config/local.yaml``'s pipeline (the real small encoders, the
+embedded store, llama.cpp with the configured model, 1.5B by default) over SciFact
+(``$SERVE_APP_TEST_DATA/scifact``, test split): the corpus is indexed once under
+``--data-dir`` (unchanged documents are skipped on later runs), limited to the judged
+documents plus others up to ``--max-docs``.
+
+- latency: for each concurrency c, c answers (different claims, no understanding, one query)
+  start together; time to first token is from the request's start (retrieval and the wait for
+  a generation slot included), a stream's decode rate is its tokens over the time from its
+  first token to its last, the aggregate rate all tokens over the wave's wall time. The
+  replica's queue (``llm.max_queued``) is raised to the largest c so no answer is refused.
+- multi_query: per query, nDCG@10 of the documents ranked by the question alone against
+  the question plus the model's reformulations (one schema-constrained call), aggregated
+  with RRF and the similarity blend (serve_app/query_fusion.py); each sub-query retrieves
+  ``--depth`` chunks.
+- citations: per claim, an answer from the top 5 passages; citation precision = citations
+  whose document the qrels judge relevant / all valid citations; citation recall = relevant
+  documents among the passages that are cited / relevant documents among the passages
+  (both micro-averaged over the claims).
+
+Writes ``benchmarks/results/<date>-cpu-answers.json`` and ``.md``; the machine's load
+average is recorded with the figures (this machine's cores are shared).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import json
+import logging
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_DATA = Path(os.environ.get("SERVE_APP_TEST_DATA") or ROOT.parent / "shared" / "data")
+TENANT = "bench"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.answers", description=__doc__)
+    parser.add_argument("--config", default=str(ROOT / "config" / "local.yaml"))
+    parser.add_argument("--model", help="llm.model instead of the configuration's")
+    parser.add_argument("--suites", default="latency,multi_query,citations")
+    parser.add_argument("--scifact", default=str(DEFAULT_DATA / "scifact"))
+    parser.add_argument("--max-docs", type=int, default=1000)
+    parser.add_argument("--data-dir", default=str(ROOT / ".data" / "bench-answers"))
+    parser.add_argument("--concurrency", default="1,4,16")
+    parser.add_argument("--latency-tokens", type=int, default=128)
+    parser.add_argument("--queries", type=int, default=100, help="multi_query: test queries")
+    parser.add_argument("--depth", type=int, default=100, help="multi_query: chunks a sub-query")
+    parser.add_argument("--claims", type=int, default=100, help="citations: test claims")
+    parser.add_argument("--answer-tokens", type=int, default=192)
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    parser.add_argument("--name", help="report name (default <date>-cpu-answers)")
+    return parser.parse_args(argv)
+
+
+def load(args: argparse.Namespace, concurrency: list[int]) -> Any:
+    from serve_app.config import config_from_dict, load_config
+
+    data = load_config(args.config).model_dump()
+    data["data_dir"] = args.data_dir
+    data["llm"]["enabled"] = True
+    data["llm"]["max_queued"] = max(data["llm"]["max_queued"], max(concurrency))
+    # Queueing is what is measured under concurrency: no stage deadline cuts an answer short.
+    data["answer"]["deadlines"] = {
+        "understand_s": 900, "retrieve_s": 900, "first_token_s": 1800, "total_s": 3600,
+    }  # fmt: skip
+    if args.model:
+        data["llm"]["model"] = args.model
+    return config_from_dict(data, "benchmark")
+
+
+async def build(config: Any, args: argparse.Namespace) -> tuple[Any, Any, Any, dict]:
+    from serve_app.api.service import RetrievalService
+    from serve_app.evaluation.beir import load_beir
+    from serve_app.evaluation.runner import ingest_corpus
+    from serve_app.generation import build_llm
+    from serve_app.pipelines.components import build_components
+    from serve_app.pipelines.ingest import IngestPipeline
+
+    dataset = load_beir(args.scifact, "test", TENANT, max_docs=args.max_docs)
+    components = await build_components(config)
+    started = time.perf_counter()
+    await ingest_corpus(IngestPipeline(components), dataset)
+    index_s = time.perf_counter() - started
+    print(f"index: {len(dataset.corpus)} documents in {index_s:.0f} s", file=sys.stderr)
+    llm = build_llm(config.llm)
+    service = RetrievalService(components, llm=llm)
+    return dataset, service, llm, {"documents": len(dataset.corpus), "index_s": round(index_s, 1)}
+
+
+def claims(dataset: Any, count: int) -> list[tuple[str, str]]:
+    ids = sorted(dataset.queries, key=lambda q: int(q) if q.isdigit() else q)[:count]
+    return [(q, dataset.queries[q]) for q in ids]
+
+
+# -- latency ----------------------------------------------------------------------------------
+# SciFact's claims are statements, to which the model often answers in a few tokens: the
+# latency questions ask for an explanation, so every answer decodes for a while.
+LATENCY_QUESTION = "Explain in detail what the passages report about this claim: {claim}"
+
+
+async def one_answer(pipeline: Any, question: str, max_tokens: int) -> dict[str, Any]:
+    from serve_app.schemas import AnswerRequest
+
+    request = AnswerRequest(
+        question=question, understand=False, multi_query=False, max_tokens=max_tokens
+    )
+    started = time.perf_counter()
+    prepared = await pipeline.prepare(request, TENANT)
+    first = last = None
+    done: dict[str, Any] = {}
+    async for kind, data in pipeline.events(prepared):
+        now = time.perf_counter()
+        if kind == "delta":
+            first = first or now
+            last = now
+        elif kind in ("done", "error"):
+            done = data if kind == "done" else {"error": data}
+    tokens = (done.get("usage") or {}).get("completion_tokens", 0)
+    decode_s = (last - first) if first and last and last > first else None
+    return {
+        "ttft_s": (first - started) if first else None,
+        "total_s": time.perf_counter() - started,
+        "tokens": tokens,
+        "prompt_tokens": (done.get("usage") or {}).get("prompt_tokens", 0),
+        "decode_tokens_per_s": (tokens - 1) / decode_s if decode_s and tokens > 1 else None,
+        "error": done.get("error"),
+    }
+
+
+async def latency(service: Any, dataset: Any, levels: list[int], max_tokens: int) -> list[dict]:
+    pipeline = service.answer_pipeline
+    questions = [LATENCY_QUESTION.format(claim=t) for _, t in claims(dataset, max(levels) + 3)]
+    await one_answer(pipeline, questions[-1], 8)  # warm: the engine's first call
+    rows = []
+    for level in levels:
+        started = time.perf_counter()
+        answers = await asyncio.gather(
+            *(one_answer(pipeline, q, max_tokens) for q in questions[:level])
+        )
+        wall = time.perf_counter() - started
+        ttft = [a["ttft_s"] for a in answers if a["ttft_s"] is not None]
+        rates = [a["decode_tokens_per_s"] for a in answers if a["decode_tokens_per_s"]]
+        tokens = sum(a["tokens"] for a in answers)
+        row = {
+            "concurrency": level,
+            "answers": len(answers),
+            "errors": sum(1 for a in answers if a["error"]),
+            "error_codes": sorted({a["error"]["code"] for a in answers if a["error"]}),
+            "ttft_p50_s": round(statistics.median(ttft), 2) if ttft else None,
+            "ttft_max_s": round(max(ttft), 2) if ttft else None,
+            "decode_tokens_per_s_per_stream": round(statistics.mean(rates), 1) if rates else None,
+            "aggregate_tokens_per_s": round(tokens / wall, 1),
+            "tokens": tokens,
+            "prompt_tokens_mean": round(statistics.mean(a["prompt_tokens"] for a in answers)),
+            "wall_s": round(wall, 1),
+        }
+        print(f"latency: {row}", file=sys.stderr)
+        rows.append(row)
+    return rows
+
+
+# -- multi-query ------------------------------------------------------------------------------
+async def multi_query(service: Any, dataset: Any, count: int, depth: int) -> dict[str, Any]:
+    from serve_app.evaluation.metrics import evaluate_run
+    from serve_app.generation import GenerationParams
+    from serve_app.generation.understanding import (
+        parse_understanding,
+        understanding_messages,
+        understanding_schema,
+    )
+    from serve_app.pipelines.answer import result_similarities
+    from serve_app.query_fusion import aggregate_sub_queries, distinct_queries
+    from serve_app.schemas import SearchRequest
+
+    config = service.config
+    settings = config.answer.understanding
+    reformulations = config.answer.multi_query.queries
+    multi = config.answer.multi_query
+    schema = understanding_schema(settings, reformulations, [], filters=False)
+    single_run: dict[str, list[str]] = {}
+    multi_run: dict[str, list[str]] = {}
+    llm_s: list[float] = []
+    sub_query_counts: list[int] = []
+    selected = claims(dataset, count)
+    for i, (query_id, question) in enumerate(selected, 1):
+        started = time.perf_counter()
+        completion = await service.llm.complete(
+            understanding_messages(question, [], settings, reformulations, [], False),
+            GenerationParams(max_tokens=settings.max_tokens, temperature=0.0, json_schema=schema),
+        )
+        llm_s.append(time.perf_counter() - started)
+        understood = parse_understanding(completion.text, question, settings, [], reformulations)
+        queries = distinct_queries([question, *understood.queries], 1 + reformulations)
+        sub_query_counts.append(len(queries))
+        responses = await asyncio.gather(
+            *(service.search(SearchRequest(query=q, top_k=depth), TENANT) for q in queries)
+        )
+        single_run[query_id] = list(dict.fromkeys(r.chunk.doc_id for r in responses[0].results))
+        documents = aggregate_sub_queries(
+            [result_similarities(r.results) for r in responses],
+            k=multi.rrf_k,
+            similarity_weight=multi.similarity_weight,
+        )
+        multi_run[query_id] = [d.doc_id for d in documents]
+        if i % 10 == 0:
+            print(f"multi_query: {i}/{len(selected)}", file=sys.stderr)
+    qrels = {q: dataset.qrels[q] for q, _ in selected}
+    return {
+        "queries": len(selected),
+        "depth": depth,
+        "reformulations_asked": reformulations,
+        "sub_queries_mean": round(statistics.mean(sub_query_counts), 2),
+        "similarity_weight": multi.similarity_weight,
+        "rrf_k": multi.rrf_k,
+        "understanding_call_s_p50": round(statistics.median(llm_s), 2),
+        "single": evaluate_run(single_run, qrels),
+        "multi": evaluate_run(multi_run, qrels),
+    }
+
+
+# -- citations --------------------------------------------------------------------------------
+async def citations(service: Any, dataset: Any, count: int, max_tokens: int) -> dict[str, Any]:
+    from serve_app.schemas import AnswerRequest
+
+    pipeline = service.answer_pipeline
+    cited_relevant = cited_total = invalid = 0
+    relevant_shown = relevant_cited = 0
+    uncited = sentences_flagged_answers = no_citation = errors = 0
+    seconds: list[float] = []
+    selected = claims(dataset, count)
+    for i, (query_id, claim) in enumerate(selected, 1):
+        relevant = {d for d, grade in dataset.qrels[query_id].items() if grade > 0}
+        started = time.perf_counter()
+        answer = await pipeline.answer(
+            AnswerRequest(
+                question=claim,
+                understand=False,
+                multi_query=False,
+                max_tokens=max_tokens,
+                stream=False,
+            ),
+            TENANT,
+        )
+        seconds.append(time.perf_counter() - started)
+        if answer.get("error"):
+            errors += 1
+            continue
+        shown = {r["doc_id"] for r in answer["results"]}
+        cited_docs = [c["doc_id"] for c in answer["citations"]]
+        cited_total += len(cited_docs)
+        cited_relevant += sum(1 for d in cited_docs if d in relevant)
+        invalid += len(answer["invalid_citations"])
+        relevant_shown += len(shown & relevant)
+        relevant_cited += len(shown & relevant & set(cited_docs))
+        uncited += len(answer["uncited_sentences"])
+        sentences_flagged_answers += bool(answer["uncited_sentences"])
+        no_citation += not cited_docs
+        if i % 10 == 0:
+            print(f"citations: {i}/{len(selected)}", file=sys.stderr)
+    answered = len(selected) - errors
+    return {
+        "claims": len(selected),
+        "errors": errors,
+        "citation_precision": round(cited_relevant / cited_total, 3) if cited_total else None,
+        "citation_recall": round(relevant_cited / relevant_shown, 3) if relevant_shown else None,
+        "citations": cited_total,
+        "invalid_citations": invalid,
+        "answers_without_citation": no_citation,
+        "answers_with_uncited_sentences": sentences_flagged_answers,
+        "uncited_sentences": uncited,
+        "relevant_passages_shown": relevant_shown,
+        "answered": answered,
+        "answer_s_p50": round(statistics.median(seconds), 1) if seconds else None,
+    }
+
+
+def markdown(report: dict[str, Any]) -> str:
+    lines = [
+        f"# Answers on this CPU ({report['date']})",
+        "",
+        f"`{report['command']}`",
+        "",
+        f"Model `{report['model']}` on llama.cpp ({report['llm']['threads']} thread, "
+        f"{report['llm']['parallel']} slots); SciFact test, {report['index']['documents']} "
+        f"documents indexed (judged + others). Load average over the run: "
+        f"{report['load_average']['start']} at the start, {report['load_average']['end']} at "
+        "the end (2 shared cores).",
+        "",
+    ]
+    if "latency" in report:
+        lines += [
+            "## Time to first token and tokens/s",
+            "",
+            "| concurrent answers | TTFT p50 (s) | TTFT max (s) | decode tokens/s per stream "
+            "| aggregate tokens/s | prompt tokens (mean) | errors |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for row in report["latency"]:
+            lines.append(
+                f"| {row['concurrency']} | {row['ttft_p50_s']} | {row['ttft_max_s']} | "
+                f"{row['decode_tokens_per_s_per_stream']} | {row['aggregate_tokens_per_s']} | "
+                f"{row['prompt_tokens_mean']} | {row['errors']} |"
+            )
+        lines.append("")
+    if "multi_query" in report:
+        mq = report["multi_query"]
+        lines += [
+            "## Multi-query against single-query retrieval",
+            "",
+            f"{mq['queries']} test queries, {mq['sub_queries_mean']} sub-queries on average "
+            f"({mq['reformulations_asked']} reformulations asked), w = "
+            f"{mq['similarity_weight']}, RRF k = {mq['rrf_k']}, {mq['depth']} chunks a "
+            f"sub-query; understanding call p50 {mq['understanding_call_s_p50']} s.",
+            "",
+            "| retrieval | nDCG@10 | Recall@100 | MRR@10 |",
+            "|---|---|---|---|",
+        ]
+        for name in ("single", "multi"):
+            m = mq[name]
+            lines.append(f"| {name} | {m['ndcg@10']} | {m['recall@100']} | {m['mrr@10']} |")
+        lines.append("")
+    if "citations" in report:
+        c = report["citations"]
+        lines += [
+            "## Citations",
+            "",
+            f"{c['claims']} test claims ({c['errors']} failed), top 5 passages each.",
+            "",
+            f"- citation precision: {c['citation_precision']} ({c['citations']} citations)",
+            f"- citation recall: {c['citation_recall']} ({c['relevant_passages_shown']} "
+            "relevant passages shown)",
+            f"- invalid citations: {c['invalid_citations']}; answers without a citation: "
+            f"{c['answers_without_citation']}; answers with an uncited sentence: "
+            f"{c['answers_with_uncited_sentences']}",
+            f"- answer time p50: {c['answer_s_p50']} s",
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def save(report: dict[str, Any], args: argparse.Namespace) -> None:
+    """Written after every suite, so a long run keeps what it finished."""
+    report["load_average"] = {
+        **report["load_average"],
+        "end": [round(x, 1) for x in os.getloadavg()],
+    }
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    name = args.name or f"{report['date']}-cpu-answers"
+    (out / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out / f"{name}.md").write_text(markdown(report) + "\n")
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    suites = [s.strip() for s in args.suites.split(",") if s.strip()]
+    levels = [int(c) for c in args.concurrency.split(",")]
+    config = load(args, levels)
+    load_start = [round(x, 1) for x in os.getloadavg()]
+    dataset, service, llm, index = await build(config, args)
+    report: dict[str, Any] = {
+        "date": datetime.date.today().isoformat(),
+        "command": "python -m benchmarks.answers " + " ".join(sys.argv[1:]),
+        "model": config.llm.model,
+        "llm": config.llm.model_dump(include={"parallel", "threads", "context_tokens"}),
+        "index": index,
+        "load_average": {"start": load_start},
+    }
+    try:
+        if "latency" in suites:
+            report["latency"] = await latency(service, dataset, levels, args.latency_tokens)
+            save(report, args)
+        if "multi_query" in suites:
+            report["multi_query"] = await multi_query(service, dataset, args.queries, args.depth)
+            print(f"multi_query: {report['multi_query']}", file=sys.stderr)
+            save(report, args)
+        if "citations" in suites:
+            report["citations"] = await citations(service, dataset, args.claims, args.answer_tokens)
+            print(f"citations: {report['citations']}", file=sys.stderr)
+    finally:
+        llm.close()
+        await service.components.close()
+    save(report, args)
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    args = parse_args(argv)
+    report = asyncio.run(run(args))
+    print(markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""The LLM protocol: chat completion, streaming, and output constrained by a JSON schema.
+
+Async like the encoder protocols, so a Ray Serve handle is one more implementation
+(``deployments/handles.py``). Backends register by name (``llm.backend``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from serve_app.registry import Registry
+
+Role = Literal["system", "user", "assistant"]
+
+
+@dataclass(frozen=True)
+class Message:
+    role: Role
+    content: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"role": self.role, "content": self.content}
+
+
+@dataclass(frozen=True)
+class GenerationParams:
+    """``json_schema``: the output must be one JSON value of this schema (llama.cpp's
+    grammar from the schema; vLLM's structured outputs), so it always parses."""
+
+    max_tokens: int = 256
+    temperature: float = 0.2
+    json_schema: dict[str, Any] | None = None
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+
+
+@dataclass
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+@dataclass
+class Completion:
+    text: str
+    finish_reason: str
+    usage: Usage = field(default_factory=Usage)
+
+
+@runtime_checkable
+class TokenStream(Protocol):
+    """An admitted generation: iterating yields text deltas as the model writes them;
+    ``usage`` and ``finish_reason`` are set once it ends. ``aclose`` stops the generation
+    (no token is produced after it returns); it is safe to call at any time, more than once."""
+
+    usage: Usage
+    finish_reason: str | None
+
+    def __aiter__(self) -> AsyncIterator[str]: ...
+
+    async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class LLM(Protocol):
+    model_id: str
+
+    async def complete(self, messages: list[Message], params: GenerationParams) -> Completion:
+        """The whole answer. OverloadedError when no generation slot can be had soon."""
+        ...
+
+    async def open_stream(self, messages: list[Message], params: GenerationParams) -> TokenStream:
+        """Waits for a generation slot (OverloadedError when every slot is taken and the
+        queue is full), starts the generation and returns its stream."""
+        ...
+
+
+LLM_BACKENDS: Registry[LLM] = Registry("LLM backend", "llm.backend")

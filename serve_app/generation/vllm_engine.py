@@ -1,0 +1,162 @@
+"""The GPU LLM: vLLM's asynchronous engine (``AsyncLLM``) inside the replica.
+
+The chat template is the model's own (its tokenizer's ``apply_chat_template``), so the
+prompt is the one the model was tuned on; tokens stream out as deltas
+(``RequestOutputKind.DELTA``); a JSON schema becomes vLLM's structured outputs (guided
+decoding), the same schema the llama.cpp backend compiles into a grammar. Closing a stream
+aborts the request in the engine, which frees its KV blocks at the next step.
+
+Fail fast: a ``cuda`` device without a GPU, or a vLLM build for another platform, is a
+ConfigError at start naming ``llm.device`` (``serve_app.encoders.vllm_runtime``).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from serve_app.config import LlmConfig, resolve_model_path
+from serve_app.encoders.vllm_runtime import check_vllm_device, set_cpu_kv_cache
+from serve_app.generation.base import (
+    Completion,
+    GenerationParams,
+    Message,
+    Usage,
+)
+from serve_app.generation.limits import GenerationSlots
+
+log = logging.getLogger(__name__)
+
+
+def sampling_params(params: GenerationParams, seed: int) -> Any:
+    """vLLM's ``SamplingParams`` for ``params``: deltas, and the schema as structured output
+    (``StructuredOutputsParams``; ``GuidedDecodingParams`` on releases before it)."""
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    kwargs: dict[str, Any] = {
+        "max_tokens": params.max_tokens,
+        "temperature": params.temperature,
+        "seed": params.seed if params.seed is not None else seed,
+        "output_kind": RequestOutputKind.DELTA,
+    }
+    if params.stop:
+        kwargs["stop"] = list(params.stop)
+    if params.json_schema is not None:
+        try:
+            from vllm.sampling_params import StructuredOutputsParams
+
+            kwargs["structured_outputs"] = StructuredOutputsParams(json=params.json_schema)
+        except ImportError:
+            from vllm.sampling_params import GuidedDecodingParams
+
+            kwargs["guided_decoding"] = GuidedDecodingParams(json=params.json_schema)
+    return SamplingParams(**kwargs)
+
+
+class VllmStream:
+    def __init__(self, owner: VllmLLM, prompt: str, sampling: Any) -> None:
+        self.owner = owner
+        self.request_id = f"answer-{uuid.uuid4().hex}"
+        self.usage = Usage()
+        self.finish_reason: str | None = None
+        self._outputs = owner.engine.generate(prompt, sampling, self.request_id)
+        self._open = True
+
+    async def __aiter__(self) -> AsyncIterator[str]:
+        try:
+            async for output in self._outputs:
+                delta = output.outputs[0]
+                self.usage.completion_tokens += len(delta.token_ids)
+                if delta.text:
+                    yield delta.text
+                if output.finished:
+                    self.finish_reason = delta.finish_reason or "stop"
+                    self.usage.prompt_tokens = len(output.prompt_token_ids or ())
+        finally:
+            await self._finish()
+
+    async def _finish(self) -> None:
+        if self._open:
+            self._open = False
+            self.owner.slots.release()
+
+    async def aclose(self) -> None:
+        if self._open:
+            await self.owner.engine.abort(self.request_id)
+            await self._outputs.aclose()
+        await self._finish()
+
+
+class VllmLLM:
+    """``llm.backend: vllm``; ``llm.model`` is a model folder (the model-fetch Job's) or id."""
+
+    def __init__(self, config: LlmConfig) -> None:
+        platform = check_vllm_device(config.device, "llm.device")
+        set_cpu_kv_cache(config.vllm, platform)
+        from transformers import AutoTokenizer
+        from vllm.config import StructuredOutputsConfig
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        self.config = config
+        self.model_id = config.model
+        path = resolve_model_path(config.model)
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        engine = config.vllm
+        args: dict[str, Any] = {
+            "model": path,
+            "tokenizer": path,
+            "dtype": config.dtype,
+            "max_model_len": engine.max_model_len or config.context_tokens,
+            "max_num_seqs": config.parallel,
+            "gpu_memory_utilization": engine.gpu_memory_utilization,
+            "tensor_parallel_size": engine.tensor_parallel_size,
+            "enforce_eager": engine.enforce_eager,
+            "seed": config.seed,
+            # Compact JSON: the schema's grammar admits no whitespace between tokens, so the
+            # output is as short as the schema allows and a model cannot pad it until
+            # max_tokens cuts it (a tiny random Qwen3 wrote tabs to the end; the backends read
+            # this engine setting, not the request's).
+            "structured_outputs_config": StructuredOutputsConfig(
+                backend="xgrammar", disable_any_whitespace=True
+            ),
+        }
+        if engine.hf_overrides:
+            args["hf_overrides"] = dict(engine.hf_overrides)
+        log.info("starting vLLM's async engine for %s (%s)", path, config.dtype)
+        self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**args))
+        self.slots = GenerationSlots(config.parallel, config.max_queued, config.retry_after_s)
+        self.tokens_generated = 0
+
+    def prompt(self, messages: list[Message]) -> str:
+        return self.tokenizer.apply_chat_template(
+            [m.as_dict() for m in messages], tokenize=False, add_generation_prompt=True
+        )
+
+    async def open_stream(self, messages: list[Message], params: GenerationParams) -> VllmStream:
+        await self.slots.acquire()
+        try:
+            return VllmStream(
+                self, self.prompt(messages), sampling_params(params, self.config.seed)
+            )
+        except BaseException:
+            self.slots.release()
+            raise
+
+    async def complete(self, messages: list[Message], params: GenerationParams) -> Completion:
+        stream = await self.open_stream(messages, params)
+        try:
+            text = "".join([delta async for delta in stream])
+        finally:
+            await stream.aclose()
+        self.tokens_generated += stream.usage.completion_tokens
+        return Completion(text, stream.finish_reason or "stop", stream.usage)
+
+    def stats(self) -> dict[str, int]:
+        return {**self.slots.stats(), "tokens_generated": self.tokens_generated}
+
+    def close(self) -> None:
+        self.engine.shutdown()

@@ -1,0 +1,460 @@
+"""Answers: understand the question, retrieve (one query or several, aggregated), then
+generate a cited answer from numbered passages, as a stream of events.
+
+Events, in order: ``metadata`` (the passages with their provenance, the filters and where
+they came from, the sub-queries, stage timings), ``delta`` (text as the model writes it), then
+``done`` (the answer, its citations mapped to chunks and checked, sentences without one,
+usage, timings) or ``error`` (the generation failed or ran out of time; the results were
+already sent). An irrelevant question, or one no document matches, ends early with one
+``delta`` carrying a helpful message and ``done`` marked ``early_return``.
+
+Everything up to the opening of the generation runs in ``prepare``, before any byte is sent,
+so a full LLM replica (OverloadedError) is a 429 and a failed retrieval an error status;
+after that, failures of the LLM become ``error`` events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from serve_app.config import AppConfig
+from serve_app.errors import (
+    OverloadedError,
+    ServeAppError,
+    ServiceUnavailableError,
+    TimeoutExceededError,
+    collection_not_found,
+)
+from serve_app.generation.base import LLM, GenerationParams, Message, TokenStream
+from serve_app.generation.citations import check_citations
+from serve_app.generation.prompts import Passage, answer_messages, history_within
+from serve_app.generation.understanding import (
+    Understanding,
+    parse_understanding,
+    understanding_messages,
+    understanding_schema,
+)
+from serve_app.query_fusion import aggregate_sub_queries, distinct_queries
+from serve_app.schemas import (
+    DEFAULT_COLLECTION,
+    AnswerRequest,
+    ScoredChunk,
+    SearchFilters,
+    SearchRequest,
+    SearchResponse,
+)
+
+log = logging.getLogger(__name__)
+
+SearchFn = Callable[[SearchRequest, str], Awaitable[SearchResponse]]
+CollectionsFn = Callable[[str], Awaitable[list[str]]]
+Event = tuple[str, dict[str, Any]]
+
+IRRELEVANT = (
+    "This question does not seem to be about {corpus}, so there is nothing to answer it "
+    "from. Ask about what these documents cover, or search them with /v1/search."
+)
+NOTHING_FOUND = (
+    "No passage matched this question{filtered}, so there is nothing to answer it from. "
+    "Try other words{or_filters}."
+)
+
+
+def _ms(since: float) -> float:
+    return round((time.perf_counter() - since) * 1000, 1)
+
+
+def similarity(item: ScoredChunk) -> float:
+    """A [0, 1] similarity of a result for the multi-query blend: the reranker's score, else
+    the dense cosine; ``nan`` when neither exists (filled in by ``result_similarities``)."""
+    if item.rerank_score is not None:
+        return item.rerank_score
+    if "dense" in item.scores:
+        return min(1.0, max(0.0, item.scores["dense"]))
+    return float("nan")
+
+
+def result_similarities(results: list[ScoredChunk]) -> list[tuple[str, float]]:
+    """(doc id, similarity) of each result; without a reranker or dense score, the fused
+    score min-max normalised within this list."""
+    values = [similarity(r) for r in results]
+    if any(v != v for v in values):  # nan: no absolute similarity in this list
+        fused = [r.fused_score for r in results]
+        low, high = min(fused, default=0.0), max(fused, default=0.0)
+        values = [1.0 if high == low else (f - low) / (high - low) for f in fused]
+    return [(r.chunk.doc_id, v) for r, v in zip(results, values, strict=True)]
+
+
+def _result(passage: Passage, item: ScoredChunk, found_by: list[str], score: float) -> dict:
+    chunk = passage.chunk
+    return {
+        "passage": passage.number,
+        "doc_id": chunk.doc_id,
+        "chunk_id": chunk.id,
+        "title": chunk.title,
+        "section": chunk.section,
+        "heading_chain": list(chunk.heading_chain),
+        "char_start": chunk.char_start,
+        "char_end": chunk.char_end,
+        "source": chunk.source,
+        "metadata": chunk.metadata,
+        "score": score,
+        "scores": item.scores,
+        "ranks": item.ranks,
+        "found_by": found_by,
+        "text": chunk.text,
+    }
+
+
+@dataclass
+class PreparedAnswer:
+    request: AnswerRequest
+    started: float
+    metadata: dict[str, Any]
+    passages: list[Passage] = field(default_factory=list)
+    early: tuple[str, str] | None = None  # (reason, message)
+    stream: TokenStream | None = None
+    error: ServeAppError | None = None
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+
+class AnswerPipeline:
+    def __init__(
+        self, config: AppConfig, llm: LLM | None, search: SearchFn, collections: CollectionsFn
+    ) -> None:
+        self.config = config
+        self.llm = llm
+        self.search = search
+        self.collections = collections
+
+    # -- before the first byte ----------------------------------------------------------------
+    async def _understand(
+        self,
+        request: AnswerRequest,
+        history: list[Message],
+        reformulations: int,
+        with_filters: bool,
+        tenant_id: str,
+    ) -> tuple[Understanding, ServeAppError | None]:
+        settings = self.config.answer
+        assert self.llm is not None
+        explicit_collection = "collection" in request.model_fields_set
+        collections = []
+        if with_filters and not explicit_collection:
+            collections = await self.collections(tenant_id)
+        messages = understanding_messages(
+            request.question,
+            history,
+            settings.understanding,
+            reformulations,
+            collections,
+            with_filters,
+        )
+        params = GenerationParams(
+            max_tokens=settings.understanding.max_tokens,
+            temperature=0.0,
+            json_schema=understanding_schema(
+                settings.understanding, reformulations, collections, with_filters
+            ),
+        )
+        try:
+            completion = await asyncio.wait_for(
+                self.llm.complete(messages, params), settings.deadlines.understand_s
+            )
+        except OverloadedError:
+            raise
+        except TimeoutError:
+            log.warning("query understanding timed out; searching the question as asked")
+            return Understanding.fallback(request.question, "understanding: timed out"), None
+        except ServeAppError as error:
+            log.warning("query understanding failed (%s); searching the question", error.code)
+            return Understanding.fallback(request.question, f"understanding: {error.code}"), error
+        asked = "\n".join([*(m.content for m in history if m.role == "user"), request.question])
+        found = parse_understanding(
+            completion.text,
+            request.question,
+            settings.understanding,
+            collections,
+            reformulations,
+            asked,
+        )
+        if not with_filters:
+            found.is_relevant, found.filters, found.collection = True, None, None
+        return found, None
+
+    async def _retrieve(
+        self,
+        request: AnswerRequest,
+        tenant_id: str,
+        sub_queries: list[str],
+        filters: SearchFilters | None,
+        collection: str,
+        top_k: int,
+    ) -> tuple[list[Passage], list[dict], dict[str, float]]:
+        multi = self.config.answer.multi_query
+        per_query = max(multi.per_query_top_k, top_k) if len(sub_queries) > 1 else top_k
+        searches = [
+            self.search(
+                SearchRequest(
+                    query=query,
+                    collection=collection,
+                    top_k=per_query,
+                    strategies=request.strategies,
+                    fusion=request.fusion,
+                    rerank=request.rerank,
+                    filters=filters,
+                ),
+                tenant_id,
+            )
+            for query in sub_queries
+        ]
+        responses = await asyncio.wait_for(
+            asyncio.gather(*searches), self.config.answer.deadlines.retrieve_s
+        )
+        timings = {
+            f"search.{stage}": max(r.timings_ms.get(stage, 0.0) for r in responses)
+            for stage in ("encode", "retrieve", "rerank", "total")
+            if any(stage in r.timings_ms for r in responses)
+        }
+        if len(sub_queries) == 1:
+            items = responses[0].results[:top_k]
+            passages = [Passage(i, item.chunk) for i, item in enumerate(items, 1)]
+            results = [
+                _result(p, item, sub_queries, item.score)
+                for p, item in zip(passages, items, strict=True)
+            ]
+            return passages, results, timings
+        documents = aggregate_sub_queries(
+            [result_similarities(r.results) for r in responses],
+            k=multi.rrf_k,
+            similarity_weight=multi.similarity_weight,
+        )[:top_k]
+        passages, results = [], []
+        for number, document in enumerate(documents, 1):
+            # The document's chunk where it ranked best (the earliest sub-query on a tie).
+            q, _ = min(document.ranks.items(), key=lambda pair: (pair[1], pair[0]))
+            item = next(r for r in responses[q].results if r.chunk.doc_id == document.doc_id)
+            passage = Passage(number, item.chunk)
+            passages.append(passage)
+            entry = _result(
+                passage, item, [sub_queries[i] for i in document.found_by], document.score
+            )
+            entry["multi_query"] = {
+                "rrf": document.rrf,
+                "normalized_rrf": document.normalized_rrf,
+                "avg_similarity": document.avg_similarity,
+                "ranks": {sub_queries[i]: r for i, r in document.ranks.items()},
+            }
+            results.append(entry)
+        return passages, results, timings
+
+    async def prepare(self, request: AnswerRequest, tenant_id: str) -> PreparedAnswer:
+        """Understanding, retrieval and the opening of the generation (see the module
+        docstring). Raises OverloadedError (429) when the LLM has no slot to give, and the
+        search's own errors."""
+        if self.llm is None:
+            raise ServiceUnavailableError(
+                "answers need an LLM and this deployment has none (llm.enabled: false)"
+            )
+        started = time.perf_counter()
+        settings = self.config.answer
+        named = request.collection != DEFAULT_COLLECTION
+        if named and request.collection not in await self.collections(tenant_id):
+            raise collection_not_found(request.collection)  # before any model call
+        understand = (
+            settings.understanding.enabled if request.understand is None else request.understand
+        )
+        multi = settings.multi_query.enabled if request.multi_query is None else request.multi_query
+        reformulations = settings.multi_query.queries if multi else 0
+        history = history_within(
+            request.messages, settings.history_tokens, settings.chars_per_token
+        )
+        timings: dict[str, float] = {}
+        understood: Understanding | None = None
+        llm_error: ServeAppError | None = None
+        if understand or multi:
+            begun = time.perf_counter()
+            understood, llm_error = await self._understand(
+                request, history, reformulations, understand, tenant_id
+            )
+            timings["understand"] = _ms(begun)
+        query = understood.semantic_query if understood and understand else request.question
+        sub_queries = (
+            distinct_queries([query, *understood.queries], 1 + reformulations)
+            if multi and understood
+            else [query]
+        )
+        filters, source = request.filters, "request" if request.filters else None
+        if filters is None and understood is not None and understood.filters is not None:
+            filters, source = understood.filters, "understanding"
+        collection = request.collection
+        if "collection" not in request.model_fields_set and understood and understood.collection:
+            collection = understood.collection
+        metadata: dict[str, Any] = {
+            "question": request.question,
+            "collection": collection,
+            "semantic_query": query,
+            "sub_queries": sub_queries,
+            "filters": filters.model_dump(exclude_none=True) if filters else None,
+            "filters_source": source,
+            "understanding": understood.report() if understood else None,
+            "history_turns": len(history),
+            "model": self.llm.model_id,
+        }
+        prepared = PreparedAnswer(request, started, metadata, timings_ms=timings)
+        if understand and understood and understood.valid and not understood.is_relevant:
+            corpus = settings.understanding.corpus
+            prepared.early = ("irrelevant", IRRELEVANT.format(corpus=corpus))
+            metadata["results"] = []
+            return prepared
+        begun = time.perf_counter()
+        top_k = request.top_k or settings.top_k
+        try:
+            passages, results, search_timings = await self._retrieve(
+                request, tenant_id, sub_queries, filters, collection or DEFAULT_COLLECTION, top_k
+            )
+        except TimeoutError:
+            raise TimeoutExceededError(
+                f"retrieval did not finish within {settings.deadlines.retrieve_s:g}s "
+                "(answer.deadlines.retrieve_s)"
+            ) from None
+        timings["retrieve"] = _ms(begun)
+        timings.update(search_timings)
+        prepared.passages = passages
+        metadata["results"] = results
+        if not passages:
+            prepared.early = (
+                "no_results",
+                NOTHING_FOUND.format(
+                    filtered=" and its filters" if filters else "",
+                    or_filters=" or fewer filters" if filters else "",
+                ),
+            )
+            return prepared
+        if llm_error is not None and not isinstance(llm_error, TimeoutExceededError):
+            prepared.error = llm_error  # the LLM failed moments ago: report it, keep results
+            return prepared
+        begun = time.perf_counter()
+        messages = answer_messages(request.question, passages, history, settings.max_passage_chars)
+        params = GenerationParams(
+            max_tokens=min(request.max_tokens or settings.max_tokens, settings.max_tokens_limit),
+            temperature=self.config.llm.temperature,
+        )
+        try:
+            prepared.stream = await asyncio.wait_for(
+                self.llm.open_stream(messages, params), settings.deadlines.first_token_s
+            )
+        except OverloadedError:
+            raise
+        except TimeoutError:
+            prepared.error = TimeoutExceededError(
+                f"no generation slot within {settings.deadlines.first_token_s:g}s "
+                "(answer.deadlines.first_token_s)"
+            )
+        except ServeAppError as error:
+            prepared.error = error
+        timings["admit"] = _ms(begun)
+        return prepared
+
+    # -- the stream ---------------------------------------------------------------------------
+    async def events(self, prepared: PreparedAnswer) -> AsyncIterator[Event]:
+        """The events of a prepared answer; closing this iterator stops the generation."""
+        settings = self.config.answer
+        timings = prepared.timings_ms
+        timings["metadata"] = _ms(prepared.started)
+        yield "metadata", {**prepared.metadata, "timings_ms": dict(timings)}
+        if prepared.early is not None:
+            reason, message = prepared.early
+            yield "delta", {"text": message}
+            yield "done", self._done(prepared, message, early=reason)
+            return
+        if prepared.error is not None:
+            yield "error", prepared.error.to_dict()
+            return
+        stream = prepared.stream
+        assert stream is not None
+        loop = asyncio.get_running_loop()
+        deadline = (
+            loop.time() + settings.deadlines.total_s - (time.perf_counter() - prepared.started)
+        )
+        first_by = loop.time() + settings.deadlines.first_token_s
+        parts: list[str] = []
+        tokens = aiter(stream)
+        try:
+            while True:
+                limit = min(deadline, first_by) if not parts else deadline
+                try:
+                    delta = await asyncio.wait_for(anext(tokens), max(0.0, limit - loop.time()))
+                except StopAsyncIteration:
+                    break
+                if not parts:
+                    timings["first_token"] = _ms(prepared.started)
+                parts.append(delta)
+                yield "delta", {"text": delta}
+        except TimeoutError:
+            stage = "answer.deadlines.total_s" if parts else "answer.deadlines.first_token_s"
+            yield "error", TimeoutExceededError(f"the generation ran past {stage}").to_dict()
+            return
+        except ServeAppError as error:
+            log.warning("generation failed after %d deltas: %s", len(parts), error.message)
+            yield "error", error.to_dict()
+            return
+        finally:
+            await stream.aclose()
+        yield "done", self._done(prepared, "".join(parts))
+
+    def _done(self, prepared: PreparedAnswer, answer: str, early: str | None = None) -> dict:
+        stream = prepared.stream
+        timings = prepared.timings_ms
+        timings["total"] = _ms(prepared.started)
+        if "first_token" in timings:
+            timings["generate"] = round(timings["total"] - timings["first_token"], 1)
+        report = check_citations(answer, prepared.passages) if early is None else None
+        out: dict[str, Any] = {
+            "answer": answer,
+            **(
+                report.as_dict()
+                if report
+                else {
+                    "citations": [],
+                    "invalid_citations": [],
+                    "uncited_sentences": [],
+                    "cited_documents": [],
+                }
+            ),
+            "early_return": early,
+            "finish_reason": stream.finish_reason if stream else None,
+            "usage": (
+                {
+                    "prompt_tokens": stream.usage.prompt_tokens,
+                    "completion_tokens": stream.usage.completion_tokens,
+                }
+                if stream
+                else None
+            ),
+            "timings_ms": dict(timings),
+        }
+        return out
+
+    async def answer(self, request: AnswerRequest, tenant_id: str) -> dict[str, Any]:
+        """The non-streaming answer: the metadata and the ``done`` (or ``error``) event's
+        fields in one object."""
+        prepared = await self.prepare(request, tenant_id)
+        out: dict[str, Any] = {"error": None}
+        async for kind, data in self.events(prepared):
+            if kind == "metadata":
+                out.update(data)
+            elif kind in ("done", "error"):
+                if kind == "error":
+                    out["error"] = data
+                    out["answer"] = None
+                else:
+                    metadata_timings = out.get("timings_ms", {})
+                    out.update(data)
+                    out["timings_ms"] = {**metadata_timings, **data["timings_ms"]}
+        return out

@@ -1,0 +1,107 @@
+"""Answers through a real local Ray Serve application: the LLM deployment (SmolLM2 on
+llama.cpp, its own replica) streams to the ingress over Serve's handles, and a client that
+hangs up stops the generation in the LLM replica."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import httpx
+import pytest
+
+from deployments.settings import serve_settings
+
+A = {"X-API-Key": "key-a"}
+DOCS = [
+    {
+        "id": "naps",
+        "title": "Naps and memory",
+        "text": "A short afternoon nap improved memory for faces the next day in adults.",
+    },
+    {
+        "id": "spindles",
+        "title": "Sleep spindles",
+        "text": "Sleep spindle density predicted overnight gains in word-pair memory.",
+    },
+]
+
+
+def events_of(body: str) -> list[tuple[str, dict]]:
+    out = []
+    for block in body.strip().split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.splitlines())
+        out.append((fields["event"], json.loads(fields["data"])))
+    return out
+
+
+@pytest.fixture(scope="module")
+def indexed(serve_url):
+    with httpx.Client(base_url=serve_url, timeout=300) as client:
+        response = client.post("/v1/collections", json={"name": "sleep"}, headers=A)
+        assert response.status_code == 201, response.text
+        response = client.post(
+            "/v1/collections/sleep/documents", json={"documents": DOCS}, headers=A
+        )
+        assert response.status_code == 200, response.text
+
+
+def test_an_answer_streams_from_the_llm_deployment(http, indexed):
+    response = http.post(
+        "/v1/collections/sleep/answer",
+        json={"question": "Do naps help memory?", "max_tokens": 48, "understand": False},
+        headers=A,
+    )
+    assert response.status_code == 200, response.text
+    events = events_of(response.text)
+    kinds = [kind for kind, _ in events]
+    assert kinds[0] == "metadata" and kinds[-1] == "done" and "delta" in kinds
+    metadata, done = events[0][1], events[-1][1]
+    assert metadata["model"] == "catalog:smollm2-135m-instruct-q4_1"
+    assert metadata["collection"] == "sleep"
+    assert {r["doc_id"] for r in metadata["results"]} == {"naps", "spindles"}
+    text = "".join(data["text"] for kind, data in events if kind == "delta")
+    assert done["answer"] == text and done["usage"]["completion_tokens"] > 0
+    assert "first_token" in done["timings_ms"]
+
+
+def test_the_structured_understanding_call_runs_in_the_llm_replica(http, indexed):
+    response = http.post(
+        "/v1/collections/sleep/answer",
+        json={"question": "Do naps help memory?", "max_tokens": 8, "multi_query": True},
+        headers=A,
+    )
+    events = events_of(response.text)
+    assert events[0][0] == "metadata" and events[-1][0] == "done"
+    understanding = events[0][1]["understanding"]
+    assert understanding["valid"] is True, understanding  # the schema held across Serve
+    assert "understand" in events[0][1]["timings_ms"]
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_a_client_hanging_up_stops_the_generation_in_the_llm_replica(
+    serve_url, serve_config, indexed
+):
+    from ray import serve
+
+    llm = serve.get_deployment_handle("llm", serve_settings(serve_config).app_name)
+    body = {"question": "Tell me all about sleep.", "max_tokens": 500, "understand": False}
+    async with (
+        httpx.AsyncClient(base_url=serve_url, timeout=120) as client,
+        client.stream("POST", "/v1/collections/sleep/answer", json=body, headers=A) as response,
+    ):
+        assert response.status_code == 200
+        deltas = 0
+        async for line in response.aiter_lines():
+            deltas += line == "event: delta"
+            if deltas == 3:
+                break
+    deadline = time.time() + 10
+    while (await llm.stats.remote())["active"] and time.time() < deadline:
+        await asyncio.sleep(0.2)
+    stopped = await llm.stats.remote()
+    assert stopped["active"] == 0, stopped
+    assert stopped["tokens_generated"] < 200  # of the 500 it was allowed
+    await asyncio.sleep(1.5)
+    assert (await llm.stats.remote())["tokens_generated"] == stopped["tokens_generated"]
