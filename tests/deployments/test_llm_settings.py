@@ -33,7 +33,7 @@ def test_the_gpu_configuration_places_the_llm_on_its_own_gpu_group():
     config = load_config(ROOT / "config" / "gpu.yaml", environ={})
     options = LlmDeployment.func_or_class.get_deployment_options(config)
     assert options["ray_actor_options"]["num_gpus"] == 1
-    assert options["ray_actor_options"]["resources"] == {"llm_gpu": 1}
+    assert options["ray_actor_options"]["resources"] == {"llm_slot": 1}
     assert options["autoscaling_config"]["max_replicas"] == 4
     assert options["max_ongoing_requests"] > config.llm.parallel + config.llm.max_queued
     assert config.llm.backend == "vllm" and config.llm.device == "cuda"

@@ -128,7 +128,7 @@ def test_cluster_shape(helm, chart):
     assert cluster["enableInTreeAutoscaling"] is True
     assert cluster["headGroupSpec"]["rayStartParams"]["num-cpus"] == "0"
     groups = {g["groupName"]: g for g in cluster["workerGroupSpecs"]}
-    assert set(groups) == {"cpu", "dense-gpu", "sparse-gpu"}
+    assert set(groups) == {"cpu", "dense-gpu", "sparse-gpu", "llm-gpu"}
     dense = groups["dense-gpu"]
     container = dense["template"]["spec"]["containers"][0]
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 1

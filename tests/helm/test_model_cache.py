@@ -27,6 +27,7 @@ from tests.helm.test_network_policy import NAMESPACE, External, Pod, allowed, se
 from tests.helm.test_ray_cluster import deployment_demands
 
 GPU_CONFIG_IDS = ["Qwen/Qwen3-Embedding-8B", "naver/splade-v3", "BAAI/bge-reranker-v2-m3"]
+LLM_ID = "Qwen/Qwen3-4B-Instruct-2507"  # config/gpu.yaml's llm.model, loaded on llm-gpu only
 # A configuration whose CPU group loads nothing from the cache (the chunker's tokenizer comes
 # from an installed package) on a server store (no data volume anywhere).
 NO_CPU_MODELS = (
@@ -95,6 +96,7 @@ EXPECTED = {
         "cpu": {"/models": "ro"},
         "dense-gpu": {"/models": "ro"},
         "sparse-gpu": {"/models": "ro"},
+        "llm-gpu": {"/models": "ro"},
         "store": {"/data": "rw"},
     },
     "ci/cpu-small.yaml": {  # a host directory, no fetch Job
@@ -102,6 +104,7 @@ EXPECTED = {
         "cpu": {"/models": "ro"},
         "dense-gpu": {"/models": "ro"},
         "sparse-gpu": {"/models": "ro"},
+        "llm-gpu": {"/models": "ro"},
         "store": {"/data": "rw"},
     },
     "ci/gpu-production.yaml": {  # server stores: no data volume; the validate hook reads
@@ -109,6 +112,7 @@ EXPECTED = {
         "cpu": {"/models": "ro"},
         "dense-gpu": {"/models": "ro"},
         "sparse-gpu": {"/models": "ro"},
+        "llm-gpu": {"/models": "ro"},
         "rel-serve-app-model-fetch": {"/models": "rw"},
         "rel-serve-app-validate": {"/models": "ro"},
     },
@@ -117,6 +121,7 @@ EXPECTED = {
         "cpu": {"/models": "ro"},
         "dense-gpu": {"/models": "ro"},
         "sparse-gpu": {"/models": "ro"},
+        "llm-gpu": {"/models": "ro"},
         "rel-serve-app-validate": {"/models": "ro"},
     },
 }
@@ -327,20 +332,21 @@ def job_ids(docs: list[dict]) -> list[str]:
 @pytest.mark.parametrize(
     "extra,expected",
     [
-        ((), GPU_CONFIG_IDS),
+        ((), [*GPU_CONFIG_IDS, LLM_ID]),
         (
             ("--set", "config.reranker.enabled=false", "--set", "config.search.rerank=false"),
-            GPU_CONFIG_IDS[:2],
+            [*GPU_CONFIG_IDS[:2], LLM_ID],
         ),
         (
             ("--set", "config.splade.enabled=false", "--set", "config.search.strategies={bm25,dense}",
              "--set", "config.chunker.tokenizer=/models/Qwen/Qwen3-Embedding-0.6B"),
-            ["Qwen/Qwen3-Embedding-0.6B", "Qwen/Qwen3-Embedding-8B", "BAAI/bge-reranker-v2-m3"],
+            ["Qwen/Qwen3-Embedding-0.6B", "Qwen/Qwen3-Embedding-8B", "BAAI/bge-reranker-v2-m3",
+             LLM_ID],
         ),
         (  # the chunker then embeds sentences with the dense model as well as its tokenizer
             ("--set", "config.chunker.semantic_split=true",
              "--set", "config.chunker.tokenizer=/models/Qwen/Qwen3-Embedding-0.6B"),
-            ["Qwen/Qwen3-Embedding-0.6B", *GPU_CONFIG_IDS],
+            ["Qwen/Qwen3-Embedding-0.6B", *GPU_CONFIG_IDS, LLM_ID],
         ),
     ],
     ids=["gpu.yaml", "no reranker", "no splade, own tokenizer", "semantic split"],
@@ -476,7 +482,7 @@ def test_each_pod_fetches_what_its_groups_deployments_load(extra):
             n for n, b in bundles.items() if not get_bin_pack_residual([dict(resources)], [b])[0]
         }
         ids = []
-        for name in ("chunker", "dense", "splade", "reranker"):
+        for name in ("chunker", "dense", "splade", "reranker", "llm"):
             for ref in refs.get(name, []) if name in fits else []:
                 repo_id = ref.removeprefix("/models/")
                 if ref.startswith("/models/") and repo_id not in ids:
@@ -488,6 +494,7 @@ def test_each_pod_fetches_what_its_groups_deployments_load(extra):
     if not extra:
         assert expected["dense-gpu"] == ["Qwen/Qwen3-Embedding-8B"]
         assert expected["sparse-gpu"] == GPU_CONFIG_IDS  # the chunker may land there too
+        assert expected["llm-gpu"][-1] == LLM_ID and LLM_ID not in expected["sparse-gpu"]
         union = {i for ids in expected.values() for i in ids}
         assert union == set(cache_ids(config, "/models"))
 
@@ -506,8 +513,14 @@ def test_the_init_container_is_the_jobs_container():
     ]  # fmt: skip
     pod = sparse["template"]["spec"]
     (init,) = pod["initContainers"]
-    same = ("name", "image", "imagePullPolicy", "command", "args", "env", "securityContext")
+    same = ("name", "image", "imagePullPolicy", "command", "env", "securityContext")
     assert {k: init[k] for k in same} == {k: job_container[k] for k in same}
+    # The same options; the pod fetches its own group's models (the Job: every group's).
+    models = {*GPU_CONFIG_IDS, LLM_ID}
+    assert [a for a in init["args"] if a not in models] == [
+        a for a in job_container["args"] if a not in models
+    ]
+    assert set(init["args"]) & models == set(GPU_CONFIG_IDS)
     assert init["volumeMounts"] == job_container["volumeMounts"]
     size = yaml.safe_load((CHART / "values.yaml").read_text())["modelCache"]["emptyDir"][
         "sizeLimit"

@@ -128,7 +128,7 @@ replica can take the store's place there. */ -}}
 
 {{/* The worker groups rendered: the store group only with the embedded store's data volume. */}}
 {{- define "serve-app.workerGroups" -}}
-{{- $groups := list "cpu" "dense-gpu" "sparse-gpu" -}}
+{{- $groups := list "cpu" "dense-gpu" "sparse-gpu" "llm-gpu" -}}
 {{- if include "serve-app.storePinned" . }}{{ $groups = append $groups "store" }}{{ end -}}
 {{- toYaml $groups -}}
 {{- end -}}
@@ -138,7 +138,7 @@ The Ray resources each group advertises (the group-level `resources` field: Kube
 to `ray start`, Ray's autoscaler reads them). The head runs no replicas (num-cpus 0 in its
 rayStartParams). The CPU count is the container's CPU request, so Ray never schedules more
 than the pod got; only dense-gpu offers dense_slot and only sparse-gpu offers sparse_slot, so
-the matching deployments land there. With the embedded store, the store group (one pod, the
+the matching deployments land there (and only llm-gpu offers llm_slot, for the LLM). With the embedded store, the store group (one pod, the
 only one that mounts the data volume, so ReadWriteOnce suffices) offers data_volume and no CPU:
 only the store's replica lands there.
 Custom names must survive KubeRay (pod.go, updateRayStartParamsResources): a name whose lower
@@ -161,6 +161,10 @@ sparse-gpu:
   CPU: {{ $w.sparseGpu.resources.requests.cpu | quote }}
   GPU: {{ $w.sparseGpu.gpus | quote }}
   sparse_slot: {{ $w.sparseGpu.gpus | quote }}
+llm-gpu:
+  CPU: {{ $w.llmGpu.resources.requests.cpu | quote }}
+  GPU: {{ $w.llmGpu.gpus | quote }}
+  llm_slot: {{ $w.llmGpu.gpus | quote }}
 {{- end -}}
 
 {{/* A Kubernetes CPU quantity ("4", "500m") as a number. */}}
@@ -179,6 +183,7 @@ else dense.model's tokenizer, and with semantic_split embeds with the dense mode
 {{- $dense := .dense | default dict -}}
 {{- $splade := .splade | default dict -}}
 {{- $reranker := .reranker | default dict -}}
+{{- $llm := .llm | default dict -}}
 chunker:
   - {{ $chunker.tokenizer | default $dense.model | quote }}
   {{- if and $chunker.semantic_split (ne ($chunker.tokenizer | default $dense.model) $dense.model) }}
@@ -190,6 +195,9 @@ splade: [{{ $splade.model | quote }}]
 {{- end }}
 {{- if $reranker.enabled }}
 reranker: [{{ $reranker.model | quote }}]
+{{- end }}
+{{- if and $llm.enabled (not (hasPrefix "catalog:" ($llm.model | default ""))) (not (hasPrefix "package:" ($llm.model | default ""))) }}
+llm: [{{ $llm.model | quote }}]
 {{- end }}
 {{- end -}}
 
@@ -249,7 +257,7 @@ under modelCache.mountPath (/models/Qwen/Qwen3-Embedding-8B -> Qwen/Qwen3-Embedd
 serve_app/model_fetch.py:cache_ids derives them (a test compares them).
 */}}
 {{- define "serve-app.fetchModels" -}}
-{{- include "serve-app.deploymentFetchModels" (list . (list "chunker" "dense" "splade" "reranker")) -}}
+{{- include "serve-app.deploymentFetchModels" (list . (list "chunker" "dense" "splade" "reranker" "llm")) -}}
 {{- end -}}
 
 {{/* The Hub ids the given deployments load from the cache (in first-use order), or the whole
@@ -264,7 +272,7 @@ modelFetch.models when it is set. Arguments: (list $ <deployment names>). */}}
 {{- $config := include "serve-app.config" . | fromYaml -}}
 {{- $root := printf "%s/" (trimSuffix "/" .Values.modelCache.mountPath) -}}
 {{- $refs := include "serve-app.modelReferences" $config | fromYaml -}}
-{{- range $name := list "chunker" "dense" "splade" "reranker" -}}
+{{- range $name := list "chunker" "dense" "splade" "reranker" "llm" -}}
 {{- if has $name $names -}}
 {{- range $ref := (index $refs $name | default list) -}}
 {{- if hasPrefix $root $ref -}}
@@ -347,6 +355,7 @@ deployments/options.py:deployment_options (a test compares the two).
 {{- $serve := $config.serve | default dict -}}
 {{- $splade := $config.splade | default dict -}}
 {{- $reranker := $config.reranker | default dict -}}
+{{- $llm := $config.llm | default dict -}}
 applications:
   - name: {{ $serve.app_name | default "retrieval" }}
     route_prefix: {{ $serve.route_prefix | default "/" }}
@@ -362,6 +371,9 @@ applications:
       {{- end }}
       {{- if $reranker.enabled }}
       {{- include "serve-app.deploymentOptions" (list "reranker" $serve.reranker) | nindent 6 }}
+      {{- end }}
+      {{- if $llm.enabled }}
+      {{- include "serve-app.deploymentOptions" (list "llm" $serve.llm) | nindent 6 }}
       {{- end }}
       {{- include "serve-app.deploymentOptions" (list "store" $serve.store) | nindent 6 }}
       {{- include "serve-app.deploymentOptions" (list "ingress" $serve.ingress) | nindent 6 }}
