@@ -53,7 +53,9 @@ def vllm_app(app_config_factory, tiny_qwen3_dir):
     from deployments.local import start, stop
 
     config = app_config_factory(
-        dense=dense_section(tiny_qwen3_dir, "vllm"), serve={"port": free_port()}
+        dense=dense_section(tiny_qwen3_dir, "vllm"),
+        chunker={"max_tokens": 256, "overlap_tokens": 32},  # within dense.max_length
+        serve={"port": free_port()},
     )
     url = start(config, num_cpus=2)
     try:
@@ -118,6 +120,7 @@ async def test_search_graph_end_to_end_on_vllm(
     # The same corpus through the transformers backend in process: the same dense ranking.
     local_config = app_config_factory(
         dense=dense_section(tiny_qwen3_dir, "transformers"),
+        chunker={"max_tokens": 256, "overlap_tokens": 32},
         splade={"enabled": False},
         search={"strategies": ["bm25", "dense"]},
     )
