@@ -55,6 +55,7 @@ def vllm_app(app_config_factory, tiny_qwen3_dir):
     config = app_config_factory(
         dense=dense_section(tiny_qwen3_dir, "vllm"),
         chunker={"max_tokens": 256, "overlap_tokens": 32},  # within dense.max_length
+        llm={"enabled": False},  # answers are not what this checks (and need llama.cpp)
         serve={"port": free_port()},
     )
     url = start(config, num_cpus=2)
@@ -121,6 +122,7 @@ async def test_search_graph_end_to_end_on_vllm(
     local_config = app_config_factory(
         dense=dense_section(tiny_qwen3_dir, "transformers"),
         chunker={"max_tokens": 256, "overlap_tokens": 32},
+        llm={"enabled": False},
         splade={"enabled": False},
         search={"strategies": ["bm25", "dense"]},
     )
