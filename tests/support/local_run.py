@@ -14,6 +14,8 @@ from pathlib import Path
 
 import yaml
 
+from tests.support.data import SMOLLM2
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -44,6 +46,7 @@ def write_config(tmp: Path, **overrides: object) -> Path:
     """config/local.yaml with its own data_dir under ``tmp`` (and top-level overrides)."""
     config = yaml.safe_load((ROOT / "config" / "local.yaml").read_text())
     config["data_dir"] = str(tmp / "data")
+    config["llm"] = {**config.get("llm", {}), **SMOLLM2}  # the tests' small LLM
     config.update(overrides)
     tmp.mkdir(parents=True, exist_ok=True)
     path = tmp / "config.yaml"

@@ -20,7 +20,7 @@ from serve_app.api.service import RetrievalService
 from serve_app.generation import GenerationParams, Message, build_llm
 from serve_app.pipelines.components import build_components
 from serve_app.ports import free_port
-from tests.conftest import SMOLLM2
+from tests.support.data import SMOLLM2
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

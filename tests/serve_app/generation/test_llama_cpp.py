@@ -10,7 +10,7 @@ import pytest
 from serve_app.config import LlmConfig
 from serve_app.errors import ConfigError, OverloadedError
 from serve_app.generation import GenerationParams, Message, build_llm
-from tests.conftest import SMOLLM2
+from tests.support.data import SMOLLM2
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
