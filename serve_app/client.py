@@ -7,9 +7,10 @@ One bounded request at a time per call; each sends its own ``X-Request-ID`` and
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import anyio
@@ -59,19 +60,23 @@ class ServiceClient:
             await self._http.aclose()
             self._http = None
 
-    async def call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+    def _headers(self) -> tuple[str, dict[str, str]]:
         request_id = f"{self.request_prefix}-{uuid.uuid4().hex[:16]}"
-        headers = {
+        return request_id, {
             "X-Request-ID": request_id,
             "X-Request-Timeout-Ms": str(int(self.timeout_s * 1000)),
         }
+
+    @contextlib.contextmanager
+    def _bounded(self, what: str, request_id: str) -> Iterator[None]:
+        """``timeout_s`` on the block; no answer in time or no connection as ApiCallError."""
         try:
             with anyio.fail_after(self.timeout_s):
-                response = await self.http.request(method, path, headers=headers, **kwargs)
+                yield
         except TimeoutError:
             raise ApiCallError(
                 "TIMEOUT",
-                f"the service did not answer {method} {path} within {self.timeout_s:g}s",
+                f"the service did not finish {what} within {self.timeout_s:g}s",
                 request_id,
                 504,
             ) from None
@@ -82,6 +87,11 @@ class ServiceClient:
                 request_id,
                 503,
             ) from None
+
+    async def call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        request_id, headers = self._headers()
+        with self._bounded(f"{method} {path}", request_id):
+            response = await self.http.request(method, path, headers=headers, **kwargs)
         if response.status_code >= 400:
             raise api_error(response, request_id)
         return response.json()
@@ -89,40 +99,21 @@ class ServiceClient:
     async def events(self, path: str, body: dict[str, Any]) -> AsyncIterator[tuple[str, dict]]:
         """The Server-Sent Events of ``POST path`` as (event, data) pairs, as they arrive;
         an error status raises ApiCallError before the first event."""
-        request_id = f"{self.request_prefix}-{uuid.uuid4().hex[:16]}"
-        headers = {
-            "X-Request-ID": request_id,
-            "X-Request-Timeout-Ms": str(int(self.timeout_s * 1000)),
-        }
-        try:
-            with anyio.fail_after(self.timeout_s):
-                async with self.http.stream("POST", path, json=body, headers=headers) as response:
-                    if response.status_code >= 400:
-                        await response.aread()
-                        raise api_error(response, request_id)
-                    kind, data = "message", []
-                    async for line in response.aiter_lines():
-                        if line.startswith("event: "):
-                            kind = line.removeprefix("event: ")
-                        elif line.startswith("data: "):
-                            data.append(line.removeprefix("data: "))
-                        elif not line and data:
-                            yield kind, json.loads("\n".join(data))
-                            kind, data = "message", []
-        except TimeoutError:
-            raise ApiCallError(
-                "TIMEOUT",
-                f"the service did not finish {path} within {self.timeout_s:g}s",
-                request_id,
-                504,
-            ) from None
-        except httpx.HTTPError as error:
-            raise ApiCallError(
-                "SERVICE_UNAVAILABLE",
-                f"cannot reach the service at {self.url}: {error}",
-                request_id,
-                503,
-            ) from None
+        request_id, headers = self._headers()
+        with self._bounded(f"POST {path}", request_id):
+            async with self.http.stream("POST", path, json=body, headers=headers) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    raise api_error(response, request_id)
+                kind, data = "message", []
+                async for line in response.aiter_lines():
+                    if line.startswith("event: "):
+                        kind = line.removeprefix("event: ")
+                    elif line.startswith("data: "):
+                        data.append(line.removeprefix("data: "))
+                    elif not line and data:
+                        yield kind, json.loads("\n".join(data))
+                        kind, data = "message", []
 
 
 def api_error(response: httpx.Response, request_id: str) -> ApiCallError:
