@@ -127,6 +127,8 @@ class LlamaCppStream:
             yield item
 
     async def aclose(self) -> None:
+        if not self._done.done():
+            self.owner.streams_stopped += 1
         self._stopped.set()
         # Returns once llama.cpp has left the call: nothing is generated after this.
         await asyncio.shield(self._done)
@@ -171,6 +173,7 @@ class LlamaCppLLM:
         self.pool = ThreadPoolExecutor(config.parallel, thread_name_prefix="llama.cpp")
         self.slots = GenerationSlots(config.parallel, config.max_queued, config.retry_after_s)
         self.tokens_generated = 0  # every token handed to a reader, over the engine's life
+        self.streams_stopped = 0  # generations their reader closed while they still ran
         self.closed = False
 
     def _check_open(self) -> None:
@@ -208,7 +211,11 @@ class LlamaCppLLM:
             raise
 
     def stats(self) -> dict[str, int]:
-        return {**self.slots.stats(), "tokens_generated": self.tokens_generated}
+        return {
+            **self.slots.stats(),
+            "tokens_generated": self.tokens_generated,
+            "streams_stopped": self.streams_stopped,
+        }
 
     def close(self) -> None:
         self.closed = True

@@ -70,6 +70,7 @@ class VllmStream:
             async for output in self._outputs:
                 delta = output.outputs[0]
                 self.usage.completion_tokens += len(delta.token_ids)
+                self.owner.tokens_generated += len(delta.token_ids)
                 if delta.text:
                     yield delta.text
                 if output.finished:
@@ -85,6 +86,7 @@ class VllmStream:
 
     async def aclose(self) -> None:
         if self._open:
+            self.owner.streams_stopped += 1
             await self.owner.engine.abort(self.request_id)
             await self._outputs.aclose()
         await self._finish()
@@ -129,7 +131,8 @@ class VllmLLM:
         log.info("starting vLLM's async engine for %s (%s)", path, config.dtype)
         self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**args))
         self.slots = GenerationSlots(config.parallel, config.max_queued, config.retry_after_s)
-        self.tokens_generated = 0
+        self.tokens_generated = 0  # every token handed to a reader, over the engine's life
+        self.streams_stopped = 0  # generations their reader closed while they still ran
 
     def prompt(self, messages: list[Message]) -> str:
         return self.tokenizer.apply_chat_template(
@@ -152,11 +155,14 @@ class VllmLLM:
             text = "".join([delta async for delta in stream])
         finally:
             await stream.aclose()
-        self.tokens_generated += stream.usage.completion_tokens
         return Completion(text, stream.finish_reason or "stop", stream.usage)
 
     def stats(self) -> dict[str, int]:
-        return {**self.slots.stats(), "tokens_generated": self.tokens_generated}
+        return {
+            **self.slots.stats(),
+            "tokens_generated": self.tokens_generated,
+            "streams_stopped": self.streams_stopped,
+        }
 
     def close(self) -> None:
         self.engine.shutdown()

@@ -41,6 +41,7 @@ PAYLOAD_INDEXES = ("tenant_id", "collection", "doc_id", "section")
 
 _REGISTRY_NAMESPACE = uuid.UUID("5b0f7c8e-2f4e-4d6a-9a51-6c0f2f3a9e11")
 
+
 @dataclass(frozen=True, slots=True)
 class ScopeKey:
     """What every store call is scoped by: one tenant and one of its collections, or every

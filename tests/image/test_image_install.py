@@ -126,11 +126,12 @@ def test_install_script_in_a_clean_venv_builds_the_gpu_app_on_cpu(tmp_path, tiny
     result = json.loads(line.removeprefix("RESULT "))
 
     graph = result["graph"]
-    assert set(graph) == {"chunker", "dense", "splade", "reranker", "store", "ingress"}
+    assert set(graph) == {"chunker", "dense", "splade", "reranker", "store", "llm", "ingress"}
     assert result["ingress"] == "ingress"
     # The GPU application's resources are kept: only the devices moved to the CPU.
     assert graph["dense"]["num_gpus"] == 1 and graph["dense"]["resources"] == {"dense_slot": 1}
     assert graph["splade"]["resources"] == {"sparse_slot": 0.5}
+    assert graph["llm"]["num_gpus"] == 1 and graph["llm"]["resources"] == {"llm_slot": 1}
     # constraints/cpu.txt: the torch that vllm 0.32 pins (2.13.0), as its CPU build.
     assert result["torch"].startswith("2.13.0") and result["torch_cuda"] is None
     replicas = result["replicas"]

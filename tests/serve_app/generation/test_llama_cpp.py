@@ -62,6 +62,7 @@ async def test_json_schema_output_always_parses_against_the_schema(smollm2, ques
 
 async def test_closing_a_stream_stops_the_generation(smollm2):
     before = smollm2.tokens_generated
+    stopped_before = smollm2.streams_stopped
     stream = await smollm2.open_stream(STORY, GenerationParams(max_tokens=400, temperature=0.7))
     seen = 0
     async for _ in stream:
@@ -74,6 +75,7 @@ async def test_closing_a_stream_stops_the_generation(smollm2):
     await asyncio.sleep(1.0)
     assert smollm2.tokens_generated == stopped_at  # nothing generated after the close
     assert stopped_at - before < 50  # far from the 400 it was allowed
+    assert smollm2.streams_stopped == stopped_before + 1
     again = await smollm2.complete(STORY, GenerationParams(max_tokens=4))
     assert again.usage.completion_tokens == 4
 

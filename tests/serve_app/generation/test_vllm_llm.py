@@ -65,6 +65,7 @@ MESSAGES = [Message("system", "Be brief."), Message("user", "Name a colour.")]
 
 async def test_greedy_completion_and_stream_agree(vllm_llm):
     params = GenerationParams(max_tokens=12, temperature=0.0)
+    before = vllm_llm.stats()
     whole = await vllm_llm.complete(MESSAGES, params)
     assert whole.usage.completion_tokens == 12 and whole.finish_reason == "length"
     assert whole.usage.prompt_tokens > 5
@@ -73,6 +74,9 @@ async def test_greedy_completion_and_stream_agree(vllm_llm):
     await stream.aclose()
     assert "".join(deltas) == whole.text
     assert vllm_llm.slots.active == 0
+    after = vllm_llm.stats()  # both runs' tokens counted once; neither was stopped early
+    assert after["tokens_generated"] - before["tokens_generated"] == 24
+    assert after["streams_stopped"] == before["streams_stopped"]
 
 
 async def test_structured_output_parses_against_the_schema(vllm_llm):
@@ -83,6 +87,7 @@ async def test_structured_output_parses_against_the_schema(vllm_llm):
 
 
 async def test_a_closed_stream_frees_its_slot_and_a_full_replica_refuses(vllm_llm):
+    stopped_before = vllm_llm.streams_stopped
     stream = await vllm_llm.open_stream(MESSAGES, GenerationParams(max_tokens=200))
     with pytest.raises(OverloadedError):
         await vllm_llm.open_stream(MESSAGES, GenerationParams(max_tokens=2))
@@ -90,4 +95,5 @@ async def test_a_closed_stream_frees_its_slot_and_a_full_replica_refuses(vllm_ll
         break
     await stream.aclose()
     assert vllm_llm.slots.active == 0
+    assert vllm_llm.streams_stopped == stopped_before + 1
     assert (await vllm_llm.complete(MESSAGES, GenerationParams(max_tokens=2))).text is not None
