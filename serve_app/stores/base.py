@@ -168,7 +168,7 @@ class SearchQuery:
     strategies: list[Strategy]
     query: QueryVectors
     limit: int
-    tenant_id: str
+    scope: ScopeKey | str
     filters: SearchFilters | None = None
     doc_ids: bool = True
 
@@ -180,7 +180,7 @@ class StrategyQuery:
     strategy: Strategy
     query: QueryVectors
     limit: int
-    tenant_id: str
+    scope: ScopeKey | str
     filters: SearchFilters | None
     doc_ids: bool
 
@@ -193,8 +193,9 @@ whose stored chunks all carry one hash."""
 @runtime_checkable
 class ChunkIndex(Protocol):
     """Chunk storage and per-strategy retrieval. Every call is scoped to one tenant's
-    collection: the ``tenant_id`` arguments are scope keys (``scope``), a bare tenant id being
-    its ``default`` collection.
+    collection: the ``scope`` arguments are scope keys (``ScopeKey``, made by ``scope``), a
+    bare tenant id being its ``default`` collection. The ``tenant_id`` arguments (inspection
+    and the named collections) are bare tenant ids.
 
     A chunk is served (searched, fetched, counted) only when every store of the topology
     holds it; a document counts as stored only when all its chunks are there under one
@@ -208,22 +209,24 @@ class ChunkIndex(Protocol):
         """Create or open the index; refuse (ModelMismatchError) vectors from other models."""
         ...
 
-    async def write_documents(self, tenant_id: str, writes: list[DocumentWrite]) -> int:
+    async def write_documents(self, scope: ScopeKey | str, writes: list[DocumentWrite]) -> int:
         """Replace each document by its new chunks; returns the old chunks removed."""
         ...
 
-    async def delete_document(self, tenant_id: str, doc_id: str) -> int: ...
+    async def delete_document(self, scope: ScopeKey | str, doc_id: str) -> int: ...
 
-    async def document_hashes(self, tenant_id: str, doc_ids: list[str]) -> dict[str, str]: ...
+    async def document_hashes(
+        self, scope: ScopeKey | str, doc_ids: list[str]
+    ) -> dict[str, str]: ...
 
-    async def document_info(self, tenant_id: str, doc_id: str) -> DocumentInfo | None: ...
+    async def document_info(self, scope: ScopeKey | str, doc_id: str) -> DocumentInfo | None: ...
 
     async def search(
         self,
         strategy: Strategy,
         query: QueryVectors,
         limit: int,
-        tenant_id: str,
+        scope: ScopeKey | str,
         filters: SearchFilters | None = None,
     ) -> list[Hit]: ...
 
@@ -232,7 +235,7 @@ class ChunkIndex(Protocol):
         strategies: list[Strategy],
         query: QueryVectors,
         limit: int,
-        tenant_id: str,
+        scope: ScopeKey | str,
         filters: SearchFilters | None = None,
     ) -> dict[str, list[Hit]]:
         """Every strategy for one query in one call per store."""
@@ -242,15 +245,17 @@ class ChunkIndex(Protocol):
         """Many queries (a coalesced batch) in one call per store."""
         ...
 
-    async def fetch(self, tenant_id: str, chunk_ids: list[str]) -> list[Chunk]:
-        """The tenant's chunks with these ids, in the order asked (unknown ids are skipped)."""
+    async def fetch(self, scope: ScopeKey | str, chunk_ids: list[str]) -> list[Chunk]:
+        """The scope's chunks with these ids, in the order asked (unknown ids are skipped)."""
         ...
 
-    async def fetch_batch(self, requests: list[tuple[str, list[str]]]) -> list[list[Chunk]]:
-        """``fetch`` for many (tenant, ids) requests in one call per store."""
+    async def fetch_batch(
+        self, requests: list[tuple[ScopeKey | str, list[str]]]
+    ) -> list[list[Chunk]]:
+        """``fetch`` for many (scope, ids) requests in one call per store."""
         ...
 
-    async def count(self, tenant_id: str | None = None) -> int: ...
+    async def count(self, scope: ScopeKey | str | None = None) -> int: ...
 
     async def inspect(self, tenant_id: str | None = None, collection: str | None = None) -> dict:
         """Each store's own report and, per (tenant, collection), the chunks and documents
@@ -302,42 +307,44 @@ class Backend(Protocol):
 
     async def healthy(self) -> bool: ...
 
-    async def upsert(self, tenant_id: str, writes: list[DocumentWrite]) -> None:
+    async def upsert(self, scope: ScopeKey | str, writes: list[DocumentWrite]) -> None:
         """Every chunk of ``writes`` (payload with ``content_hash`` and ``chunk_count``),
         visible to reads when the call returns."""
         ...
 
-    async def delete_ids(self, tenant_id: str, chunk_ids: list[str]) -> None: ...
+    async def delete_ids(self, scope: ScopeKey | str, chunk_ids: list[str]) -> None: ...
 
-    async def delete_documents(self, tenant_id: str, doc_ids: list[str]) -> int:
+    async def delete_documents(self, scope: ScopeKey | str, doc_ids: list[str]) -> int:
         """Every chunk of the documents; returns how many there were."""
         ...
 
-    async def delete_scope(self, tenant_id: str) -> int:
+    async def delete_scope(self, scope: ScopeKey | str) -> int:
         """Every chunk of the scope (a whole collection); returns how many there were."""
         ...
 
-    async def chunk_ids(self, tenant_id: str, doc_ids: list[str]) -> dict[str, set[str]]:
+    async def chunk_ids(self, scope: ScopeKey | str, doc_ids: list[str]) -> dict[str, set[str]]:
         """doc id -> the ids of its chunks held here (documents with none are absent)."""
         ...
 
-    async def document_states(self, tenant_id: str, doc_ids: list[str]) -> DocumentStates: ...
+    async def document_states(
+        self, scope: ScopeKey | str, doc_ids: list[str]
+    ) -> DocumentStates: ...
 
     async def query(self, queries: list[StrategyQuery]) -> list[list[Hit]]:
         """Hits per query, best first, in one round trip."""
         ...
 
-    async def present(self, requests: list[tuple[str, list[str]]]) -> list[set[str]]:
-        """Per (tenant, ids) request: the ids held here for that tenant."""
+    async def present(self, requests: list[tuple[ScopeKey | str, list[str]]]) -> list[set[str]]:
+        """Per (scope, ids) request: the ids held here in that scope."""
         ...
 
-    async def count(self, tenant_id: str | None) -> int: ...
+    async def count(self, scope: ScopeKey | str | None) -> int: ...
 
     async def scroll_payloads(
-        self, tenant_id: str | None, fields: list[str] | None, offset: Any, limit: int
+        self, scope: ScopeKey | str | None, fields: list[str] | None, offset: Any, limit: int
     ) -> tuple[list[tuple[str, dict]], Any]:
         """A page of (chunk id, payload with ``fields``, or all of it for None) and the offset
-        of the next page (None after the last); ``tenant_id`` None pages through everything."""
+        of the next page (None after the last); ``scope`` None pages through everything."""
         ...
 
     async def describe(self) -> dict[str, Any]:
@@ -351,11 +358,13 @@ class Backend(Protocol):
 class ChunkBackend(Backend, Protocol):
     """A backend whose payloads are whole chunks."""
 
-    async def chunks(self, requests: list[tuple[str, list[str]]]) -> list[dict[str, Chunk]]:
-        """Per (tenant, ids) request: id -> chunk, for the ids held here for that tenant."""
+    async def chunks(
+        self, requests: list[tuple[ScopeKey | str, list[str]]]
+    ) -> list[dict[str, Chunk]]:
+        """Per (scope, ids) request: id -> chunk, for the ids held here in that scope."""
         ...
 
-    async def document_payloads(self, tenant_id: str, doc_id: str) -> list[dict]:
+    async def document_payloads(self, scope: ScopeKey | str, doc_id: str) -> list[dict]:
         """The payloads of a document's chunks (id, order, title, metadata, source, hash)."""
         ...
 
@@ -395,13 +404,15 @@ TOPOLOGIES.register_lazy("qdrant", "serve_app.stores.qdrant_store:build_qdrant",
 TOPOLOGIES.register_lazy("opensearch+qdrant", "serve_app.stores.split:build_split", _STORES_EXTRA)
 
 
-def document_info_from(tenant_id: str, doc_id: str, payloads: list[dict]) -> DocumentInfo | None:
+def document_info_from(
+    scope: ScopeKey | str, doc_id: str, payloads: list[dict]
+) -> DocumentInfo | None:
     """A document's info from its stored chunk payloads (any order); None when there are none."""
     if not payloads:
         return None
     ordered = sorted(payloads, key=lambda p: p["order"])
     first = ordered[0]
-    tenant, collection = scope_parts(tenant_id)
+    tenant, collection = scope_parts(scope)
     return DocumentInfo(
         id=doc_id,
         tenant_id=tenant,

@@ -52,6 +52,7 @@ from serve_app.stores.base import (
     DocumentWrite,
     Hit,
     IndexModels,
+    ScopeKey,
     StrategyQuery,
     directory_bytes,
     in_scope,
@@ -293,19 +294,19 @@ class EdgeBackend:
         if points:
             self._update(edge.UpdateOperation.upsert_points(points))
 
-    async def upsert(self, tenant_id: str, writes: list[DocumentWrite]) -> None:
-        del tenant_id  # carried by each chunk's payload
+    async def upsert(self, scope: ScopeKey | str, writes: list[DocumentWrite]) -> None:
+        del scope  # carried by each chunk's payload
         await asyncio.to_thread(self._upsert_sync, writes)
 
-    async def delete_ids(self, tenant_id: str, chunk_ids: list[str]) -> None:
-        selector = qr.chunk_filter(tenant_id)
+    async def delete_ids(self, scope: ScopeKey | str, chunk_ids: list[str]) -> None:
+        selector = qr.chunk_filter(scope)
         spec = edge.Filter(
             must=[edge.HasIdCondition(set(chunk_ids)), *to_edge_filter(selector).must]
         )
         await asyncio.to_thread(self._update, edge.UpdateOperation.delete_points_by_filter(spec))
 
-    def _delete_documents_sync(self, tenant_id: str, doc_ids: list[str]) -> int:
-        return self._delete_where_sync(qr.chunk_filter(tenant_id, doc_ids=doc_ids))
+    def _delete_documents_sync(self, scope: ScopeKey | str, doc_ids: list[str]) -> int:
+        return self._delete_where_sync(qr.chunk_filter(scope, doc_ids=doc_ids))
 
     def _delete_where_sync(self, spec: qr.Filter) -> int:
         selector = to_edge_filter(spec)
@@ -318,8 +319,8 @@ class EdgeBackend:
 
         return self._engine_write(delete)
 
-    async def delete_documents(self, tenant_id: str, doc_ids: list[str]) -> int:
-        return await asyncio.to_thread(self._delete_documents_sync, tenant_id, doc_ids)
+    async def delete_documents(self, scope: ScopeKey | str, doc_ids: list[str]) -> int:
+        return await asyncio.to_thread(self._delete_documents_sync, scope, doc_ids)
 
     # -- reads ---------------------------------------------------------------------------
     def _scroll(
@@ -348,32 +349,32 @@ class EdgeBackend:
             if offset is None or not records or done == pages:
                 return found, offset
 
-    def _chunk_ids_sync(self, tenant_id: str, doc_ids: list[str]) -> dict[str, set[str]]:
+    def _chunk_ids_sync(self, scope: ScopeKey | str, doc_ids: list[str]) -> dict[str, set[str]]:
         held: dict[str, set[str]] = {}
-        records, _ = self._scroll(qr.chunk_filter(tenant_id, doc_ids=doc_ids), ["doc_id"])
+        records, _ = self._scroll(qr.chunk_filter(scope, doc_ids=doc_ids), ["doc_id"])
         for chunk_id, payload in records:
             held.setdefault(payload["doc_id"], set()).add(chunk_id)
         return held
 
-    async def chunk_ids(self, tenant_id: str, doc_ids: list[str]) -> dict[str, set[str]]:
+    async def chunk_ids(self, scope: ScopeKey | str, doc_ids: list[str]) -> dict[str, set[str]]:
         if not doc_ids:
             return {}
-        return await asyncio.to_thread(self._chunk_ids_sync, tenant_id, doc_ids)
+        return await asyncio.to_thread(self._chunk_ids_sync, scope, doc_ids)
 
-    def _states_sync(self, tenant_id: str, doc_ids: list[str]) -> DocumentStates:
+    def _states_sync(self, scope: ScopeKey | str, doc_ids: list[str]) -> DocumentStates:
         records, _ = self._scroll(
-            qr.chunk_filter(tenant_id, doc_ids=doc_ids), ["doc_id", "content_hash", "chunk_count"]
+            qr.chunk_filter(scope, doc_ids=doc_ids), ["doc_id", "content_hash", "chunk_count"]
         )
         return states_from_payloads([p for _, p in records])
 
-    async def document_states(self, tenant_id: str, doc_ids: list[str]) -> DocumentStates:
+    async def document_states(self, scope: ScopeKey | str, doc_ids: list[str]) -> DocumentStates:
         if not doc_ids:
             return {}
-        return await asyncio.to_thread(self._states_sync, tenant_id, doc_ids)
+        return await asyncio.to_thread(self._states_sync, scope, doc_ids)
 
-    async def document_payloads(self, tenant_id: str, doc_id: str) -> list[dict]:
+    async def document_payloads(self, scope: ScopeKey | str, doc_id: str) -> list[dict]:
         records, _ = await asyncio.to_thread(
-            self._scroll, qr.chunk_filter(tenant_id, doc_ids=[doc_id]), None
+            self._scroll, qr.chunk_filter(scope, doc_ids=[doc_id]), None
         )
         return [payload for _, payload in records]
 
@@ -386,10 +387,10 @@ class EdgeBackend:
             params = (
                 edge.SearchParams(
                     idf=edge.IdfParams(
-                        corpus=to_edge_filter(qr.chunk_filter(plan.search.idf_tenant))
+                        corpus=to_edge_filter(qr.chunk_filter(plan.search.idf_scope))
                     )
                 )
-                if plan.search.idf_tenant is not None
+                if plan.search.idf_scope is not None
                 else None
             )
         return edge.QueryRequest(
@@ -428,7 +429,7 @@ class EdgeBackend:
         return self._query_sync(queries)  # inline: see the module's docstring
 
     def _retrieve_sync(
-        self, requests: list[tuple[str, list[str]]], fields: list[str] | bool
+        self, requests: list[tuple[ScopeKey | str, list[str]]], fields: list[str] | bool
     ) -> list[dict[str, dict]]:
         wanted = list(dict.fromkeys(i for _, ids in requests for i in ids))
         if not wanted:
@@ -437,33 +438,35 @@ class EdgeBackend:
         records = self.shard.retrieve(wanted, with_payload=payload, with_vector=False)
         by_id = {self._id_text(r.id): dict(r.payload or {}) for r in records}
         return [
-            {i: by_id[i] for i in ids if i in by_id and in_scope(by_id[i], tenant)}
-            for tenant, ids in requests
+            {i: by_id[i] for i in ids if i in by_id and in_scope(by_id[i], key)}
+            for key, ids in requests
         ]
 
-    async def present(self, requests: list[tuple[str, list[str]]]) -> list[set[str]]:
+    async def present(self, requests: list[tuple[ScopeKey | str, list[str]]]) -> list[set[str]]:
         found = self._retrieve_sync(requests, SCOPE_FIELDS)  # inline, as ``query``
         return [set(f) for f in found]
 
-    async def chunks(self, requests: list[tuple[str, list[str]]]) -> list[dict[str, Chunk]]:
+    async def chunks(
+        self, requests: list[tuple[ScopeKey | str, list[str]]]
+    ) -> list[dict[str, Chunk]]:
         found = self._retrieve_sync(requests, True)  # inline, as ``query``
         return [{i: qr.payload_to_chunk(p) for i, p in f.items()} for f in found]
 
-    async def count(self, tenant_id: str | None) -> int:
-        selector = to_edge_filter(qr.chunk_filter(tenant_id)) if tenant_id else None
+    async def count(self, scope: ScopeKey | str | None) -> int:
+        selector = to_edge_filter(qr.chunk_filter(scope)) if scope else None
         return await asyncio.to_thread(
             self.shard.count, edge.CountRequest(exact=True, filter=selector)
         )
 
     async def scroll_payloads(
-        self, tenant_id: str | None, fields: list[str] | None, offset: Any, limit: int
+        self, scope: ScopeKey | str | None, fields: list[str] | None, offset: Any, limit: int
     ) -> tuple[list[tuple[str, dict]], Any]:
         return await asyncio.to_thread(
-            self._scroll, qr.chunk_filter(tenant_id), fields, offset, 1, limit
+            self._scroll, qr.chunk_filter(scope), fields, offset, 1, limit
         )
 
-    async def delete_scope(self, tenant_id: str) -> int:
-        return await asyncio.to_thread(self._delete_where_sync, qr.chunk_filter(tenant_id))
+    async def delete_scope(self, scope: ScopeKey | str) -> int:
+        return await asyncio.to_thread(self._delete_where_sync, qr.chunk_filter(scope))
 
     # -- inspection and the collection registry --------------------------------------------
     def _describe_sync(self) -> dict[str, Any]:

@@ -111,24 +111,24 @@ class StoreIndex:
         return all(await asyncio.gather(*(b.healthy() for b in self.backends)))
 
     # -- writes --------------------------------------------------------------------------
-    async def write_documents(self, tenant_id: str, writes: list[DocumentWrite]) -> int:
+    async def write_documents(self, scope: ScopeKey | str, writes: list[DocumentWrite]) -> int:
         if not writes:
             return 0
         doc_ids = [w.doc_id for w in writes]
-        held = await self._held(tenant_id, doc_ids)
+        held = await self._held(scope, doc_ids)
         served = _intersect(held)
         new_ids = {w.doc_id: {e.chunk.id for e in w.chunks} for w in writes}
         committed = False
         try:
             for backend in self.backends:
-                await self._step(backend.upsert(tenant_id, writes))
+                await self._step(backend.upsert(scope, writes))
             committed = True  # every store holds every new chunk: the new versions are whole
-            await self._remove_old(tenant_id, held, new_ids)
+            await self._remove_old(scope, held, new_ids)
         except BaseException as error:
             if committed:
-                recovery = self._remove_old(tenant_id, held, new_ids)
+                recovery = self._remove_old(scope, held, new_ids)
             else:
-                recovery = self._roll_back(tenant_id, served, new_ids)
+                recovery = self._roll_back(scope, served, new_ids)
             recovered = await self._recover(recovery, f"write of {doc_ids[:3]}...")
             if isinstance(error, ServeAppError):
                 if committed and recovered:
@@ -144,13 +144,13 @@ class StoreIndex:
             raise
         return _removed(served, new_ids)
 
-    async def delete_document(self, tenant_id: str, doc_id: str) -> int:
-        held = await self._held(tenant_id, [doc_id])
+    async def delete_document(self, scope: ScopeKey | str, doc_id: str) -> int:
+        held = await self._held(scope, [doc_id])
         removed = len(_intersect(held).get(doc_id, ()))
 
         async def delete_everywhere() -> None:
             results = await asyncio.gather(
-                *(b.delete_documents(tenant_id, [doc_id]) for b in self.backends),
+                *(b.delete_documents(scope, [doc_id]) for b in self.backends),
                 return_exceptions=True,
             )
             for result in results:
@@ -168,28 +168,28 @@ class StoreIndex:
             raise
         return removed
 
-    async def _held(self, tenant_id: str, doc_ids: list[str]) -> list[dict[str, set[str]]]:
-        return list(await asyncio.gather(*(b.chunk_ids(tenant_id, doc_ids) for b in self.backends)))
+    async def _held(self, scope: ScopeKey | str, doc_ids: list[str]) -> list[dict[str, set[str]]]:
+        return list(await asyncio.gather(*(b.chunk_ids(scope, doc_ids) for b in self.backends)))
 
     async def _remove_old(
         self,
-        tenant_id: str,
+        scope: ScopeKey | str,
         held: list[dict[str, set[str]]],
         new_ids: dict[str, set[str]],
     ) -> None:
         for backend, backend_held in zip(self.backends, held, strict=True):
             old = [cid for doc, ids in backend_held.items() for cid in ids - new_ids[doc]]
             if old:
-                await self._step(backend.delete_ids(tenant_id, old))
+                await self._step(backend.delete_ids(scope, old))
 
     async def _roll_back(
-        self, tenant_id: str, served: dict[str, set[str]], new_ids: dict[str, set[str]]
+        self, scope: ScopeKey | str, served: dict[str, set[str]], new_ids: dict[str, set[str]]
     ) -> None:
         # The chunks the old version did not have; an id both versions share stays.
         written = [cid for doc, ids in new_ids.items() for cid in ids - served.get(doc, set())]
         for backend in self.backends:
             if written:
-                await backend.delete_ids(tenant_id, written)
+                await backend.delete_ids(scope, written)
 
     async def _step(self, work: Awaitable[None]) -> None:
         """One store request of a write. If the caller is cancelled while it runs, the request
@@ -231,12 +231,10 @@ class StoreIndex:
         asyncio.get_running_loop().call_later(self.recovery_timeout_s, task.cancel)
 
     # -- reads ---------------------------------------------------------------------------
-    async def document_hashes(self, tenant_id: str, doc_ids: list[str]) -> dict[str, str]:
+    async def document_hashes(self, scope: ScopeKey | str, doc_ids: list[str]) -> dict[str, str]:
         if not doc_ids:
             return {}
-        states = await asyncio.gather(
-            *(b.document_states(tenant_id, doc_ids) for b in self.backends)
-        )
+        states = await asyncio.gather(*(b.document_states(scope, doc_ids) for b in self.backends))
         complete: dict[str, str] = {}
         for doc in doc_ids:
             seen = [per[doc] for per in states if doc in per]
@@ -245,35 +243,33 @@ class StoreIndex:
                 complete[doc] = seen[0][0]
         return complete
 
-    async def document_info(self, tenant_id: str, doc_id: str) -> DocumentInfo | None:
-        payloads = await self.chunk_store.document_payloads(tenant_id, doc_id)
+    async def document_info(self, scope: ScopeKey | str, doc_id: str) -> DocumentInfo | None:
+        payloads = await self.chunk_store.document_payloads(scope, doc_id)
         if len(self.backends) > 1 and payloads:
             ids = [p["id"] for p in payloads]
-            present = await self._present_everywhere([(tenant_id, ids)], skip=self.chunk_store)
+            present = await self._present_everywhere([(scope, ids)], skip=self.chunk_store)
             payloads = [p for p in payloads if p["id"] in present[0]]
-        return document_info_from(tenant_id, doc_id, payloads)
+        return document_info_from(scope, doc_id, payloads)
 
     async def search(
         self,
         strategy: Strategy,
         query: QueryVectors,
         limit: int,
-        tenant_id: str,
+        scope: ScopeKey | str,
         filters: SearchFilters | None = None,
     ) -> list[Hit]:
-        return (await self.search_many([strategy], query, limit, tenant_id, filters))[strategy]
+        return (await self.search_many([strategy], query, limit, scope, filters))[strategy]
 
     async def search_many(
         self,
         strategies: list[Strategy],
         query: QueryVectors,
         limit: int,
-        tenant_id: str,
+        scope: ScopeKey | str,
         filters: SearchFilters | None = None,
     ) -> dict[str, list[Hit]]:
-        (result,) = await self.search_batch(
-            [SearchQuery(strategies, query, limit, tenant_id, filters)]
-        )
+        (result,) = await self.search_batch([SearchQuery(strategies, query, limit, scope, filters)])
         return result
 
     async def search_batch(self, queries: list[SearchQuery]) -> list[dict[str, list[Hit]]]:
@@ -283,7 +279,7 @@ class StoreIndex:
                 backend = self._route.get(strategy)
                 if backend is None:
                     raise ValueError(f"this topology does not serve the {strategy!r} strategy")
-                one = StrategyQuery(strategy, q.query, q.limit, q.tenant_id, q.filters, q.doc_ids)
+                one = StrategyQuery(strategy, q.query, q.limit, q.scope, q.filters, q.doc_ids)
                 per_backend.setdefault(id(backend), []).append((position, one))
         backends = {id(b): b for b in self.backends}
         keys = list(per_backend)
@@ -296,10 +292,12 @@ class StoreIndex:
                 results[position][one.strategy] = hits
         return results
 
-    async def fetch(self, tenant_id: str, chunk_ids: list[str]) -> list[Chunk]:
-        return (await self.fetch_batch([(tenant_id, chunk_ids)]))[0]
+    async def fetch(self, scope: ScopeKey | str, chunk_ids: list[str]) -> list[Chunk]:
+        return (await self.fetch_batch([(scope, chunk_ids)]))[0]
 
-    async def fetch_batch(self, requests: list[tuple[str, list[str]]]) -> list[list[Chunk]]:
+    async def fetch_batch(
+        self, requests: list[tuple[ScopeKey | str, list[str]]]
+    ) -> list[list[Chunk]]:
         if not any(ids for _, ids in requests):
             return [[] for _ in requests]
         found, present = await asyncio.gather(
@@ -312,30 +310,30 @@ class StoreIndex:
         ]
 
     async def _present_everywhere(
-        self, requests: list[tuple[str, list[str]]], skip: Backend | None = None
+        self, requests: list[tuple[ScopeKey | str, list[str]]], skip: Backend | None = None
     ) -> list[set[str]]:
-        """Per request: the ids every backend (but ``skip``) holds for its tenant."""
+        """Per request: the ids every backend (but ``skip``) holds in its scope."""
         others = [b for b in self.backends if b is not skip]
         if not others:
             return [set(ids) for _, ids in requests]
         answers = await asyncio.gather(*(b.present(requests) for b in others))
         return [set.intersection(*(a[i] for a in answers)) for i in range(len(requests))]
 
-    async def count(self, tenant_id: str | None = None) -> int:
+    async def count(self, scope: ScopeKey | str | None = None) -> int:
         if len(self.backends) == 1:
-            return await self.backends[0].count(tenant_id)
+            return await self.backends[0].count(scope)
         # Chunks every store holds: page through one store's ids, confirm in the others.
         total, offset = 0, None
         while True:
             page, offset = await self.chunk_store.scroll_payloads(
-                tenant_id, SCOPE_FIELDS, offset, _COUNT_PAGE
+                scope, SCOPE_FIELDS, offset, _COUNT_PAGE
             )
-            by_tenant: dict[str, list[str]] = {}
+            by_scope: dict[ScopeKey | str, list[str]] = {}
             for chunk_id, payload in page:
-                by_tenant.setdefault(payload_scope(payload), []).append(chunk_id)
-            if by_tenant:
+                by_scope.setdefault(payload_scope(payload), []).append(chunk_id)
+            if by_scope:
                 present = await self._present_everywhere(
-                    list(by_tenant.items()), skip=self.chunk_store
+                    list(by_scope.items()), skip=self.chunk_store
                 )
                 total += sum(len(ids) for ids in present)
             if offset is None or not page:
@@ -388,7 +386,7 @@ class StoreIndex:
         }
 
     async def _inspect_one(
-        self, backend: Backend, selector: str | None
+        self, backend: Backend, selector: ScopeKey | None
     ) -> tuple[dict[str, Any], dict[str, tuple[int, set[str]]]]:
         report = await backend.describe()
         report["strategies"] = list(backend.strategies)

@@ -17,6 +17,7 @@ from serve_app.stores.base import (
     REGISTRY_RECORD_FIELDS,
     DocumentWrite,
     IndexModels,
+    ScopeKey,
     scope_parts,
 )
 
@@ -130,9 +131,9 @@ def bulk_index_actions(index: str, items: list[tuple[str, dict[str, Any]]]) -> l
     return body
 
 
-def scope_clauses(tenant_id: str) -> list[dict[str, Any]]:
+def scope_clauses(scope: ScopeKey | str) -> list[dict[str, Any]]:
     """The chunks of a scope key (``stores.base.scope``): its tenant, and its collection."""
-    tenant, collection = scope_parts(tenant_id)
+    tenant, collection = scope_parts(scope)
     clauses: list[dict[str, Any]] = [{"term": {"tenant_id": tenant}}]
     if collection is not None:
         clauses.append({"term": {"collection": collection}})
@@ -140,9 +141,9 @@ def scope_clauses(tenant_id: str) -> list[dict[str, Any]]:
 
 
 def filter_clauses(
-    tenant_id: str, filters: SearchFilters | None, doc_ids: list[str] | None = None
+    scope: ScopeKey | str, filters: SearchFilters | None, doc_ids: list[str] | None = None
 ) -> list[dict[str, Any]]:
-    clauses = scope_clauses(tenant_id)
+    clauses = scope_clauses(scope)
     if doc_ids is not None:
         clauses.append({"terms": {"doc_id": list(doc_ids)}})
     if filters is not None:
@@ -216,11 +217,11 @@ def splade_query(
     return {"size": limit, "_source": ["doc_id"], "query": query}
 
 
-def hashes_query(tenant_id: str, doc_ids: list[str]) -> dict[str, Any]:
+def hashes_query(scope: ScopeKey | str, doc_ids: list[str]) -> dict[str, Any]:
     """Per document: how many chunks carry each content hash, and how many there should be."""
     return {
         "size": 0,
-        "query": {"bool": {"filter": filter_clauses(tenant_id, None, doc_ids=doc_ids)}},
+        "query": {"bool": {"filter": filter_clauses(scope, None, doc_ids=doc_ids)}},
         "aggs": {
             "docs": {
                 "terms": {"field": "doc_id", "size": max(len(doc_ids), 1)},
@@ -235,30 +236,30 @@ def hashes_query(tenant_id: str, doc_ids: list[str]) -> dict[str, Any]:
     }
 
 
-def documents_query(tenant_id: str, doc_ids: list[str]) -> dict[str, Any]:
+def documents_query(scope: ScopeKey | str, doc_ids: list[str]) -> dict[str, Any]:
     """The chunks of these documents."""
-    return {"query": {"bool": {"filter": filter_clauses(tenant_id, None, doc_ids=doc_ids)}}}
+    return {"query": {"bool": {"filter": filter_clauses(scope, None, doc_ids=doc_ids)}}}
 
 
-def ids_query(tenant_id: str, chunk_ids: list[str]) -> dict[str, Any]:
-    """These chunks (the tenant's only)."""
-    filters = [*filter_clauses(tenant_id, None), {"ids": {"values": list(chunk_ids)}}]
+def ids_query(scope: ScopeKey | str, chunk_ids: list[str]) -> dict[str, Any]:
+    """These chunks (the scope's only)."""
+    filters = [*filter_clauses(scope, None), {"ids": {"values": list(chunk_ids)}}]
     return {"query": {"bool": {"filter": filters}}}
 
 
-def document_query(tenant_id: str, doc_id: str, size: int) -> dict[str, Any]:
+def document_query(scope: ScopeKey | str, doc_id: str, size: int) -> dict[str, Any]:
     return {
         "size": size,
         "_source": {"excludes": ["splade", "body"]},
         "sort": ["order"],  # ascending, the default for a field sort
-        "query": {"bool": {"filter": filter_clauses(tenant_id, None, doc_ids=[doc_id])}},
+        "query": {"bool": {"filter": filter_clauses(scope, None, doc_ids=[doc_id])}},
     }
 
 
-def count_query(tenant_id: str | None) -> dict[str, Any]:
-    if tenant_id is None:
+def count_query(scope: ScopeKey | str | None) -> dict[str, Any]:
+    if scope is None:
         return {"query": {"match_all": {}}}
-    return {"query": {"bool": {"filter": scope_clauses(tenant_id)}}}
+    return {"query": {"bool": {"filter": scope_clauses(scope)}}}
 
 
 def registry_body(config: OpenSearchConfig) -> dict[str, Any]:

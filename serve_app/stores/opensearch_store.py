@@ -38,6 +38,7 @@ from serve_app.stores.base import (
     DocumentWrite,
     Hit,
     IndexModels,
+    ScopeKey,
     StrategyQuery,
     in_scope,
     legacy_records,
@@ -219,8 +220,8 @@ class OpenSearchBackend:
             f"{self.config.max_retries} retries"
         )
 
-    async def upsert(self, tenant_id: str, writes: list[DocumentWrite]) -> None:
-        del tenant_id  # carried by each chunk's source
+    async def upsert(self, scope: ScopeKey | str, writes: list[DocumentWrite]) -> None:
+        del scope  # carried by each chunk's source
         actions = [
             (encoded.chunk.id, bodies.chunk_source(write, i))
             for write in writes
@@ -239,11 +240,11 @@ class OpenSearchBackend:
         )
         return int(response.get("deleted", 0))
 
-    async def delete_ids(self, tenant_id: str, chunk_ids: list[str]) -> None:
-        await self._delete_where(bodies.ids_query(tenant_id, chunk_ids))
+    async def delete_ids(self, scope: ScopeKey | str, chunk_ids: list[str]) -> None:
+        await self._delete_where(bodies.ids_query(scope, chunk_ids))
 
-    async def delete_documents(self, tenant_id: str, doc_ids: list[str]) -> int:
-        return await self._delete_where(bodies.documents_query(tenant_id, doc_ids))
+    async def delete_documents(self, scope: ScopeKey | str, doc_ids: list[str]) -> int:
+        return await self._delete_where(bodies.documents_query(scope, doc_ids))
 
     # -- reads ---------------------------------------------------------------------------
     async def _sources(self, body: dict[str, Any], what: str) -> list[dict[str, Any]]:
@@ -261,22 +262,22 @@ class OpenSearchBackend:
                 return hits
             after = page[-1]["sort"]
 
-    async def chunk_ids(self, tenant_id: str, doc_ids: list[str]) -> dict[str, set[str]]:
+    async def chunk_ids(self, scope: ScopeKey | str, doc_ids: list[str]) -> dict[str, set[str]]:
         if not doc_ids:
             return {}
         held: dict[str, set[str]] = {}
-        body = {**bodies.documents_query(tenant_id, doc_ids), "_source": ["doc_id"]}
+        body = {**bodies.documents_query(scope, doc_ids), "_source": ["doc_id"]}
         for hit in await self._sources(body, "chunk listing"):
             held.setdefault(hit["_source"]["doc_id"], set()).add(hit["_id"])
         return held
 
-    async def document_states(self, tenant_id: str, doc_ids: list[str]) -> DocumentStates:
+    async def document_states(self, scope: ScopeKey | str, doc_ids: list[str]) -> DocumentStates:
         """Only documents stored under exactly one hash."""
         if not doc_ids:
             return {}
         response = await self._call(
             "document hashes",
-            self.client.search(index=self.alias, body=bodies.hashes_query(tenant_id, doc_ids)),
+            self.client.search(index=self.alias, body=bodies.hashes_query(scope, doc_ids)),
         )
         states = {}
         for bucket in response["aggregations"]["docs"]["buckets"]:
@@ -290,17 +291,17 @@ class OpenSearchBackend:
                 )
         return states
 
-    async def document_payloads(self, tenant_id: str, doc_id: str) -> list[dict]:
+    async def document_payloads(self, scope: ScopeKey | str, doc_id: str) -> list[dict]:
         response = await self._call(
             "document lookup",
             self.client.search(
-                index=self.alias, body=bodies.document_query(tenant_id, doc_id, _MAX_WINDOW)
+                index=self.alias, body=bodies.document_query(scope, doc_id, _MAX_WINDOW)
             ),
         )
         return [h["_source"] for h in response["hits"]["hits"]]
 
     def _body(self, query: StrategyQuery) -> dict[str, Any] | None:
-        clauses = bodies.filter_clauses(query.tenant_id, query.filters)
+        clauses = bodies.filter_clauses(query.scope, query.filters)
         if query.strategy == "bm25":
             if not query.query.text.strip():
                 return None
@@ -336,7 +337,7 @@ class OpenSearchBackend:
         return results
 
     async def _mget(
-        self, requests: list[tuple[str, list[str]]], source: Any
+        self, requests: list[tuple[ScopeKey | str, list[str]]], source: Any
     ) -> list[dict[str, dict]]:
         wanted = list(dict.fromkeys(i for _, ids in requests for i in ids))
         if not wanted:
@@ -346,29 +347,31 @@ class OpenSearchBackend:
         )
         by_id = {d["_id"]: d["_source"] for d in response["docs"] if d.get("found")}
         return [
-            {i: by_id[i] for i in ids if i in by_id and in_scope(by_id[i], tenant)}
-            for tenant, ids in requests
+            {i: by_id[i] for i in ids if i in by_id and in_scope(by_id[i], key)}
+            for key, ids in requests
         ]
 
-    async def present(self, requests: list[tuple[str, list[str]]]) -> list[set[str]]:
+    async def present(self, requests: list[tuple[ScopeKey | str, list[str]]]) -> list[set[str]]:
         found = await self._mget(requests, {"_source_includes": SCOPE_FIELDS})
         return [set(f) for f in found]
 
-    async def chunks(self, requests: list[tuple[str, list[str]]]) -> list[dict[str, Chunk]]:
+    async def chunks(
+        self, requests: list[tuple[ScopeKey | str, list[str]]]
+    ) -> list[dict[str, Chunk]]:
         found = await self._mget(requests, {"_source_excludes": ["splade", "body"]})
         return [{i: source_to_chunk(s) for i, s in f.items()} for f in found]
 
-    async def count(self, tenant_id: str | None) -> int:
+    async def count(self, scope: ScopeKey | str | None) -> int:
         response = await self._call(
-            "count", self.client.count(index=self.alias, body=bodies.count_query(tenant_id))
+            "count", self.client.count(index=self.alias, body=bodies.count_query(scope))
         )
         return int(response["count"])
 
     async def scroll_payloads(
-        self, tenant_id: str | None, fields: list[str] | None, offset: Any, limit: int
+        self, scope: ScopeKey | str | None, fields: list[str] | None, offset: Any, limit: int
     ) -> tuple[list[tuple[str, dict]], Any]:
         body: dict[str, Any] = {
-            **bodies.count_query(tenant_id),
+            **bodies.count_query(scope),
             "_source": fields if fields is not None else {"excludes": ["splade"]},
             "size": limit,
             "sort": ["id"],
@@ -380,8 +383,8 @@ class OpenSearchBackend:
         page = [(h["_id"], h["_source"]) for h in hits]
         return page, (hits[-1]["sort"] if len(hits) == limit else None)
 
-    async def delete_scope(self, tenant_id: str) -> int:
-        return await self._delete_where(bodies.count_query(tenant_id))
+    async def delete_scope(self, scope: ScopeKey | str) -> int:
+        return await self._delete_where(bodies.count_query(scope))
 
     # -- inspection and the collection registry (in the mapping's ``_meta``) -------------
     async def _meta(self, index: str) -> dict[str, Any]:

@@ -8,7 +8,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from serve_app.schemas import Chunk, SearchFilters, Strategy
-from serve_app.stores.base import DocumentWrite, EncodedChunk, StrategyQuery, scope_parts
+from serve_app.stores.base import (
+    DocumentWrite,
+    EncodedChunk,
+    ScopeKey,
+    StrategyQuery,
+    scope_parts,
+)
 
 STORE_ONLY = ("content_hash", "chunk_count")
 """Payload keys the store adds to a chunk's fields."""
@@ -29,15 +35,15 @@ class Filter:
 
 
 def chunk_filter(
-    tenant_id: str | None,
+    scope: ScopeKey | str | None,
     filters: SearchFilters | None = None,
     doc_ids: list[str] | None = None,
     exclude_ids: list[str] | None = None,
 ) -> Filter:
-    """Chunks of the scope ``tenant_id`` (a scope key, see ``stores.base.scope``; None: all)."""
+    """Chunks of ``scope`` (a scope key, see ``stores.base.scope``; None: all)."""
     must: list[Condition] = []
-    if tenant_id is not None:
-        tenant, collection = scope_parts(tenant_id)
+    if scope is not None:
+        tenant, collection = scope_parts(scope)
         must.append(Condition("tenant_id", tenant))
         if collection is not None:
             must.append(Condition("collection", collection))
@@ -62,7 +68,7 @@ class DenseSearch:
 class SparseSearch:
     indices: list[int]
     values: list[float]
-    idf_tenant: str | None  # BM25: document frequencies from this tenant's chunks only
+    idf_scope: ScopeKey | str | None  # BM25: document frequencies from this scope's chunks only
 
 
 @dataclass(frozen=True)
@@ -89,13 +95,13 @@ def query_plan(query: StrategyQuery) -> QueryPlan | None:
             return None
         # BM25 document frequencies come from the scope's own chunks: scores never depend
         # on (or reveal) what other tenants or collections indexed.
-        idf = query.tenant_id if query.strategy == "bm25" else None
+        idf = query.scope if query.strategy == "bm25" else None
         search = SparseSearch(list(sparse.indices), list(sparse.values), idf)
     return QueryPlan(
         using=query.strategy,
         search=search,
         limit=query.limit,
-        filter=chunk_filter(query.tenant_id, query.filters),
+        filter=chunk_filter(query.scope, query.filters),
         with_doc_id=query.doc_ids,
     )
 

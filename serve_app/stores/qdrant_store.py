@@ -1,5 +1,5 @@
 """Qdrant server backend (qdrant-client, async): dense vectors, and in the ``qdrant`` topology
-SPLADE and BM25 sparse vectors too (BM25 with the IDF modifier, IDF from the tenant's chunks).
+SPLADE and BM25 sparse vectors too (BM25 with the IDF modifier, IDF from the scope's chunks).
 
 ``collection`` in config is an alias in front of ``{collection}-v{n}`` (stores/versioning.py);
 the models that built the vectors are the collection's metadata. The same client runs against
@@ -32,6 +32,7 @@ from serve_app.stores.base import (
     DocumentWrite,
     Hit,
     IndexModels,
+    ScopeKey,
     StrategyQuery,
     directory_bytes,
     in_scope,
@@ -259,8 +260,8 @@ class QdrantBackend:
             id=encoded.chunk.id, vector=vectors, payload=qr.point_payload(write, encoded)
         )
 
-    async def upsert(self, tenant_id: str, writes: list[DocumentWrite]) -> None:
-        del tenant_id  # carried by each chunk's payload
+    async def upsert(self, scope: ScopeKey | str, writes: list[DocumentWrite]) -> None:
+        del scope  # carried by each chunk's payload
         points = [self._point(w, e) for w in writes for e in w.chunks]
         size = self.config.upsert_batch_size
         for start in range(0, len(points), size):
@@ -282,14 +283,14 @@ class QdrantBackend:
             )
         return int(count)
 
-    async def delete_ids(self, tenant_id: str, chunk_ids: list[str]) -> None:
-        selector = to_client_filter(qr.chunk_filter(tenant_id))
+    async def delete_ids(self, scope: ScopeKey | str, chunk_ids: list[str]) -> None:
+        selector = to_client_filter(qr.chunk_filter(scope))
         selector.must = [*(selector.must or []), qm.HasIdCondition(has_id=list(chunk_ids))]
         await self._delete_where("delete", selector)
 
-    async def delete_documents(self, tenant_id: str, doc_ids: list[str]) -> int:
+    async def delete_documents(self, scope: ScopeKey | str, doc_ids: list[str]) -> int:
         return await self._delete_where(
-            "delete", to_client_filter(qr.chunk_filter(tenant_id, doc_ids=doc_ids))
+            "delete", to_client_filter(qr.chunk_filter(scope, doc_ids=doc_ids))
         )
 
     # -- reads ---------------------------------------------------------------------------
@@ -320,25 +321,25 @@ class QdrantBackend:
             if offset is None or not page or done == pages:
                 return records, offset
 
-    async def chunk_ids(self, tenant_id: str, doc_ids: list[str]) -> dict[str, set[str]]:
+    async def chunk_ids(self, scope: ScopeKey | str, doc_ids: list[str]) -> dict[str, set[str]]:
         if not doc_ids:
             return {}
-        records, _ = await self._scroll(qr.chunk_filter(tenant_id, doc_ids=doc_ids), ["doc_id"])
+        records, _ = await self._scroll(qr.chunk_filter(scope, doc_ids=doc_ids), ["doc_id"])
         held: dict[str, set[str]] = {}
         for record in records:
             held.setdefault((record.payload or {})["doc_id"], set()).add(str(record.id))
         return held
 
-    async def document_states(self, tenant_id: str, doc_ids: list[str]) -> DocumentStates:
+    async def document_states(self, scope: ScopeKey | str, doc_ids: list[str]) -> DocumentStates:
         if not doc_ids:
             return {}
         records, _ = await self._scroll(
-            qr.chunk_filter(tenant_id, doc_ids=doc_ids), ["doc_id", "content_hash", "chunk_count"]
+            qr.chunk_filter(scope, doc_ids=doc_ids), ["doc_id", "content_hash", "chunk_count"]
         )
         return states_from_payloads([r.payload or {} for r in records])
 
-    async def document_payloads(self, tenant_id: str, doc_id: str) -> list[dict]:
-        records, _ = await self._scroll(qr.chunk_filter(tenant_id, doc_ids=[doc_id]), True)
+    async def document_payloads(self, scope: ScopeKey | str, doc_id: str) -> list[dict]:
+        records, _ = await self._scroll(qr.chunk_filter(scope, doc_ids=[doc_id]), True)
         return [{**(r.payload or {}), "id": str(r.id)} for r in records]
 
     def _request(self, plan: qr.QueryPlan) -> qm.QueryRequest:
@@ -356,10 +357,10 @@ class QdrantBackend:
             params = (
                 qm.SearchParams(
                     idf=qm.IdfCorpusParams(
-                        corpus=to_client_filter(qr.chunk_filter(plan.search.idf_tenant))
+                        corpus=to_client_filter(qr.chunk_filter(plan.search.idf_scope))
                     )
                 )
-                if plan.search.idf_tenant is not None
+                if plan.search.idf_scope is not None
                 else None
             )
         return qm.QueryRequest(
@@ -395,7 +396,7 @@ class QdrantBackend:
         return results
 
     async def _retrieve(
-        self, requests: list[tuple[str, list[str]]], fields: list[str] | bool
+        self, requests: list[tuple[ScopeKey | str, list[str]]], fields: list[str] | bool
     ) -> list[dict[str, dict]]:
         wanted = list(dict.fromkeys(i for _, ids in requests for i in ids))
         if not wanted:
@@ -406,34 +407,36 @@ class QdrantBackend:
         )
         by_id = {str(r.id): r.payload or {} for r in records}
         return [
-            {i: by_id[i] for i in ids if i in by_id and in_scope(by_id[i], tenant)}
-            for tenant, ids in requests
+            {i: by_id[i] for i in ids if i in by_id and in_scope(by_id[i], key)}
+            for key, ids in requests
         ]
 
-    async def present(self, requests: list[tuple[str, list[str]]]) -> list[set[str]]:
+    async def present(self, requests: list[tuple[ScopeKey | str, list[str]]]) -> list[set[str]]:
         return [set(found) for found in await self._retrieve(requests, SCOPE_FIELDS)]
 
-    async def chunks(self, requests: list[tuple[str, list[str]]]) -> list[dict[str, Chunk]]:
+    async def chunks(
+        self, requests: list[tuple[ScopeKey | str, list[str]]]
+    ) -> list[dict[str, Chunk]]:
         found = await self._retrieve(requests, True)
         return [{i: qr.payload_to_chunk(p) for i, p in f.items()} for f in found]
 
-    async def count(self, tenant_id: str | None) -> int:
-        selector = to_client_filter(qr.chunk_filter(tenant_id)) if tenant_id else None
+    async def count(self, scope: ScopeKey | str | None) -> int:
+        selector = to_client_filter(qr.chunk_filter(scope)) if scope else None
         response = await self._call(
             "count", self.client.count(self.alias, count_filter=selector, exact=True)
         )
         return int(response.count)
 
     async def scroll_payloads(
-        self, tenant_id: str | None, fields: list[str] | None, offset: Any, limit: int
+        self, scope: ScopeKey | str | None, fields: list[str] | None, offset: Any, limit: int
     ) -> tuple[list[tuple[str, dict]], Any]:
         records, offset = await self._scroll(
-            qr.chunk_filter(tenant_id), fields if fields is not None else True, offset, 1, limit
+            qr.chunk_filter(scope), fields if fields is not None else True, offset, 1, limit
         )
         return [(str(r.id), r.payload or {}) for r in records], offset
 
-    async def delete_scope(self, tenant_id: str) -> int:
-        return await self._delete_where("delete", to_client_filter(qr.chunk_filter(tenant_id)))
+    async def delete_scope(self, scope: ScopeKey | str) -> int:
+        return await self._delete_where("delete", to_client_filter(qr.chunk_filter(scope)))
 
     # -- inspection and the collection registry (in the collection's metadata) -----------
     async def describe(self) -> dict[str, Any]:

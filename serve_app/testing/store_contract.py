@@ -270,7 +270,7 @@ class StoreContract:
         ]
         batch = await store.search_batch(queries)
         alone = [
-            await store.search_many(q.strategies, q.query, q.limit, q.tenant_id, q.filters)
+            await store.search_many(q.strategies, q.query, q.limit, q.scope, q.filters)
             for q in queries
         ]
         assert batch == alone
