@@ -27,7 +27,7 @@ from serve_app.schemas import (
     SearchRequest,
     SearchResponse,
 )
-from serve_app.stores.base import scope
+from serve_app.stores.base import ScopeKey, scope
 
 log = logging.getLogger("serve_app.api")
 
@@ -201,7 +201,7 @@ class RetrievalService:
         return removed
 
     # -- named collections and inspection ------------------------------------------------
-    async def scope(self, tenant_id: str, collection: str) -> str:
+    async def scope(self, tenant_id: str, collection: str) -> ScopeKey:
         """The store scope of the tenant's collection; NotFoundError for one it lacks (another
         tenant's collection of the same name included); only a named one is looked up."""
         named = _named(tenant_id, collection)

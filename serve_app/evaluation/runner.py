@@ -31,6 +31,7 @@ from serve_app.schemas import (
     SearchRequest,
     Strategy,
 )
+from serve_app.stores.base import ScopeKey
 
 log = logging.getLogger(__name__)
 Progress = Callable[[int], None]
@@ -122,7 +123,7 @@ async def retrieve_all(
     dataset: BeirDataset,
     strategies: list[Strategy],
     depth: int,
-    tenant_id: str,
+    scope: ScopeKey | str,
     progress: Progress | None = None,
 ) -> dict[str, dict[str, list[tuple[str, float]]]]:
     """query id -> strategy -> ranked (doc id, score)."""
@@ -130,7 +131,7 @@ async def retrieve_all(
     vectors = await search.encode_queries([dataset.queries[q] for q in query_ids], strategies)
     runs: dict[str, dict[str, list[tuple[str, float]]]] = {}
     for query_id, query in zip(query_ids, vectors, strict=True):
-        hits = await search.retrieve(query, strategies, depth, tenant_id)
+        hits = await search.retrieve(query, strategies, depth, scope)
         runs[query_id] = {s: doc_ranking(h) for s, h in hits.items()}
         if progress:
             progress(1)
@@ -140,7 +141,7 @@ async def retrieve_all(
 async def default_run(
     search: SearchPipeline,
     dataset: BeirDataset,
-    tenant_id: str,
+    scope: ScopeKey | str,
     depth: int = DEFAULT_RUN_DEPTH,
     progress: Progress | None = None,
 ) -> Run:
@@ -149,7 +150,7 @@ async def default_run(
     run: Run = {}
     for query_id in sorted(dataset.queries):
         request = SearchRequest(query=dataset.queries[query_id], top_k=depth)
-        response = await search.search(request, tenant_id)
+        response = await search.search(request, scope)
         run[query_id] = aggregate(
             ((r.chunk.doc_id, r.chunk.order, r.score) for r in response.results), "max"
         )

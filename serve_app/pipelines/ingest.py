@@ -17,7 +17,7 @@ from serve_app.errors import InvalidInputError, PayloadTooLargeError
 from serve_app.pipelines.components import Components
 from serve_app.pipelines.timing import StageTimer
 from serve_app.schemas import Chunk, Document, IngestResult
-from serve_app.stores.base import DocumentWrite, EncodedChunk, scope
+from serve_app.stores.base import DocumentWrite, EncodedChunk, ScopeKey, scope
 
 
 def encoding_text(chunk: Chunk, with_header: bool) -> str:
@@ -72,7 +72,7 @@ class IngestPipeline:
                 f"{len(documents)} documents in one request, over the limit of "
                 f"{limits.max_documents_per_request} (limits.max_documents_per_request)"
             )
-        seen: set[tuple[str, str]] = set()
+        seen: set[tuple[ScopeKey, str]] = set()
         for document in documents:
             key = (scope(document.tenant_id, document.collection), document.id)
             if key in seen:
@@ -101,21 +101,21 @@ class IngestPipeline:
         timer = StageTimer()
         started = time.perf_counter()
         result = IngestResult(documents=len(documents))
-        by_tenant: dict[str, list[Document]] = defaultdict(list)
+        by_scope: dict[ScopeKey, list[Document]] = defaultdict(list)
         for document in documents:  # each (tenant, collection) is its own store scope
-            by_tenant[scope(document.tenant_id, document.collection)].append(document)
+            by_scope[scope(document.tenant_id, document.collection)].append(document)
 
-        plans: list[tuple[str, list[tuple[Document, str]]]] = []
-        for tenant, docs in by_tenant.items():
+        plans: list[tuple[ScopeKey, list[tuple[Document, str]]]] = []
+        for key, docs in by_scope.items():
             hashes = {d.id: document_hash(d, self._fingerprint) for d in docs}
-            existing = await self.components.index.document_hashes(tenant, list(hashes))
+            existing = await self.components.index.document_hashes(key, list(hashes))
             changed = []
             for d in docs:
                 if existing.get(d.id) == hashes[d.id]:
                     result.unchanged.append(d.id)
                 else:
                     changed.append((d, hashes[d.id]))
-            plans.append((tenant, changed))
+            plans.append((key, changed))
 
         if not any(changed for _, changed in plans):
             timer.record("total", started)
@@ -124,18 +124,18 @@ class IngestPipeline:
         writes = await self.build_writes(
             [(d, h) for _, changed in plans for d, h in changed], timer, budget
         )
-        by_key = {(tenant, w.doc_id): w for w, tenant in writes}
+        by_key = {(key, w.doc_id): w for w, key in writes}
 
         # Only now, with everything encoded, does anything touch the store.
         write_start = time.perf_counter()
-        for tenant, changed in plans:
-            tenant_writes = [by_key[(tenant, d.id)] for d, _ in changed]
-            if tenant_writes:
+        for key, changed in plans:
+            scope_writes = [by_key[(key, d.id)] for d, _ in changed]
+            if scope_writes:
                 result.stale_chunks_removed += await self.components.index.write_documents(
-                    tenant, tenant_writes
+                    key, scope_writes
                 )
-                result.written.extend(w.doc_id for w in tenant_writes)
-                result.chunks_written += sum(len(w.chunks) for w in tenant_writes)
+                result.written.extend(w.doc_id for w in scope_writes)
+                result.chunks_written += sum(len(w.chunks) for w in scope_writes)
         timer.record("write", write_start)
         timer.record("total", started)
         result.timings_ms = timer.timings_ms
@@ -146,7 +146,7 @@ class IngestPipeline:
         documents: list[tuple[Document, str]],
         timer: StageTimer | None = None,
         budget: ChunkBudget | None = None,
-    ) -> list[tuple[DocumentWrite, str]]:
+    ) -> list[tuple[DocumentWrite, ScopeKey]]:
         """Chunk and encode documents (with their content hashes) into store writes, each
         paired with its store scope (tenant and collection). Nothing touches the store. The
         chunk limits are checked between chunking and encoding (PayloadTooLargeError)."""
@@ -223,5 +223,5 @@ class IngestPipeline:
             for i, chunk in enumerate(chunks)
         ]
 
-    async def delete(self, tenant_id: str, doc_id: str) -> int:
-        return await self.components.index.delete_document(tenant_id, doc_id)
+    async def delete(self, scope: ScopeKey | str, doc_id: str) -> int:
+        return await self.components.index.delete_document(scope, doc_id)

@@ -20,7 +20,7 @@ from typing import Protocol, runtime_checkable
 from serve_app.batching import Coalescer
 from serve_app.fusion import fuse
 from serve_app.schemas import Chunk, FusionSpec, SearchFilters, Strategy
-from serve_app.stores.base import ChunkIndex, Hit, QueryVectors, SearchQuery
+from serve_app.stores.base import ChunkIndex, Hit, QueryVectors, ScopeKey, SearchQuery
 
 
 @dataclass
@@ -33,7 +33,7 @@ class RetrieveSpec:
     query: QueryVectors
     strategies: list[Strategy]
     limit: int
-    tenant_id: str
+    scope: ScopeKey | str
     fusion: FusionSpec
     fetch: int
     filters: SearchFilters | None = None
@@ -113,7 +113,7 @@ class IndexRetriever:
         started = time.perf_counter()
         searched = await self.index.search_batch(
             [
-                SearchQuery(s.strategies, s.query, s.limit, s.tenant_id, s.filters, doc_ids=False)
+                SearchQuery(s.strategies, s.query, s.limit, s.scope, s.filters, doc_ids=False)
                 for s in specs
             ]
         )
@@ -122,7 +122,7 @@ class IndexRetriever:
         fetch_at = time.perf_counter()
         fetched = await self.index.fetch_batch(
             [
-                (s.tenant_id, [cid for cid, _ in fused[: s.fetch]])
+                (s.scope, [cid for cid, _ in fused[: s.fetch]])
                 for s, (fused, _, _) in zip(specs, fusions, strict=True)
             ]
         )

@@ -21,7 +21,7 @@ from serve_app.schemas import (
     SearchResponse,
     Strategy,
 )
-from serve_app.stores.base import Hit, QueryVectors
+from serve_app.stores.base import Hit, QueryVectors, ScopeKey
 
 
 class SearchPipeline:
@@ -83,7 +83,7 @@ class SearchPipeline:
         query: QueryVectors,
         strategies: list[Strategy],
         limit: int,
-        tenant_id: str,
+        scope: ScopeKey | str,
         filters: SearchFilters | None = None,
         timer: StageTimer | None = None,
     ) -> dict[str, list[Hit]]:
@@ -94,15 +94,18 @@ class SearchPipeline:
             strategies,
             query,
             limit,
-            tenant_id,
+            scope,
             filters,
         )
 
     # -- the request path --------------------------------------------------------------------
     async def search(
-        self, request: SearchRequest, tenant_id: str, confirm: tuple[str, str] | None = None
+        self,
+        request: SearchRequest,
+        scope: ScopeKey | str,
+        confirm: tuple[str, str] | None = None,
     ) -> SearchResponse:
-        """``tenant_id`` is the scope key searched; ``confirm`` a (tenant, named collection)
+        """``scope`` is the scope key searched; ``confirm`` a (tenant, named collection)
         that must exist (``RetrieveSpec.confirm``), else NotFoundError."""
         started = time.perf_counter()
         timer = StageTimer()
@@ -125,7 +128,7 @@ class SearchPipeline:
                 query=query,
                 strategies=strategies,
                 limit=limit,
-                tenant_id=tenant_id,
+                scope=scope,
                 fusion=fusion,
                 fetch=depth if rerank else request.top_k,
                 filters=request.filters,

@@ -28,7 +28,7 @@ def spec(tenant: str, dense: tuple, terms: dict | None = None) -> RetrieveSpec:
         query=query(dense=dense, terms=terms),
         strategies=["bm25", "splade", "dense"],
         limit=10,
-        tenant_id=tenant,
+        scope=tenant,
         fusion=FusionSpec(method="rrf", k=60),
         fetch=2,
     )
