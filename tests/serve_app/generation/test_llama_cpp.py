@@ -1,5 +1,5 @@
 """The llama.cpp backend on a real GGUF (SmolLM2-135M): completion, streaming, JSON-schema
-output, stopping a stream, admission, and the device rule."""
+output, stopping a stream and admission."""
 
 import asyncio
 import json
@@ -8,7 +8,7 @@ import jsonschema
 import pytest
 
 from serve_app.config import LlmConfig
-from serve_app.errors import ConfigError, OverloadedError
+from serve_app.errors import OverloadedError
 from serve_app.generation import GenerationParams, Message, build_llm
 from tests.support.data import SMOLLM2
 
@@ -109,15 +109,3 @@ async def test_queued_requests_wait_for_a_slot_and_a_cancelled_wait_leaves_no_tr
         assert llm.slots.active == 0
     finally:
         llm.close()
-
-
-def test_a_gpu_device_is_refused_with_the_switch_named():
-    with pytest.raises(ConfigError, match=r"llm.device is 'cuda'.*llm.device: cpu"):
-        build_llm(LlmConfig(**{**SMOLLM2, "device": "cuda"}))
-
-
-def test_vllm_backend_refuses_cuda_without_a_gpu_before_loading_anything():
-    with pytest.raises(ConfigError, match=r"llm.device is 'cuda' but no CUDA GPU"):
-        build_llm(
-            LlmConfig(**{**SMOLLM2, "backend": "vllm", "model": "/models/x", "device": "cuda"})
-        )
