@@ -24,7 +24,7 @@ documents plus others up to ``--max-docs``.
   documents among the passages that are cited / relevant documents among the passages
   (both micro-averaged over the claims).
 
-Writes ``benchmarks/results/<date>-cpu-answers.json`` and ``.md``; the machine's load
+Writes ``benchmarks/results/<date>-<hardware>-answers.json`` and ``.md``; the machine's load
 average is recorded with the figures (this machine's cores are shared).
 """
 
@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
-import json
 import logging
 import os
 import statistics
@@ -41,6 +40,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from benchmarks.report import default_stem, table, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = Path(os.environ.get("SERVE_APP_TEST_DATA") or ROOT.parent / "shared" / "data")
@@ -62,7 +63,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--claims", type=int, default=100, help="citations: test claims")
     parser.add_argument("--answer-tokens", type=int, default=192)
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
-    parser.add_argument("--name", help="report name (default <date>-cpu-answers)")
+    parser.add_argument("--name", help="report name (default <date>-<hardware>-answers)")
     return parser.parse_args(argv)
 
 
@@ -302,19 +303,14 @@ def markdown(report: dict[str, Any]) -> str:
         "",
     ]
     if "latency" in report:
-        lines += [
-            "## Time to first token and tokens/s",
-            "",
-            "| concurrent answers | TTFT p50 (s) | TTFT max (s) | decode tokens/s per stream "
-            "| aggregate tokens/s | prompt tokens (mean) | errors |",
-            "|---|---|---|---|---|---|---|",
-        ]
-        for row in report["latency"]:
-            lines.append(
-                f"| {row['concurrency']} | {row['ttft_p50_s']} | {row['ttft_max_s']} | "
-                f"{row['decode_tokens_per_s_per_stream']} | {row['aggregate_tokens_per_s']} | "
-                f"{row['prompt_tokens_mean']} | {row['errors']} |"
-            )
+        lines += ["## Time to first token and tokens/s", ""]
+        lines += table(
+            ["concurrent answers", "TTFT p50 (s)", "TTFT max (s)", "decode tokens/s per stream",
+             "aggregate tokens/s", "prompt tokens (mean)", "errors"],
+            [[row["concurrency"], row["ttft_p50_s"], row["ttft_max_s"],
+              row["decode_tokens_per_s_per_stream"], row["aggregate_tokens_per_s"],
+              row["prompt_tokens_mean"], row["errors"]] for row in report["latency"]],
+        )  # fmt: skip
         lines.append("")
     if "multi_query" in report:
         mq = report["multi_query"]
@@ -326,12 +322,12 @@ def markdown(report: dict[str, Any]) -> str:
             f"{mq['similarity_weight']}, RRF k = {mq['rrf_k']}, {mq['depth']} chunks a "
             f"sub-query; understanding call p50 {mq['understanding_call_s_p50']} s.",
             "",
-            "| retrieval | nDCG@10 | Recall@100 | MRR@10 |",
-            "|---|---|---|---|",
         ]
-        for name in ("single", "multi"):
-            m = mq[name]
-            lines.append(f"| {name} | {m['ndcg@10']} | {m['recall@100']} | {m['mrr@10']} |")
+        lines += table(
+            ["retrieval", "nDCG@10", "Recall@100", "MRR@10"],
+            [[name, mq[name]["ndcg@10"], mq[name]["recall@100"], mq[name]["mrr@10"]]
+             for name in ("single", "multi")],
+        )  # fmt: skip
         lines.append("")
     if "citations" in report:
         c = report["citations"]
@@ -358,11 +354,8 @@ def save(report: dict[str, Any], args: argparse.Namespace) -> None:
         **report["load_average"],
         "end": [round(x, 1) for x in os.getloadavg()],
     }
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    name = args.name or f"{report['date']}-cpu-answers"
-    (out / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
-    (out / f"{name}.md").write_text(markdown(report) + "\n")
+    name = args.name or default_stem("answers").name
+    write_report(Path(args.out) / name, report, [markdown(report)])
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
