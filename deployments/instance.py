@@ -22,10 +22,11 @@ import secrets
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from serve_app.api.observability import INSTANCE_ENV
-from serve_app.ports import free_port
+from serve_app.ports import free_port, free_port_range
 
 ADMIN_HOST_ENV = "SERVE_APP_HAPROXY_ADMIN_HOST"
 SETUP_HOOK = "deployments.instance.bind_haproxy_admin_listeners"
@@ -44,37 +45,57 @@ class Instance:
     id: str
     files: str
     environment: dict[str, str] = field(default_factory=dict)
+    ports: set[int] = field(default_factory=set)
+    """Every port chosen for it (whether or not the user's environment kept it)."""
 
     def remove_files(self) -> None:
         shutil.rmtree(self.files, ignore_errors=True)
 
 
-def isolate(host: str, environ: os._Environ[str] | dict[str, str] = os.environ) -> Instance:
+def isolate(
+    host: str,
+    environ: os._Environ[str] | dict[str, str] = os.environ,
+    reserved: Iterable[int] = (),
+) -> Instance:
     """Set this run's ports, files and Ray credentials in ``environ`` (Ray's processes
-    inherit them); a variable the user set keeps its value."""
+    inherit them); a variable the user set keeps its value. The ports are distinct from each
+    other and from ``reserved`` (the service's own port): each is only free when chosen, and
+    a metrics port inside the direct-ingress range would take a replica's port."""
     files = tempfile.mkdtemp(prefix="serve-app-")  # short: it holds Unix sockets
-    http_base, grpc_base = free_port(), free_port()
+    taken = set(reserved)
+
+    def port() -> str:
+        chosen = free_port(avoid=taken)
+        taken.add(chosen)
+        return str(chosen)
+
+    def port_range() -> range:
+        chosen = free_port_range(_PORT_RANGE + 1, avoid=taken)
+        taken.update(chosen)
+        return chosen
+
+    http_range, grpc_range = port_range(), port_range()
     chosen = {
         INSTANCE_ENV: secrets.token_hex(8),
         ADMIN_HOST_ENV: host,
         # Ray's token authentication, with a token only this run's processes know.
         "RAY_AUTH_MODE": "token",
         "RAY_AUTH_TOKEN": secrets.token_hex(32),
-        "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": str(free_port()),
-        "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT": str(free_port()),
-        "RAY_SERVE_HAPROXY_STATS_PORT": str(free_port()),
-        "RAY_SERVE_HAPROXY_METRICS_PORT": str(free_port()),
+        "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": port(),
+        "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT": port(),
+        "RAY_SERVE_HAPROXY_STATS_PORT": port(),
+        "RAY_SERVE_HAPROXY_METRICS_PORT": port(),
         "RAY_SERVE_HAPROXY_CONFIG_FILE_LOC": f"{files}/haproxy.cfg",
         "RAY_SERVE_HAPROXY_SOCKET_PATH": f"{files}/admin.sock",
         "RAY_SERVE_HAPROXY_SERVER_STATE_BASE": files,
         "RAY_SERVE_HAPROXY_SERVER_STATE_FILE": f"{files}/server-state",
         "RAY_SERVE_HAPROXY_METRICS_SOCKET_PATH": f"{files}/metrics.sock",
-        "RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT": str(http_base),
-        "RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT": str(http_base + _PORT_RANGE),
-        "RAY_SERVE_DIRECT_INGRESS_MIN_GRPC_PORT": str(grpc_base),
-        "RAY_SERVE_DIRECT_INGRESS_MAX_GRPC_PORT": str(grpc_base + _PORT_RANGE),
-        "AUTOSCALER_METRIC_PORT": str(free_port()),
-        "DASHBOARD_METRIC_PORT": str(free_port()),
+        "RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT": str(http_range.start),
+        "RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT": str(http_range.stop - 1),
+        "RAY_SERVE_DIRECT_INGRESS_MIN_GRPC_PORT": str(grpc_range.start),
+        "RAY_SERVE_DIRECT_INGRESS_MAX_GRPC_PORT": str(grpc_range.stop - 1),
+        "AUTOSCALER_METRIC_PORT": port(),
+        "DASHBOARD_METRIC_PORT": port(),
     }
     if environ.get("RAY_AUTH_MODE", "token") != "token":  # the user chose: keep it
         del chosen["RAY_AUTH_MODE"], chosen["RAY_AUTH_TOKEN"]
@@ -89,7 +110,7 @@ def isolate(host: str, environ: os._Environ[str] | dict[str, str] = os.environ) 
         from ray._raylet import Config
 
         Config.initialize("")
-    return Instance(environ[INSTANCE_ENV], files, applied)
+    return Instance(environ[INSTANCE_ENV], files, applied, taken)
 
 
 def haproxy_template(template: str, host: str) -> str:

@@ -86,13 +86,14 @@ def start_serve(config: AppConfig, num_cpus: int | None = None) -> Instance:
     # Ray Serve reads its switches when its processes start: they inherit this environment.
     for key, value in settings.env.items():
         os.environ.setdefault(key, value)
-    instance = isolate(settings.host)  # before anything imports Ray: it reads them once
+    # Before anything imports Ray: it reads them once.
+    instance = isolate(settings.host, reserved={settings.port})
     _started.append(instance)  # its files go at stop(), whether or not the start succeeds
     if os.environ.get("RAY_SERVE_ENABLE_HA_PROXY") == "1":
         check_haproxy()
     url = f"http://{settings.host}:{settings.port}"
     os.environ.setdefault(OWNER_URL_ENV, url)  # named by the index's lock (stores.ownership)
-    metrics_port = free_port()
+    metrics_port = free_port(avoid=instance.ports | {settings.port})
     os.environ.setdefault(METRICS_URL_ENV, f"http://127.0.0.1:{metrics_port}/metrics")
     import ray
     from ray import serve
