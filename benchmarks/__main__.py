@@ -21,6 +21,7 @@ SUITES = [
     "search-during-ingest",
     "serving-path",
     "gpu",
+    "answers",
 ]
 
 

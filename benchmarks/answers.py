@@ -1,7 +1,7 @@
 """Answers on this machine: time to first token and tokens/s under concurrent answers,
 multi-query against single-query retrieval (nDCG@10), and citation precision and recall.
 
-    python -m benchmarks.answers [--suites latency,multi_query,citations] [--queries 100]
+    python -m benchmarks answers [--suites latency,multi_query,citations] [--queries 100]
         [--claims 100] [--concurrency 1,4,16] [--max-docs 2000] [--model catalog:...]
 
 Everything runs in process on ``config/local.yaml``'s pipeline (the real small encoders, the
@@ -24,8 +24,8 @@ documents plus others up to ``--max-docs``.
   documents among the passages that are cited / relevant documents among the passages
   (both micro-averaged over the claims).
 
-Writes ``benchmarks/results/<date>-<hardware>-answers.json`` and ``.md``; the machine's load
-average is recorded with the figures (this machine's cores are shared).
+Writes ``benchmarks/results/<date>-<hardware>-answers.json`` and ``.md`` (or ``--out``'s
+stem); the machine's load average is recorded with the figures (its cores may be shared).
 """
 
 from __future__ import annotations
@@ -42,36 +42,30 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.report import default_stem, table, write_report
+from benchmarks.service import add_run_arguments
 
-ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = Path(os.environ.get("SERVE_APP_TEST_DATA") or ROOT.parent / "shared" / "data")
 TENANT = "bench"
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.answers", description=__doc__)
-    parser.add_argument("--config", default=str(ROOT / "config" / "local.yaml"))
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_run_arguments(parser, "--scifact")
     parser.add_argument("--model", help="llm.model instead of the configuration's")
     parser.add_argument("--suites", default="latency,multi_query,citations")
-    parser.add_argument("--scifact", default=str(DEFAULT_DATA / "scifact"))
     parser.add_argument("--max-docs", type=int, default=1000)
-    parser.add_argument("--data-dir", default=str(ROOT / ".data" / "bench-answers"))
+    parser.add_argument("--data-dir", type=Path, default=Path(".data") / "bench-answers")
     parser.add_argument("--concurrency", default="1,4,16")
     parser.add_argument("--latency-tokens", type=int, default=128)
     parser.add_argument("--queries", type=int, default=100, help="multi_query: test queries")
     parser.add_argument("--depth", type=int, default=100, help="multi_query: chunks a sub-query")
     parser.add_argument("--claims", type=int, default=100, help="citations: test claims")
     parser.add_argument("--answer-tokens", type=int, default=192)
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
-    parser.add_argument("--name", help="report name (default <date>-<hardware>-answers)")
-    return parser.parse_args(argv)
 
 
 def load(args: argparse.Namespace, concurrency: list[int]) -> Any:
     from serve_app.config import config_from_dict, load_config
 
     data = load_config(args.config).model_dump()
-    data["data_dir"] = args.data_dir
+    data["data_dir"] = str(args.data_dir)
     data["llm"]["enabled"] = True
     data["llm"]["max_queued"] = max(data["llm"]["max_queued"], max(concurrency))
     # Queueing is what is measured under concurrency: no stage deadline cuts an answer short.
@@ -192,8 +186,8 @@ async def multi_query(service: Any, dataset: Any, count: int, depth: int) -> dic
     reformulations = config.answer.multi_query.queries
     multi = config.answer.multi_query
     schema = understanding_schema(settings, reformulations, [], filters=False)
-    single_run: dict[str, list[str]] = {}
-    multi_run: dict[str, list[str]] = {}
+    single_run: dict[str, list[tuple[str, float]]] = {}
+    multi_run: dict[str, list[tuple[str, float]]] = {}
     llm_s: list[float] = []
     sub_query_counts: list[int] = []
     selected = claims(dataset, count)
@@ -210,13 +204,16 @@ async def multi_query(service: Any, dataset: Any, count: int, depth: int) -> dic
         responses = await asyncio.gather(
             *(service.search(SearchRequest(query=q, top_k=depth), TENANT) for q in queries)
         )
-        single_run[query_id] = list(dict.fromkeys(r.chunk.doc_id for r in responses[0].results))
+        best: dict[str, float] = {}  # a document ranks where its first chunk does
+        for result in responses[0].results:
+            best.setdefault(result.chunk.doc_id, result.score)
+        single_run[query_id] = list(best.items())
         documents = aggregate_sub_queries(
             [result_similarities(r.results) for r in responses],
             k=multi.rrf_k,
             similarity_weight=multi.similarity_weight,
         )
-        multi_run[query_id] = [d.doc_id for d in documents]
+        multi_run[query_id] = [(d.doc_id, d.score) for d in documents]
         if i % 10 == 0:
             print(f"multi_query: {i}/{len(selected)}", file=sys.stderr)
     qrels = {q: dataset.qrels[q] for q, _ in selected}
@@ -354,11 +351,16 @@ def save(report: dict[str, Any], args: argparse.Namespace) -> None:
         **report["load_average"],
         "end": [round(x, 1) for x in os.getloadavg()],
     }
-    name = args.name or default_stem("answers").name
-    write_report(Path(args.out) / name, report, [markdown(report)])
+    write_report(args.out or default_stem("answers"), report, [markdown(report)])
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.WARNING)
+    asyncio.run(measure(args))
+    return 0
+
+
+async def measure(args: argparse.Namespace) -> dict[str, Any]:
     suites = [s.strip() for s in args.suites.split(",") if s.strip()]
     levels = [int(c) for c in args.concurrency.split(",")]
     config = load(args, levels)
@@ -366,7 +368,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     dataset, service, llm, index = await build(config, args)
     report: dict[str, Any] = {
         "date": datetime.date.today().isoformat(),
-        "command": "python -m benchmarks.answers " + " ".join(sys.argv[1:]),
+        "command": "python -m benchmarks answers " + " ".join(sys.argv[2:]),
         "model": config.llm.model,
         "llm": config.llm.model_dump(include={"parallel", "threads", "context_tokens"}),
         "index": index,
@@ -388,17 +390,3 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await service.components.close()
     save(report, args)
     return report
-
-
-def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.WARNING)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    args = parse_args(argv)
-    report = asyncio.run(run(args))
-    print(markdown(report))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

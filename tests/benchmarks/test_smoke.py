@@ -9,8 +9,10 @@ from pathlib import Path
 
 import yaml
 
+from tests.support.data import SMOLLM2
+
 ROOT = Path(__file__).resolve().parents[2]
-SUITES = "{load,ingest,quality,startup,scale,search-during-ingest,serving-path,gpu}"
+SUITES = "{load,ingest,quality,startup,scale,search-during-ingest,serving-path,gpu,answers}"
 
 
 def run(*args: str, module: str = "benchmarks", timeout: int = 600) -> str:
@@ -139,3 +141,22 @@ def test_store_retrieve_tool(tmp_path):
     assert measured["chunks"] > 0 and [w["batch"] for w in measured["windows"]] == [1, 3]
     assert all(w["queries"] > 0 and w["cpu_ms_per_query"] > 0 for w in measured["windows"])
     assert measured["profile"]
+
+
+def test_answers_suite(tmp_path, scifact_dir):
+    """SmolLM2 (the tests' LLM) answers two claims at each level, rewrites two queries and
+    cites over two claims: the suite's three measures, each reported."""
+    config = yaml.safe_load(tiny_config(tmp_path).read_text())
+    config["llm"] = {**config.get("llm", {}), **SMOLLM2}
+    path = tmp_path / "answers.yaml"
+    path.write_text(yaml.safe_dump(config))
+    out = tmp_path / "answers"
+    run("answers", "--config", str(path), "--scifact", str(scifact_dir), "--max-docs", "40",
+        "--data-dir", str(tmp_path / "index"), "--concurrency", "1,2", "--latency-tokens", "8",
+        "--queries", "2", "--depth", "20", "--claims", "2", "--answer-tokens", "32",
+        "--out", str(out), timeout=900)  # fmt: skip
+    measured = report(out)
+    assert measured["model"] == SMOLLM2["model"] and measured["index"]["documents"] >= 2
+    assert [level["concurrency"] for level in measured["latency"]] == [1, 2]
+    assert 0 <= measured["multi_query"]["multi"]["ndcg@10"] <= 1
+    assert measured["citations"]["claims"] == 2
