@@ -6,7 +6,7 @@ multi-query against single-query retrieval (nDCG@10), and citation precision and
 
 Everything runs in process on ``config/local.yaml``'s pipeline (the real small encoders, the
 embedded store, llama.cpp with the configured model, 1.5B by default) over SciFact
-(``$SERVE_APP_TEST_DATA/scifact``, test split): the corpus is indexed once under
+(``$SERVE_APP_TEST_DATA/scifact``, ``--split``, test by default): the corpus is indexed once under
 ``--data-dir`` (unchanged documents are skipped on later runs), limited to the judged
 documents plus others up to ``--max-docs``.
 
@@ -18,7 +18,8 @@ documents plus others up to ``--max-docs``.
 - multi_query: per query, nDCG@10 of the documents ranked by the question alone against
   the question plus the model's reformulations (one schema-constrained call), aggregated
   with RRF and the similarity blend (serve_app/query_fusion.py); each sub-query retrieves
-  ``--depth`` chunks.
+  ``--depth`` chunks. The blend's ``w`` and RRF's ``k`` are also tried on a grid over the
+  same sub-query lists: choose them on ``--split train``, read them on test.
 - citations: per claim, an answer from the top 5 passages; citation precision = citations
   whose document the qrels judge relevant / all valid citations; citation recall = relevant
   documents among the passages that are cited / relevant documents among the passages
@@ -51,6 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_run_arguments(parser, "--scifact")
     parser.add_argument("--model", help="llm.model instead of the configuration's")
     parser.add_argument("--suites", default="latency,multi_query,citations")
+    parser.add_argument("--split", default="test", help="train: choose the aggregation there")
     parser.add_argument("--max-docs", type=int, default=1000)
     parser.add_argument("--data-dir", type=Path, default=Path(".data") / "bench-answers")
     parser.add_argument("--concurrency", default="1,4,16")
@@ -85,7 +87,7 @@ async def build(config: Any, args: argparse.Namespace) -> tuple[Any, Any, Any, d
     from serve_app.pipelines.components import build_components
     from serve_app.pipelines.ingest import IngestPipeline
 
-    dataset = load_beir(args.scifact, "test", TENANT, max_docs=args.max_docs)
+    dataset = load_beir(args.scifact, args.split, TENANT, max_docs=args.max_docs)
     components = await build_components(config)
     started = time.perf_counter()
     await ingest_corpus(IngestPipeline(components), dataset)
@@ -178,7 +180,7 @@ async def multi_query(service: Any, dataset: Any, count: int, depth: int) -> dic
         understanding_schema,
     )
     from serve_app.pipelines.answer import result_similarities
-    from serve_app.query_fusion import aggregate_sub_queries, distinct_queries
+    from serve_app.query_fusion import distinct_queries
     from serve_app.schemas import SearchRequest
 
     config = service.config
@@ -188,6 +190,7 @@ async def multi_query(service: Any, dataset: Any, count: int, depth: int) -> dic
     schema = understanding_schema(settings, reformulations, [], filters=False)
     single_run: dict[str, list[tuple[str, float]]] = {}
     multi_run: dict[str, list[tuple[str, float]]] = {}
+    lists: dict[str, list[list[tuple[str, float]]]] = {}  # query -> each sub-query's hits
     llm_s: list[float] = []
     sub_query_counts: list[int] = []
     selected = claims(dataset, count)
@@ -208,12 +211,8 @@ async def multi_query(service: Any, dataset: Any, count: int, depth: int) -> dic
         for result in responses[0].results:
             best.setdefault(result.chunk.doc_id, result.score)
         single_run[query_id] = list(best.items())
-        documents = aggregate_sub_queries(
-            [result_similarities(r.results) for r in responses],
-            k=multi.rrf_k,
-            similarity_weight=multi.similarity_weight,
-        )
-        multi_run[query_id] = [(d.doc_id, d.score) for d in documents]
+        lists[query_id] = [result_similarities(r.results) for r in responses]
+        multi_run[query_id] = aggregated(lists[query_id], multi.rrf_k, multi.similarity_weight)
         if i % 10 == 0:
             print(f"multi_query: {i}/{len(selected)}", file=sys.stderr)
     qrels = {q: dataset.qrels[q] for q, _ in selected}
@@ -227,7 +226,28 @@ async def multi_query(service: Any, dataset: Any, count: int, depth: int) -> dic
         "understanding_call_s_p50": round(statistics.median(llm_s), 2),
         "single": evaluate_run(single_run, qrels),
         "multi": evaluate_run(multi_run, qrels),
+        "grid": [
+            {
+                "similarity_weight": w,
+                "rrf_k": k,
+                **evaluate_run({q: aggregated(hits, k, w) for q, hits in lists.items()}, qrels),
+            }
+            for k in GRID_RRF_K
+            for w in GRID_WEIGHTS
+        ],
     }
+
+
+# The aggregation's parameters tried on the same sub-query lists (no new retrieval or LLM call).
+GRID_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)
+GRID_RRF_K = (1, 10, 60)
+
+
+def aggregated(lists: list[list[tuple[str, float]]], k: int, w: float) -> list[tuple[str, float]]:
+    from serve_app.query_fusion import aggregate_sub_queries
+
+    documents = aggregate_sub_queries(lists, k=k, similarity_weight=w)
+    return [(d.doc_id, d.score) for d in documents]
 
 
 # -- citations --------------------------------------------------------------------------------
@@ -287,14 +307,16 @@ async def citations(service: Any, dataset: Any, count: int, max_tokens: int) -> 
 
 
 def markdown(report: dict[str, Any]) -> str:
+    split = report.get("split", "test")  # reports written before --split existed
     lines = [
         f"# Answers on this CPU ({report['date']})",
         "",
         f"`{report['command']}`",
         "",
         f"Model `{report['model']}` on llama.cpp ({report['llm']['threads']} thread, "
-        f"{report['llm']['parallel']} slots); SciFact test, {report['index']['documents']} "
-        f"documents indexed (judged + others). Load average over the run: "
+        f"{report['llm']['parallel']} slots); SciFact {split}, "
+        f"{report['index']['documents']} documents indexed (judged + others). "
+        "Load average over the run: "
         f"{report['load_average']['start']} at the start, {report['load_average']['end']} at "
         "the end (2 shared cores).",
         "",
@@ -314,7 +336,7 @@ def markdown(report: dict[str, Any]) -> str:
         lines += [
             "## Multi-query against single-query retrieval",
             "",
-            f"{mq['queries']} test queries, {mq['sub_queries_mean']} sub-queries on average "
+            f"{mq['queries']} {split} queries, {mq['sub_queries_mean']} sub-queries on average "
             f"({mq['reformulations_asked']} reformulations asked), w = "
             f"{mq['similarity_weight']}, RRF k = {mq['rrf_k']}, {mq['depth']} chunks a "
             f"sub-query; understanding call p50 {mq['understanding_call_s_p50']} s.",
@@ -325,6 +347,19 @@ def markdown(report: dict[str, Any]) -> str:
             [[name, mq[name]["ndcg@10"], mq[name]["recall@100"], mq[name]["mrr@10"]]
              for name in ("single", "multi")],
         )  # fmt: skip
+        if mq.get("grid"):
+            best = max(mq["grid"], key=lambda row: row["ndcg@10"])
+            lines += [
+                "",
+                "The aggregation's parameters on the same sub-query lists (best nDCG@10: "
+                f"w = {best['similarity_weight']}, k = {best['rrf_k']}):",
+                "",
+            ]
+            lines += table(
+                ["w", "RRF k", "nDCG@10", "Recall@100", "MRR@10"],
+                [[row["similarity_weight"], row["rrf_k"], row["ndcg@10"], row["recall@100"],
+                  row["mrr@10"]] for row in mq["grid"]],
+            )  # fmt: skip
         lines.append("")
     if "citations" in report:
         c = report["citations"]
@@ -370,6 +405,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         "date": datetime.date.today().isoformat(),
         "command": "python -m benchmarks answers " + " ".join(sys.argv[2:]),
         "model": config.llm.model,
+        "split": args.split,
         "llm": config.llm.model_dump(include={"parallel", "threads", "context_tokens"}),
         "index": index,
         "load_average": {"start": load_start},

@@ -145,7 +145,7 @@ def test_store_retrieve_tool(tmp_path):
 
 def test_answers_suite(tmp_path, scifact_dir):
     """SmolLM2 (the tests' LLM) answers two claims at each level, rewrites two queries and
-    cites over two claims: the suite's three measures, each reported."""
+    cites over two claims (train split): the suite's three measures, each reported."""
     config = yaml.safe_load(tiny_config(tmp_path).read_text())
     config["llm"] = {**config.get("llm", {}), **SMOLLM2}
     path = tmp_path / "answers.yaml"
@@ -154,9 +154,16 @@ def test_answers_suite(tmp_path, scifact_dir):
     run("answers", "--config", str(path), "--scifact", str(scifact_dir), "--max-docs", "40",
         "--data-dir", str(tmp_path / "index"), "--concurrency", "1,2", "--latency-tokens", "8",
         "--queries", "2", "--depth", "20", "--claims", "2", "--answer-tokens", "32",
+        "--split", "train",
         "--out", str(out), timeout=900)  # fmt: skip
     measured = report(out)
     assert measured["model"] == SMOLLM2["model"] and measured["index"]["documents"] >= 2
     assert [level["concurrency"] for level in measured["latency"]] == [1, 2]
     assert 0 <= measured["multi_query"]["multi"]["ndcg@10"] <= 1
+    grid = measured["multi_query"]["grid"]
+    assert len(grid) == 15 and measured["split"] == "train"
+    # The grid re-scores the same lists: at the configuration's (w, k) it is the multi run.
+    at_default = next(r for r in grid if (r["similarity_weight"], r["rrf_k"]) == (0.5, 60))
+    assert at_default["ndcg@10"] == measured["multi_query"]["multi"]["ndcg@10"]
+    assert "## Multi-query" in out.with_suffix(".md").read_text()
     assert measured["citations"]["claims"] == 2
