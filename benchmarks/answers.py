@@ -212,7 +212,9 @@ async def multi_query(service: Any, dataset: Any, count: int, depth: int) -> dic
             best.setdefault(result.chunk.doc_id, result.score)
         single_run[query_id] = list(best.items())
         lists[query_id] = [result_similarities(r.results) for r in responses]
-        multi_run[query_id] = aggregated(lists[query_id], multi.rrf_k, multi.similarity_weight)
+        multi_run[query_id] = aggregated(
+            lists[query_id], multi.rrf_k, multi.similarity_weight, multi.question_weight
+        )
         if i % 10 == 0:
             print(f"multi_query: {i}/{len(selected)}", file=sys.stderr)
     qrels = {q: dataset.qrels[q] for q, _ in selected}
@@ -226,12 +228,15 @@ async def multi_query(service: Any, dataset: Any, count: int, depth: int) -> dic
         "understanding_call_s_p50": round(statistics.median(llm_s), 2),
         "single": evaluate_run(single_run, qrels),
         "multi": evaluate_run(multi_run, qrels),
+        "question_weight": multi.question_weight,
         "grid": [
             {
+                "question_weight": v,
                 "similarity_weight": w,
                 "rrf_k": k,
-                **evaluate_run({q: aggregated(hits, k, w) for q, hits in lists.items()}, qrels),
+                **evaluate_run({q: aggregated(hits, k, w, v) for q, hits in lists.items()}, qrels),
             }
+            for v in GRID_QUESTION_WEIGHTS
             for k in GRID_RRF_K
             for w in GRID_WEIGHTS
         ],
@@ -241,12 +246,16 @@ async def multi_query(service: Any, dataset: Any, count: int, depth: int) -> dic
 # The aggregation's parameters tried on the same sub-query lists (no new retrieval or LLM call).
 GRID_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)
 GRID_RRF_K = (1, 10, 60)
+GRID_QUESTION_WEIGHTS = (1.0, 2.0, 4.0)
 
 
-def aggregated(lists: list[list[tuple[str, float]]], k: int, w: float) -> list[tuple[str, float]]:
+def aggregated(
+    lists: list[list[tuple[str, float]]], k: int, w: float, question_weight: float
+) -> list[tuple[str, float]]:
     from serve_app.query_fusion import aggregate_sub_queries
 
-    documents = aggregate_sub_queries(lists, k=k, similarity_weight=w)
+    weights = [question_weight] + [1.0] * (len(lists) - 1)
+    documents = aggregate_sub_queries(lists, k=k, similarity_weight=w, weights=weights)
     return [(d.doc_id, d.score) for d in documents]
 
 
@@ -352,13 +361,14 @@ def markdown(report: dict[str, Any]) -> str:
             lines += [
                 "",
                 "The aggregation's parameters on the same sub-query lists (best nDCG@10: "
-                f"w = {best['similarity_weight']}, k = {best['rrf_k']}):",
+                f"w = {best['similarity_weight']}, k = {best['rrf_k']}, question weight "
+                f"{best.get('question_weight', 1.0)}):",
                 "",
             ]
             lines += table(
-                ["w", "RRF k", "nDCG@10", "Recall@100", "MRR@10"],
-                [[row["similarity_weight"], row["rrf_k"], row["ndcg@10"], row["recall@100"],
-                  row["mrr@10"]] for row in mq["grid"]],
+                ["question weight", "w", "RRF k", "nDCG@10", "Recall@100", "MRR@10"],
+                [[row.get("question_weight", 1.0), row["similarity_weight"], row["rrf_k"],
+                  row["ndcg@10"], row["recall@100"], row["mrr@10"]] for row in mq["grid"]],
             )  # fmt: skip
         lines.append("")
     if "citations" in report:

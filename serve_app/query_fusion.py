@@ -5,16 +5,18 @@ Input: ``[[(doc_id, similarity), ...], ...]``, one list per sub-query, best firs
 sub-query's retrieval ranked its chunks; several chunks of one document count once, at the
 document's best rank (the first time it appears), with that chunk's similarity.
 
-For each document ``d`` found by the set ``Q_d`` of ``n`` sub-queries::
+For each document ``d`` found by the set ``Q_d`` of the sub-queries, each sub-query ``q``
+weighing ``v_q`` (1 unless ``weights`` say; the answer pipeline gives the question's own list
+``answer.multi_query.question_weight``)::
 
-    rrf(d)            = sum_{q in Q_d} 1 / (k + rank_q(d))          (ranks from 1)
-    normalized_rrf(d) = rrf(d) / (n / (k + 1))                        (1.0: first in every list)
-    avg_similarity(d) = mean_{q in Q_d} similarity_q(d)
+    rrf(d)            = sum_{q in Q_d} v_q / (k + rank_q(d))        (ranks from 1)
+    normalized_rrf(d) = rrf(d) / (sum_q v_q / (k + 1))                (1.0: first in every list)
+    avg_similarity(d) = sum_{q in Q_d} v_q * similarity_q(d) / sum_{q in Q_d} v_q
     score(d)          = w * avg_similarity(d) + (1 - w) * normalized_rrf(d)
 
 ``normalized_rrf`` is divided by its largest possible value, not by the best document's, so a
-document found by one sub-query out of three keeps a third of the weight of one found by all
-three whatever else was retrieved. ``similarity`` should lie in [0, 1] (the pipeline passes the
+document found by one sub-query out of three (equal weights) keeps a third of the weight of one
+found by all three whatever else was retrieved. ``similarity`` should lie in [0, 1] (the pipeline passes the
 reranker's score, else the dense cosine, else the min-max normalised fused score). Ties are
 broken by the best rank reached, then by document id.
 """
@@ -57,25 +59,39 @@ def first_per_document(hits: SubQueryList) -> list[tuple[str, float]]:
 
 
 def aggregate_sub_queries(
-    lists: Sequence[SubQueryList], k: int = RRF_K, similarity_weight: float = 0.5
+    lists: Sequence[SubQueryList],
+    k: int = RRF_K,
+    similarity_weight: float = 0.5,
+    weights: Sequence[float] | None = None,
 ) -> list[AggregatedDocument]:
-    """Documents of every sub-query's list, scored as in the module docstring, best first."""
+    """Documents of every sub-query's list, scored as in the module docstring, best first;
+    ``weights``: one positive weight per list (all 1 when None)."""
     if not 0.0 <= similarity_weight <= 1.0:
         raise ValueError("similarity_weight must lie in [0, 1]")
+    weights = [1.0] * len(lists) if weights is None else list(weights)
+    if len(weights) != len(lists) or not all(w > 0 for w in weights):
+        raise ValueError("weights must hold one positive weight per sub-query list")
     if not lists:
         return []
     deduplicated = [first_per_document(hits) for hits in lists]
-    fused = dict(rrf({str(q): hits for q, hits in enumerate(deduplicated)}, k=k))
-    ceiling = len(lists) / (k + 1)
+    fused = dict(
+        rrf(
+            {str(q): hits for q, hits in enumerate(deduplicated)},
+            k=k,
+            weights={str(q): weight for q, weight in enumerate(weights)},
+        )
+    )
+    ceiling = sum(weights) / (k + 1)
     ranks: dict[str, dict[int, int]] = {}
-    similarities: dict[str, list[float]] = {}
+    similarities: dict[str, list[tuple[float, float]]] = {}  # (weight, similarity)
     for q, hits in enumerate(deduplicated):
         for rank, (doc_id, similarity) in enumerate(hits, 1):
             ranks.setdefault(doc_id, {})[q] = rank
-            similarities.setdefault(doc_id, []).append(similarity)
+            similarities.setdefault(doc_id, []).append((weights[q], similarity))
     documents = []
     for doc_id, rank_of in ranks.items():
-        average = sum(similarities[doc_id]) / len(similarities[doc_id])
+        pairs = similarities[doc_id]
+        average = sum(w * x for w, x in pairs) / sum(w for w, _ in pairs)
         normalized = fused[doc_id] / ceiling
         documents.append(
             AggregatedDocument(

@@ -31,13 +31,15 @@ class MultiQueryConfig(Section):
     """``enabled``: the default of a request's ``multi_query``. ``queries``: reformulations
     asked for (the semantic query is searched besides them; duplicates dropped).
     Aggregation (serve_app/query_fusion.py): ``score = w * avg_similarity + (1 - w) *
-    normalized_rrf`` with ``w = similarity_weight`` and RRF's ``k = rrf_k``; each sub-query
+    normalized_rrf`` with ``w = similarity_weight`` and RRF's ``k = rrf_k``, the question's
+    own list weighing ``question_weight`` and each reformulation's 1; each sub-query
     retrieves ``per_query_top_k`` chunks."""
 
     enabled: bool = False
     queries: int = Field(default=3, ge=1, le=8)
     similarity_weight: float = Field(default=0.5, ge=0, le=1)
     rrf_k: int = Field(default=60, ge=1)
+    question_weight: float = Field(default=1.0, gt=0, le=16)
     per_query_top_k: int = Field(default=20, ge=1, le=200)
 
 

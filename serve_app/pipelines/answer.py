@@ -233,6 +233,7 @@ class AnswerPipeline:
             [result_similarities(r.results) for r in responses],
             k=multi.rrf_k,
             similarity_weight=multi.similarity_weight,
+            weights=[multi.question_weight] + [1.0] * (len(responses) - 1),
         )[:top_k]
         passages, results = [], []
         for number, document in enumerate(documents, 1):

@@ -161,9 +161,12 @@ def test_answers_suite(tmp_path, scifact_dir):
     assert [level["concurrency"] for level in measured["latency"]] == [1, 2]
     assert 0 <= measured["multi_query"]["multi"]["ndcg@10"] <= 1
     grid = measured["multi_query"]["grid"]
-    assert len(grid) == 15 and measured["split"] == "train"
-    # The grid re-scores the same lists: at the configuration's (w, k) it is the multi run.
-    at_default = next(r for r in grid if (r["similarity_weight"], r["rrf_k"]) == (0.5, 60))
+    assert len(grid) == 45 and measured["split"] == "train"
+    # The grid re-scores the same lists: at the configuration's (w, k, v) it is the multi run.
+    at_default = next(
+        r for r in grid
+        if (r["similarity_weight"], r["rrf_k"], r["question_weight"]) == (0.5, 60, 1.0)
+    )  # fmt: skip
     assert at_default["ndcg@10"] == measured["multi_query"]["multi"]["ndcg@10"]
     assert "## Multi-query" in out.with_suffix(".md").read_text()
     assert measured["citations"]["claims"] == 2

@@ -369,3 +369,29 @@ async def test_a_generation_past_its_deadline_ends_with_a_timeout_event(app_conf
     finally:
         await service.components.close()
         llm.close()
+
+
+async def test_the_question_weighs_what_the_configuration_says(client, service, monkeypatch):
+    """``answer.multi_query.question_weight`` reaches the aggregation as the first list's
+    weight, and the scores the results carry are the weighted blend's."""
+    import serve_app.pipelines.answer as answer_module
+
+    seen: list[list[float]] = []
+    real = answer_module.aggregate_sub_queries
+
+    def recording(lists, **kwargs):
+        seen.append(list(kwargs["weights"]))
+        return real(lists, **kwargs)
+
+    monkeypatch.setattr(answer_module, "aggregate_sub_queries", recording)
+    monkeypatch.setattr(service.config.answer.multi_query, "question_weight", 3.0)
+    events = await answer(
+        client, question="Does sleep help memory?", multi_query=True, max_tokens=8
+    )
+    metadata = events[0][1]
+    assert seen == [[3.0] + [1.0] * (len(metadata["sub_queries"]) - 1)]
+    for result in metadata["results"]:
+        blend = result["multi_query"]
+        assert result["score"] == pytest.approx(
+            0.5 * blend["avg_similarity"] + 0.5 * blend["normalized_rrf"]
+        )
