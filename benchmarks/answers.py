@@ -347,7 +347,8 @@ def markdown(report: dict[str, Any]) -> str:
             "",
             f"{mq['queries']} {split} queries, {mq['sub_queries_mean']} sub-queries on average "
             f"({mq['reformulations_asked']} reformulations asked), w = "
-            f"{mq['similarity_weight']}, RRF k = {mq['rrf_k']}, {mq['depth']} chunks a "
+            f"{mq['similarity_weight']}, RRF k = {mq['rrf_k']}, question weight "
+            f"{mq.get('question_weight', 1.0)}, {mq['depth']} chunks a "
             f"sub-query; understanding call p50 {mq['understanding_call_s_p50']} s.",
             "",
         ]

@@ -33,13 +33,14 @@ class MultiQueryConfig(Section):
     Aggregation (serve_app/query_fusion.py): ``score = w * avg_similarity + (1 - w) *
     normalized_rrf`` with ``w = similarity_weight`` and RRF's ``k = rrf_k``, the question's
     own list weighing ``question_weight`` and each reformulation's 1; each sub-query
-    retrieves ``per_query_top_k`` chunks."""
+    retrieves ``per_query_top_k`` chunks. The defaults were chosen on SciFact's train split
+    (``python -m benchmarks answers --suites multi_query --split train``, docs/answers.md)."""
 
     enabled: bool = False
     queries: int = Field(default=3, ge=1, le=8)
     similarity_weight: float = Field(default=0.5, ge=0, le=1)
-    rrf_k: int = Field(default=60, ge=1)
-    question_weight: float = Field(default=1.0, gt=0, le=16)
+    rrf_k: int = Field(default=10, ge=1)
+    question_weight: float = Field(default=4.0, gt=0, le=16)
     per_query_top_k: int = Field(default=20, ge=1, le=200)
 
 
