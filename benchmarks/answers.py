@@ -6,8 +6,8 @@ multi-query against single-query retrieval (nDCG@10), and citation precision and
 
 Everything runs in process on ``config/local.yaml``'s pipeline (the real small encoders, the
 embedded store, llama.cpp with the configured model, 1.5B by default) over SciFact
-(``$SERVE_APP_TEST_DATA/scifact``, ``--split``, test by default): the corpus is indexed once under
-``--data-dir`` (unchanged documents are skipped on later runs), limited to the judged
+(``$SERVE_APP_TEST_DATA/scifact``, ``--split``, test by default): the corpus is indexed once
+under ``--data-dir`` (unchanged documents are skipped on later runs), limited to the judged
 documents plus others up to ``--max-docs``.
 
 - latency: for each concurrency c, c answers (different claims, no understanding, one query)

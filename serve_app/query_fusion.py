@@ -16,9 +16,9 @@ weighing ``v_q`` (1 unless ``weights`` say; the answer pipeline gives the questi
 
 ``normalized_rrf`` is divided by its largest possible value, not by the best document's, so a
 document found by one sub-query out of three (equal weights) keeps a third of the weight of one
-found by all three whatever else was retrieved. ``similarity`` should lie in [0, 1] (the pipeline passes the
-reranker's score, else the dense cosine, else the min-max normalised fused score). Ties are
-broken by the best rank reached, then by document id.
+found by all three whatever else was retrieved. ``similarity`` should lie in [0, 1] (the
+pipeline passes the reranker's score, else the dense cosine, else the min-max normalised fused
+score). Ties are broken by the best rank reached, then by document id.
 """
 
 from __future__ import annotations

@@ -163,10 +163,9 @@ def test_answers_suite(tmp_path, scifact_dir):
     grid = measured["multi_query"]["grid"]
     assert len(grid) == 45 and measured["split"] == "train"
     # The grid re-scores the same lists: at the configuration's (w, k, v) it is the multi run.
-    at_default = next(
-        r for r in grid
-        if (r["similarity_weight"], r["rrf_k"], r["question_weight"]) == (0.5, 60, 1.0)
-    )  # fmt: skip
+    setting = ("similarity_weight", "rrf_k", "question_weight")
+    configured = tuple(measured["multi_query"][key] for key in setting)
+    at_default = next(r for r in grid if tuple(r[key] for key in setting) == configured)
     assert at_default["ndcg@10"] == measured["multi_query"]["multi"]["ndcg@10"]
     assert "## Multi-query" in out.with_suffix(".md").read_text()
     assert measured["citations"]["claims"] == 2
