@@ -21,6 +21,7 @@ from serve_app.errors import (
     collection_not_found,
     describe_validation_errors,
 )
+from serve_app.extras import require_extras
 from serve_app.schemas import FUSION_METHODS, STRATEGIES, FusionSpec, SearchRequest
 
 log = logging.getLogger("serve_app")
@@ -571,12 +572,8 @@ async def _attached(config: AppConfig):
 
 def _mcp(config: AppConfig, args: argparse.Namespace) -> int:
     del config  # the MCP server talks to a running service over its HTTP API
-    try:
-        from serve_app import mcp_server
-    except ImportError as error:
-        raise ServeAppError(
-            f"{error}; install the mcp extra: pip install 'serve-app[mcp]'"
-        ) from None
+    from serve_app import mcp_server
+
     return mcp_server.run(args)
 
 
@@ -777,6 +774,7 @@ def main(
     _quiet_libraries()
     try:
         config = load_config(args.config)
+        require_extras(args.command, config, args)
         handler = commands[args.command]
         if asyncio.iscoroutinefunction(handler):
             return asyncio.run(handler(config, args))

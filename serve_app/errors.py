@@ -143,6 +143,13 @@ class ConfigError(ServeAppError):
     status = 500
 
 
+class MissingExtraError(ConfigError):
+    """A command whose optional dependencies (an extra of the package) are not installed;
+    refused at start, naming the extra to install."""
+
+    code = "MISSING_EXTRA"
+
+
 def describe_validation_errors(errors: list[dict]) -> str:
     """One line per pydantic error: ``field.path: message (got 'value')``."""
     parts = []

@@ -41,7 +41,7 @@ def error_classes() -> list[type[ServeAppError]]:
     pending: list[type[ServeAppError]] = [ServeAppError]
     while pending:
         cls = pending.pop(0)
-        if cls is not ConfigError:  # a start-up error, never an answer to a request
+        if not issubclass(cls, ConfigError):  # start-up errors, never answers to a request
             found.append(cls)
         pending.extend(cls.__subclasses__())
     return found

@@ -63,3 +63,77 @@ def test_cli_runs_the_embedded_topology_without_extras(tmp_path):
     assert "LOADED []" in out
     response = json.loads(out[out.index("{") : out.rindex("}") + 1])
     assert response["results"][0]["chunk"]["doc_id"].startswith("notes")
+
+
+# Each command on the base install: one that needs an extra is refused before it does
+# anything, naming the extra; the others run.
+COMMANDS_SCRIPT = """
+import contextlib, importlib.abc, io, json, sys
+
+class Blocked(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {blocked!r}:
+            raise ImportError(f"{{name}} is an extra, not in the base install")
+        return None
+
+sys.meta_path.insert(0, Blocked())
+from deployments.cli import main
+config = sys.argv[1]
+out = {{}}
+for argv in json.loads(sys.argv[2]):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = main(["--config", config, *argv])
+    out[" ".join(argv)] = [code, err.getvalue()]
+print("RESULT", json.dumps(out))
+"""
+
+NEEDS_AN_EXTRA = {
+    ("serve", "--port", "1"): "serve",
+    ("eval", "--beir", "{beir}", "--max-queries", "2"): "bench",
+    ("tune", "--beir", "{beir}", "--grid", "smoke"): "bench",
+    ("mcp",): "mcp",
+    ("cluster", "status"): "k8s",
+    ("answer", "why?"): "llm",
+}
+RUNS = [("collections", "list"), ("inspect", "--json"), ("documents", "get", "nothing")]
+
+
+def test_every_command_runs_or_names_its_extra_before_working(tmp_path):
+    config = yaml.safe_load((ROOT / "config" / "local.yaml").read_text())
+    config["data_dir"] = str(tmp_path / "data")
+    config_path = tmp_path / "config.yaml"
+    config_path.write_text(yaml.safe_dump(config))
+    beir = tmp_path / "beir"  # never read: the refusal comes first
+    argvs = [
+        [part.format(beir=beir) for part in argv] for argv in [*NEEDS_AN_EXTRA, *RUNS]
+    ]
+    blocked = set(EXTRAS) | {"ir_measures", "mcp", "kubernetes", "xllamacpp", "psutil"}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            COMMANDS_SCRIPT.format(blocked=blocked),
+            str(config_path),
+            json.dumps(argvs),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))
+    results = json.loads(line.removeprefix("RESULT "))
+
+    for argv, extra in NEEDS_AN_EXTRA.items():
+        code, stderr = results[" ".join(argv).format(beir=beir)]
+        assert code == 2, (argv, stderr)
+        assert "MISSING_EXTRA" in stderr, (argv, stderr)
+        assert f"pip install 'serve-app[{extra}" in stderr, (argv, stderr)
+    for argv in RUNS:  # they reach the (empty) store: no index yet, said as such
+        code, stderr = results[" ".join(argv)]
+        assert code == 2 and "NOT_FOUND" in stderr and "embedded index" in stderr, (argv, stderr)
+    # eval and tune were refused before they indexed or cached anything
+    assert not (tmp_path / "data" / "eval").exists()
+    assert not (tmp_path / "data" / "tune").exists()
