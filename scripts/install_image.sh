@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs serve-app into one Python environment. This is the container image's install step
-# (Dockerfile), and CI runs the same script in a clean venv (tests/image/test_image.py).
+# (Dockerfile), and CI runs the same script in a clean venv (tests/image/test_image_install.py).
 #
 #   scripts/install_image.sh [--python PY] [--extras LIST] [--constraint FILE]... [--without-gpu]
 #
