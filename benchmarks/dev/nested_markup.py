@@ -1,6 +1,7 @@
 """What Markdown nested deep (block quotes, list items) costs an upload, against plain text.
 
     python -m benchmarks.dev.nested_markup [--config config/local.yaml] [--kb 100]
+        [--inputs plain.txt,quotes.md,...]
 
 In process, no Serve: each input (plain prose, nested block quotes, nested list items, all
 ``--kb`` KB) goes through the loader, the configured chunker and both document encoders of
@@ -26,6 +27,7 @@ def main() -> None:
     )
     parser.add_argument("--config", type=Path, default=Path("config/local.yaml"))
     parser.add_argument("--kb", type=int, default=100)
+    parser.add_argument("--inputs", help="comma-separated names of the inputs (default: all)")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -42,7 +44,9 @@ def main() -> None:
     dense = TransformersDenseEncoder(config.dense)
     splade = SpladeEncoder(config.splade)
     size = args.kb * 1000
-    inputs = {"plain.txt": plain(size), **{name: make(size) for name, make in NESTED.items()}}
+    makers = {"plain.txt": plain, **NESTED}
+    names = args.inputs.split(",") if args.inputs else list(makers)
+    inputs = {name: makers[name](size) for name in names}
     print(
         f"chunker {config.chunker.name}, {config.chunker.max_tokens} tokens; "
         f"{args.kb} KB each\n\n| input | bytes | chunks | tokens | load s | chunk s | dense s "
