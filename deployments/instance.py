@@ -10,9 +10,13 @@ documents while the new run started). Here every run gets its own ports and file
 HAProxy's listeners bind the loopback address, and Ray's token authentication is on with a
 token of the run's own, so the processes of one run refuse calls from any other.
 
-Ray's core processes (GCS, raylets, workers, their agents) bind their gRPC servers on every
-interface, which no Ray setting changes (``src/ray/rpc/grpc_server.cc``); the token is what
-keeps them closed to anything but this run.
+Ray's own listeners stay on the loopback address too: Ray's single-machine mode (its default
+on macOS and Windows, ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``) makes the node's address
+127.0.0.1, and GCS, the raylet, every worker's gRPC server, the dashboard and runtime-env
+agents and the metrics exporters bind that address when it is the loopback one. Ray Serve's
+own gRPC servers (each replica's, for calls between deployments, and the direct-ingress one)
+bind ``[::]`` whatever the node's address: the setup hook binds them to it
+(``bind_serve_grpc_to_node_address``). docs/operations.md has the table.
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ from serve_app.api.observability import INSTANCE_ENV
 from serve_app.ports import free_port, free_port_range
 
 ADMIN_HOST_ENV = "SERVE_APP_HAPROXY_ADMIN_HOST"
-SETUP_HOOK = "deployments.instance.bind_haproxy_admin_listeners"
+LOOPBACK_NODE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+SETUP_HOOK = "deployments.instance.setup_worker"
 _PORT_RANGE = 64  # direct-ingress ports a run may hand its replicas
 
 _HAPROXY_LISTENERS = (
@@ -96,6 +101,9 @@ def isolate(
         "RAY_SERVE_DIRECT_INGRESS_MAX_GRPC_PORT": str(grpc_range.stop - 1),
         "AUTOSCALER_METRIC_PORT": port(),
         "DASHBOARD_METRIC_PORT": port(),
+        # Ray's single-machine mode: the node's address is 127.0.0.1 (ray._private.services.
+        # get_node_ip_address), so Ray's processes listen there (module docstring).
+        LOOPBACK_NODE_ENV: "0",
     }
     if environ.get("RAY_AUTH_MODE", "token") != "token":  # the user chose: keep it
         del chosen["RAY_AUTH_MODE"], chosen["RAY_AUTH_TOKEN"]
@@ -110,6 +118,12 @@ def isolate(
         from ray._raylet import Config
 
         Config.initialize("")
+    if LOOPBACK_NODE_ENV in applied and "ray" in sys.modules:
+        # Read once, when Ray's constants are first imported: a program that imported Ray
+        # before starting its run refreshes it here.
+        from ray._private import ray_constants
+
+        ray_constants.ENABLE_RAY_CLUSTER = False
     return Instance(environ[INSTANCE_ENV], files, applied, taken)
 
 
@@ -139,3 +153,40 @@ def bind_haproxy_admin_listeners() -> None:
     from ray.serve._private import haproxy
 
     haproxy.HAPROXY_CONFIG_TEMPLATE = haproxy_template(haproxy.HAPROXY_CONFIG_TEMPLATE, host)
+
+
+def bind_serve_grpc_to_node_address() -> None:
+    """Ray Serve's gRPC servers (each replica's for calls between deployments, the direct
+    ingress') on the node's address instead of ``[::]``: the address their callers are given
+    (Ray Serve has no setting for it). RuntimeError when Ray Serve no longer binds them
+    through the functions wrapped here (a Ray upgrade), so the run stops rather than
+    exposing them."""
+    from ray._common.network_utils import build_address
+    from ray.serve._private import default_impl, replica
+    from ray.util import get_node_ip_address
+
+    def on_node_address(bind):
+        def bound(server, address: str):
+            if address.startswith("[::]:"):
+                address = build_address(get_node_ip_address(), int(address.rsplit(":", 1)[1]))
+            return bind(server, address)
+
+        bound.wrapped = bind
+        return bound
+
+    for module, name in ((replica, "add_port_to_grpc_server"), (default_impl, "add_grpc_address")):
+        bind = getattr(module, name, None)
+        if bind is None:
+            raise RuntimeError(
+                f"Ray Serve's {module.__name__} has no {name}: deployments/instance.py cannot "
+                "bind Ray Serve's gRPC servers to the node's address"
+            )
+        if not hasattr(bind, "wrapped"):  # once per process
+            setattr(module, name, on_node_address(bind))
+
+
+def setup_worker() -> None:
+    """Ray's ``worker_process_setup_hook`` for a local run: every worker binds HAProxy's admin
+    listeners to the run's host and Ray Serve's gRPC servers to the node's address."""
+    bind_haproxy_admin_listeners()
+    bind_serve_grpc_to_node_address()

@@ -12,7 +12,11 @@ from serve_app.chunking.base import (
     make_chunks,
 )
 from serve_app.chunking.tokens import TokenCounter, token_windows
+from serve_app.errors import PayloadTooLargeError
 from serve_app.schemas import Chunk, Document
+
+MIN_BODY_TOKENS = 16
+"""A chunk's header (title, heading chain) must leave at least this many tokens for text."""
 
 
 class SlidingWindowChunker:
@@ -45,7 +49,11 @@ class SlidingWindowChunker:
         return await asyncio.to_thread(self.chunk_batch, documents)
 
     def budget(self, document: Document, chains: list[tuple[str, ...]]) -> int:
-        """Tokens left for body text once special tokens and the longest header are counted."""
+        """Tokens left for body text once special tokens and the longest header are counted.
+
+        PayloadTooLargeError (413) when the header leaves fewer than ``MIN_BODY_TOKENS``:
+        each chunk repeats it, so a long title or heading chain would otherwise make chunks
+        of almost nothing but header."""
         return self.budgets([document], [chains])[0]
 
     def budgets(self, documents: list[Document], chains: list[list[tuple[str, ...]]]) -> list[int]:
@@ -61,10 +69,15 @@ class SlidingWindowChunker:
         for document, doc_headers in zip(documents, headers, strict=True):
             header = max(next(counts) for _ in doc_headers) + 1 if self.contextual_header else 0
             budget = self.max_tokens - self.counter.reserved - header
-            if budget < 16:
-                raise ValueError(
-                    f"document {document.id!r}: header leaves {budget} tokens of {self.max_tokens}"
+            if budget < MIN_BODY_TOKENS:
+                error = PayloadTooLargeError(
+                    f"document {document.id!r}: its title and longest heading chain take "
+                    f"{header} tokens of the {self.max_tokens} each chunk may have "
+                    f"(chunker.max_tokens), leaving {budget} for its text (at least "
+                    f"{MIN_BODY_TOKENS} needed); shorten them"
                 )
+                error.details = {"document": document.id, "header_tokens": header}
+                raise error
             budgets.append(budget)
         return budgets
 

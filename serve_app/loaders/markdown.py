@@ -1,7 +1,15 @@
-"""Markdown: ATX (``#``) and setext headings become nested sections.
+"""Markdown: ATX (``#``) and setext headings become nested sections; block quotes and list
+items are flattened to their text.
 
 Parsed line by line with string methods only (no regular expressions): every line is looked
 at a bounded number of times, so a hostile line costs time linear in its length.
+
+Headings nest at most six deep (the syntax has six levels). Block quotes and lists nest as
+deep as their markers go (``> > > ...``, ``- - - ...``): the markers are structure, not text,
+so they are dropped, whatever the depth, and a quoted or listed line keeps only its text.
+Kept, each marker would be a model token of its own, and a document made of them would cost
+the chunker and the encoders several times what plain text of its size costs
+(``tests/serve_app/chunking/test_nesting_cost.py``).
 """
 
 from __future__ import annotations
@@ -42,6 +50,41 @@ def setext_level(line: str) -> int | None:
     return None
 
 
+def _marker_end(line: str, start: int) -> int | None:
+    """Where the container marker at ``start`` ends (its following blank included), or None
+    when none starts there: ``>`` (CommonMark's block quote), ``-``, ``+``, ``*`` and
+    ``1.``/``1)`` (list items: 1-9 digits) followed by a blank or the end of the line."""
+    if line.startswith(">", start):
+        end = start + 1
+        return end + 1 if line.startswith((" ", "\t"), end) else end
+    end = start
+    if line.startswith(("-", "+", "*"), start):
+        end = start + 1
+    else:
+        while end < len(line) and end - start < 9 and line[end].isdigit():
+            end += 1
+        if end == start or not line.startswith((".", ")"), end):
+            return None
+        end += 1
+    if end < len(line) and not line[end].isspace():
+        return None
+    return end + 1 if end < len(line) else end
+
+
+def strip_containers(line: str) -> str:
+    """``line`` without its leading block-quote and list-item markers, however many
+    (``> > - 1. text`` is ``text``); time linear in the line's length."""
+    position = 0
+    while True:
+        start = position
+        while start < len(line) and line[start] in " \t":
+            start += 1
+        end = _marker_end(line, start)
+        if end is None:
+            return line if position == 0 else line[start:]
+        position = end
+
+
 def _is_fence(line: str) -> bool:
     return line.strip().startswith(("```", "~~~"))
 
@@ -60,18 +103,17 @@ def load_markdown(data: bytes, name: str) -> dict:
             i += 1
             continue
         heading = None if in_fence else atx_heading(line)
-        underline = (
-            setext_level(lines[i + 1])
-            if not in_fence and heading is None and line.strip() and i + 1 < len(lines)
-            else None
-        )
+        content = line if in_fence or heading else strip_containers(line)
+        # A setext heading is one plain line (not fenced, quoted or listed) and its underline.
+        plain = content is line and not in_fence and heading is None and line.strip()
+        underline = setext_level(lines[i + 1]) if plain and i + 1 < len(lines) else None
         if heading:
             level, text = heading
         elif underline and not builder.pending_paragraph():
             level, text = underline, " ".join(line.split())
             i += 1
         else:
-            builder.add_line(line)
+            builder.add_line(content)
             i += 1
             continue
         if level == 1 and not title and builder.is_empty():

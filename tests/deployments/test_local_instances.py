@@ -3,7 +3,8 @@
 - Two runs on one machine, each with its own corpus, searched continuously through the
   second one's start-up: neither ever answers with the other's documents; every listener of
   Serve (HTTP, the fallback proxy, HAProxy's stats and metrics, the replicas' direct
-  ingress) binds 127.0.0.1, and no two runs share a port.
+  ingress) binds 127.0.0.1, and no two runs share a port; Ray's own listeners are on loopback
+  too.
 - Every CLI command against the data dir a run holds: refused with the run's URL (or, for
   ``validate``, the store check not run), never opening the index; ``--url`` goes through the
   run; the run's writes work afterwards.
@@ -14,6 +15,7 @@
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import threading
 import time
 from pathlib import Path
@@ -191,6 +193,28 @@ def test_a_local_run_serves_its_metrics_and_names_its_instance(runs):
     assert metrics.status_code == 200 and "serve_" in metrics.text
     answer = httpx.get(f"{alpha.url}/readyz", timeout=10).json()
     assert answer["ready"] and len(answer["instance"]) == 16
+
+
+def on_loopback(address: str) -> bool:
+    """Loopback, IPv4-mapped IPv6 (``::ffff:127.0.0.1``: gRPC's dual-stack sockets) included."""
+    ip = ipaddress.ip_address(address)
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return (mapped or ip).is_loopback
+
+
+RAY_PROCESSES = ("gcs_server", "raylet", "ray::DashboardA", "ray::RuntimeEnv", "ray::ServeRepli")
+
+
+def test_every_listener_of_a_run_is_on_loopback(runs):
+    """Ray's own listeners included (GCS, raylet, every worker's gRPC server, the dashboard
+    and runtime-env agents, the metrics exporters, Serve's gRPC servers between replicas):
+    docs/operations.md, "Ray's listeners in a local run", names none left outside."""
+    alpha, _ = runs
+    found = listeners(alpha)
+    names = {name for _, _, name in found}
+    assert all(any(n.startswith(p) for n in names) for p in RAY_PROCESSES), sorted(names)
+    exposed = [s for s in found if not on_loopback(s[0])]
+    assert not exposed, f"{len(exposed)} of {len(found)} listeners off loopback: {exposed}"
 
 
 def dense_replica(run: LocalRun) -> psutil.Process:

@@ -112,8 +112,8 @@ async def test_document_ids_with_control_or_format_characters_are_refused(client
 
 
 def quotes(lines: int) -> str:
-    """Markdown of ever deeper nested block quotes: each level is its own section, so 27 KB
-    make about 60 chunks (about five times what prose of that size makes)."""
+    """Markdown of ever deeper nested block quotes: the loader keeps each line's text (the
+    markers go), so 27 KB make 15 chunks of 256 tokens."""
     return "\n".join(
         ">" * (i % 60 + 1) + f" line {i} about plasmids and bacteria" for i in range(lines)
     )

@@ -3,6 +3,7 @@ import itertools
 import pytest
 
 from serve_app.chunking.sliding_window import SlidingWindowChunker
+from serve_app.errors import PayloadTooLargeError
 from serve_app.schemas import Document
 
 
@@ -53,5 +54,6 @@ def test_a_header_that_leaves_no_room_names_its_document_in_a_batch(minilm_count
         Document(id="fine", title="Short", text="body text " * 50),
         Document(id="too-long-title", title="word " * 60, text="body"),
     ]
-    with pytest.raises(ValueError, match="too-long-title"):
+    with pytest.raises(PayloadTooLargeError, match="too-long-title") as raised:
         chunker.chunk_batch(documents)
+    assert raised.value.status == 413 and "chunker.max_tokens" in str(raised.value)

@@ -1,5 +1,6 @@
 """Format detection, per-format loaders and the errors bad files produce."""
 
+import time
 from pathlib import Path
 
 import pytest
@@ -107,6 +108,27 @@ class TestMarkdown:
             chain == ("Install", "Linux") and "not a heading" in text for chain, text in blocks
         )
         assert (("Setext Heading",), "Body.") in blocks
+
+    def test_quotes_and_list_items_keep_only_their_text(self):
+        text = (
+            "> quoted\n>> deeper\n> > - 1. listed\n>\n- item\n  + sub-item\n2) second\n\n"
+            "*emphasis* stays, 1.5 mg stays, -5 stays\n- - -\n"
+            "```\n> code keeps its markers\n- too\n```\n"
+            "> # quoted hash\n- item\n---\n"
+        )
+        [(_, body)] = load_bytes(text.encode(), "q.md").iter_blocks()
+        assert body.split("\n\n") == [
+            "quoted\ndeeper\nlisted",
+            "item\nsub-item\nsecond",
+            "*emphasis* stays, 1.5 mg stays, -5 stays",
+            "```\n> code keeps its markers\n- too\n```\n# quoted hash\nitem\n---",
+        ]
+
+    def test_markers_nested_100_000_deep_cost_linear_time(self):
+        started = time.perf_counter()
+        doc = load_bytes(("> " * 50_000 + "- " * 50_000 + "text").encode(), "deep.md")
+        assert [body for _, body in doc.iter_blocks()] == ["text"]
+        assert time.perf_counter() - started < 5  # quadratic: minutes
 
 
 class TestHtml:
