@@ -15,7 +15,7 @@ from serve_app.config import config_from_dict
 from serve_app.encoders.base import DENSE_BACKENDS, LaneDenseEncoder
 from serve_app.encoders.queue import Lane
 from serve_app.errors import ConfigError
-from serve_app.pipelines.components import register_builtins
+from serve_app.pipelines.components import dense_model_revision, register_builtins
 
 
 @serve.deployment(name="dense")
@@ -36,11 +36,14 @@ class DenseDeployment(ConfiguredDeployment):
         if not isinstance(encoder, LaneDenseEncoder):
             raise ConfigError(f"dense.backend {self.config.dense.backend!r} cannot be served")
         self.encoder: LaneDenseEncoder = encoder
+        # Refuses to start on a model cache holding another revision than configured.
+        self.revision = dense_model_revision(self.config)
 
     def info(self) -> dict[str, Any]:
         return {
             "model_id": self.encoder.model_id,
             "dim": self.encoder.dim,
+            "revision": self.revision,
             "backend": self.config.dense.backend,
             "encoder": type(self.encoder).__name__,
         }
