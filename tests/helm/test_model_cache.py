@@ -14,6 +14,9 @@ writer at all, and mounted both shared volumes in every pod, the head's included
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
 import yaml
 from dockerfile_parse import DockerfileParser
@@ -583,3 +586,37 @@ def test_the_pods_with_their_own_cache_validate_strictly(values):
         pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": group["groupName"]}}
         pod["spec"] = group["template"]["spec"]
         kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
+
+
+DOWNLOADS_PROBE = """{{- $groups := include "serve-app.workerGroups" . | fromYamlArray }}
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: downloads}
+data:
+{{- range $group := $groups }}
+  {{ $group }}: {{ include "serve-app.groupDownloadMiB" (list $ $group) | quote }}
+{{- end }}
+"""
+
+
+@pytest.mark.parametrize(
+    "extra,expected",
+    [
+        ((), {"cpu": "16", "dense-gpu": "14500", "sparse-gpu": "2636", "llm-gpu": "7716"}),
+        (("--set-json", 'modelFetch.downloadMiB={"Qwen/Qwen3-Embedding-8B": null}'),
+         {"cpu": "", "dense-gpu": "", "sparse-gpu": "", "llm-gpu": ""}),
+    ],
+    ids=["gpu.yaml", "sizes unknown"],
+)  # fmt: skip
+def test_each_groups_download_is_what_it_fetches(tmp_path, extra, expected):
+    """serve-app.groupDownloadMiB (for ephemeral-storage sizing): the sum over the group's
+    fetch of modelFetch.downloadMiB, the tokenizer's size for a tokenizer-only fetch (the CPU
+    group: 16 MiB, not the 8B model's 14.5 GiB); empty where a size is unknown; nothing for a
+    group that fetches nothing (the store)."""
+    chart = Path(shutil.copytree(CHART, tmp_path / "chart"))
+    (chart / "templates" / "zz-downloads.yaml").write_text(DOWNLOADS_PROBE)
+    docs = objects(str(HELM), chart, None, *extra)
+    (probe,) = [
+        d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "downloads"
+    ]
+    assert probe["data"] == {**expected, "store": ""}
