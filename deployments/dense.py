@@ -32,12 +32,12 @@ class DenseDeployment(ConfiguredDeployment):
         self.config = config_from_dict(config, "serve args")
         tokenize_on_reserved_cpus(serve_settings(self.config).dense.num_cpus)
         register_builtins()
+        # A model cache holding another commit than configured: refused before loading.
+        self.revision = dense_model_revision(self.config)
         encoder = DENSE_BACKENDS.create(self.config.dense.backend, self.config.dense)
         if not isinstance(encoder, LaneDenseEncoder):
             raise ConfigError(f"dense.backend {self.config.dense.backend!r} cannot be served")
         self.encoder: LaneDenseEncoder = encoder
-        # Refuses to start on a model cache holding another revision than configured.
-        self.revision = dense_model_revision(self.config)
 
     def info(self) -> dict[str, Any]:
         return {
