@@ -15,7 +15,7 @@ from serve_app.config import config_from_dict
 from serve_app.encoders.base import DENSE_BACKENDS, LaneDenseEncoder
 from serve_app.encoders.queue import Lane
 from serve_app.errors import ConfigError
-from serve_app.pipelines.components import register_builtins
+from serve_app.pipelines.components import dense_model_revision, register_builtins
 
 
 @serve.deployment(name="dense")
@@ -32,6 +32,8 @@ class DenseDeployment(ConfiguredDeployment):
         self.config = config_from_dict(config, "serve args")
         tokenize_on_reserved_cpus(serve_settings(self.config).dense.num_cpus)
         register_builtins()
+        # A model cache holding another commit than configured: refused before loading.
+        self.revision = dense_model_revision(self.config)
         encoder = DENSE_BACKENDS.create(self.config.dense.backend, self.config.dense)
         if not isinstance(encoder, LaneDenseEncoder):
             raise ConfigError(f"dense.backend {self.config.dense.backend!r} cannot be served")
@@ -41,6 +43,7 @@ class DenseDeployment(ConfiguredDeployment):
         return {
             "model_id": self.encoder.model_id,
             "dim": self.encoder.dim,
+            "revision": self.revision,
             "backend": self.config.dense.backend,
             "encoder": type(self.encoder).__name__,
         }

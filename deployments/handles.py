@@ -130,6 +130,7 @@ class RemoteDenseEncoder(_RemoteLanes):
     ) -> None:
         super().__init__(handle, info, observe, batching)
         self.dim = int(info["dim"])
+        self.revision: str | None = info.get("revision")  # of the weights its replicas loaded
 
     async def embed_documents(self, texts: list[str]) -> np.ndarray:
         return await self._lane("document", texts)

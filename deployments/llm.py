@@ -20,6 +20,7 @@ from deployments.replica_logging import configure_replica_logging
 from serve_app.config import config_from_dict
 from serve_app.generation import GenerationParams, Message, build_llm
 from serve_app.generation.base import Completion
+from serve_app.model_manifest import loaded_revision
 
 ADMITTED = {"admitted": True}
 
@@ -31,6 +32,8 @@ class LlmDeployment(ConfiguredDeployment):
     def __init__(self, config: dict[str, Any]) -> None:
         configure_replica_logging()
         self.config = config_from_dict(config, "serve args")
+        llm = self.config.llm  # a model cache at another commit: refused before loading
+        loaded_revision(llm.model, llm.revision, "llm.revision")
         self.llm = build_llm(self.config.llm)
 
     def info(self) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from deployments.tokenizer_threads import tokenize_on_reserved_cpus
 from serve_app.config import config_from_dict
 from serve_app.encoders.base import RERANKER_BACKENDS, ServedReranker
 from serve_app.errors import ConfigError
+from serve_app.model_manifest import loaded_revision
 from serve_app.pipelines.components import register_builtins
 
 
@@ -26,6 +27,8 @@ class RerankerDeployment(ConfiguredDeployment):
         self.config = config_from_dict(config, "serve args")
         tokenize_on_reserved_cpus(serve_settings(self.config).reranker.num_cpus)
         register_builtins()
+        section = self.config.reranker  # a model cache at another commit: refused before loading
+        loaded_revision(section.model, section.revision, "reranker.revision")
         reranker = RERANKER_BACKENDS.create(self.config.reranker.backend, self.config.reranker)
         if not isinstance(reranker, ServedReranker):
             raise ConfigError(f"reranker.backend {self.config.reranker.backend!r} cannot be served")

@@ -13,6 +13,7 @@ from deployments.tokenizer_threads import tokenize_on_reserved_cpus
 from serve_app.config import config_from_dict
 from serve_app.encoders.queue import Lane
 from serve_app.encoders.splade import SpladeEncoder
+from serve_app.model_manifest import loaded_revision
 from serve_app.schemas import SparseVector
 
 
@@ -24,6 +25,8 @@ class SpladeDeployment(ConfiguredDeployment):
         configure_replica_logging()
         self.config = config_from_dict(config, "serve args")
         tokenize_on_reserved_cpus(serve_settings(self.config).splade.num_cpus)
+        splade = self.config.splade  # a model cache at another commit: refused before loading
+        loaded_revision(splade.model, splade.revision, "splade.revision")
         self.encoder = SpladeEncoder(self.config.splade)
 
     def info(self) -> dict[str, Any]:

@@ -59,7 +59,9 @@ class StoreDeployment(ConfiguredDeployment):
             self.models = IndexModels(**models)
         else:
             dense = await models.info.remote()
-            self.models = index_models(self.config, dense["model_id"], int(dense["dim"]))
+            self.models = index_models(
+                self.config, dense["model_id"], int(dense["dim"]), dense.get("revision")
+            )
         await self.index.open(self.models)
 
     def info(self) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from serve_app.config import AppConfig, load_config
 from serve_app.errors import (
+    ConfigError,
     InvalidInputError,
     ServeAppError,
     collection_not_found,
@@ -471,6 +472,30 @@ async def _snapshot(config: AppConfig, args: argparse.Namespace) -> int:
     return 0
 
 
+def _embedded_path(config: AppConfig, command: str) -> Path:
+    if config.stores.topology != "embedded":
+        raise ConfigError(
+            f"{command} is for the embedded store; server stores take snapshots of their own "
+            "(serve-app snapshot create|list)"
+        )
+    return config.data_path / config.stores.embedded.path
+
+
+def _backup(config: AppConfig, args: argparse.Namespace) -> int:
+    from serve_app.stores.embedded_backup import backup
+
+    print(json.dumps(backup(_embedded_path(config, "backup"), Path(args.path)), indent=2))
+    return 0
+
+
+def _restore(config: AppConfig, args: argparse.Namespace) -> int:
+    from serve_app.stores.embedded_backup import restore
+
+    done = restore(Path(args.path), _embedded_path(config, "restore"), replace=args.replace)
+    print(json.dumps(done, indent=2))
+    return 0
+
+
 async def _inspect(config: AppConfig, args: argparse.Namespace) -> int:
     from serve_app.inspection import format_report, inspect_stores
 
@@ -741,6 +766,17 @@ def build_parser() -> argparse.ArgumentParser:
     snapshot = sub.add_parser("snapshot", help="create or list store snapshots (server stores)")
     snapshot.add_argument("action", choices=["create", "list"])
     snapshot.add_argument("--name", help="snapshot name (default: serve-app-<UTC timestamp>)")
+    backup = sub.add_parser(
+        "backup", help="write the embedded index to a tar file (the index must not be open)"
+    )
+    backup.add_argument("path", help="the backup file to create (e.g. backups/index.tar)")
+    restore = sub.add_parser(
+        "restore", help="restore the embedded index from a backup (the index must not be open)"
+    )
+    restore.add_argument("path", help="a file written by serve-app backup")
+    restore.add_argument(
+        "--replace", action="store_true", help="remove the index stores.embedded.path holds"
+    )
     return parser
 
 
@@ -751,6 +787,8 @@ COMMANDS = {
     "eval": _eval,
     "tune": _tune,
     "snapshot": _snapshot,
+    "backup": _backup,
+    "restore": _restore,
     "inspect": _inspect,
     "validate": _validate,
     "collections": _collections,

@@ -98,7 +98,10 @@ class ConflictError(ServeAppError):
 
 
 class ModelMismatchError(ConflictError):
-    """Ingest or search with a model other than the one the index was built with."""
+    """Ingest or search with a model other than the one the index was built with (its id,
+    revision or dimension), or a model cache holding another revision than configured."""
+
+    code = "STORE_MODEL_MISMATCH"
 
 
 class IndexInUseError(ConflictError):

@@ -5,7 +5,16 @@ The chart's model-fetch Job (a Helm pre-install/pre-upgrade hook) runs
 each repository lands in ``<cache>/<owner>/<name>``, exactly the path the configuration names
 (``dense.model: /models/Qwen/Qwen3-Embedding-8B``) and the replicas load offline. Without ids,
 ``--config FILE`` derives them from the configuration's model paths under ``--cache``, as the
-chart does. An id may carry a revision: ``owner/name@<commit, tag or branch>``.
+chart does, each with the revision the configuration pins (``dense.revision`` ...). An id may
+carry a revision: ``owner/name@<commit, tag or branch>``; ``--pinned`` (the chart) refuses an id
+without a commit. ``tokenizer:owner/name@...`` fetches the tokenizer and configuration files
+only: what a group needs whose deployments only count or make tokens with that model (the
+chunker, a dense model served by a vLLM server).
+
+Beside each folder the fetch writes ``<owner>/<name>.manifest.json`` (serve_app/
+model_manifest.py): the commit it holds and each file's size and SHA-256, checked against the
+Hub's own SHA-256 of the LFS files (the weights); a replica that loads the folder takes its
+revision from there, and the index records it.
 
 Only what loading needs is fetched: the repository's top-level configuration and tokenizer files
 and one copy of the weights (the safetensors files where there are any, else PyTorch's
@@ -33,9 +42,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from serve_app.model_manifest import read_manifest, sha256_file, write_manifest
+
 # owner/name as the Hub spells them, optionally @revision (a commit, tag or branch).
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _REVISION = re.compile(r"^[\w./-]+$")
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+TOKENIZER_PREFIX = "tokenizer:"
 
 # Files a transformers / vLLM / tokenizers load reads from a model folder, besides the weights:
 # configs (config.json, generation_config.json, tokenizer_config.json, ...), vocabularies
@@ -51,22 +64,34 @@ class FetchError(Exception):
 class ModelSpec:
     repo_id: str
     revision: str | None = None
+    tokenizer_only: bool = False
 
     @classmethod
     def parse(cls, spec: str) -> ModelSpec:
-        repo_id, _, revision = spec.strip().partition("@")
+        text = spec.strip()
+        tokenizer_only = text.startswith(TOKENIZER_PREFIX)
+        repo_id, _, revision = text.removeprefix(TOKENIZER_PREFIX).partition("@")
         if not _REPO_ID.fullmatch(repo_id) or ".." in repo_id:
-            raise ValueError(f"{spec!r} is not a model id (owner/name, optionally @revision)")
-        if "@" in spec and not _REVISION.fullmatch(revision):
+            raise ValueError(
+                f"{spec!r} is not a model id ([tokenizer:]owner/name, optionally @revision)"
+            )
+        if "@" in text and not _REVISION.fullmatch(revision):
             raise ValueError(f"{spec!r}: bad revision {revision!r}")
-        return cls(repo_id, revision or None)
+        return cls(repo_id, revision or None, tokenizer_only)
+
+    @property
+    def pinned(self) -> bool:
+        """Pinned to a commit (a tag or a branch can move)."""
+        return self.revision is not None and bool(_COMMIT.fullmatch(self.revision))
 
     def __str__(self) -> str:
-        return self.repo_id + (f"@{self.revision}" if self.revision else "")
+        prefix = TOKENIZER_PREFIX if self.tokenizer_only else ""
+        return prefix + self.repo_id + (f"@{self.revision}" if self.revision else "")
 
 
-def select_files(names: Iterable[str]) -> list[str]:
-    """The files of a repository that loading needs (see the module docstring)."""
+def select_files(names: Iterable[str], tokenizer_only: bool = False) -> list[str]:
+    """The files of a repository that loading needs (see the module docstring); without the
+    weights for ``tokenizer_only``."""
     top = sorted({name for name in names if "/" not in name})
     safetensors = [name for name in top if name.endswith(".safetensors")]
     if safetensors:
@@ -79,7 +104,7 @@ def select_files(names: Iterable[str]) -> list[str]:
             or n == "pytorch_model.bin.index.json"
         ]
     support = [n for n in top if n.endswith(_SUPPORT_SUFFIXES) and not n.endswith(".index.json")]
-    return sorted({*weights, *support})
+    return sorted(support if tokenizer_only else {*weights, *support})
 
 
 def model_references(config) -> dict[str, list[str]]:
@@ -100,13 +125,59 @@ def model_references(config) -> dict[str, list[str]]:
     return refs
 
 
-def cache_ids(config, cache: str | Path) -> list[str]:
-    """Hub ids of the configuration's model paths under ``cache``, in first-use order:
-    ``/models/Qwen/Qwen3-Embedding-8B`` under ``/models`` is ``Qwen/Qwen3-Embedding-8B``."""
+def tokenizer_references(config) -> dict[str, list[str]]:
+    """Per deployment, the references of ``model_references`` whose tokenizer (and
+    configuration files) is all it loads: the chunker counts tokens (unless it embeds
+    sentences with that very model), a dense model served by a vLLM server is tokenised here."""
+    out: dict[str, list[str]] = {}
+    tokenizer = config.chunker.tokenizer or config.dense.model
+    if not (config.chunker.semantic_split and tokenizer == config.dense.model):
+        out["chunker"] = [tokenizer]
+    if config.dense.backend == "vllm-http":
+        out["dense"] = [config.dense.model]
+    return out
+
+
+def configured_revisions(config) -> dict[str, str]:
+    """Model reference -> the revision the configuration pins for it (``<section>.revision``;
+    the chunker's tokenizer: ``chunker.tokenizer_revision``, else the dense model's when it is
+    the dense model). Two different pins of one reference are refused."""
+    pins = [
+        (config.chunker.tokenizer or config.dense.model, config.chunker.tokenizer_revision),
+        (config.dense.model, config.dense.revision),
+    ]
+    if config.splade.enabled:
+        pins.append((config.splade.model, config.splade.revision))
+    if config.reranker.enabled:
+        pins.append((config.reranker.model, config.reranker.revision))
+    if config.llm.enabled:
+        pins.append((config.llm.model, config.llm.revision))
+    revisions: dict[str, str] = {}
+    for ref, revision in pins:
+        if revision is None:
+            continue
+        if revisions.setdefault(ref, revision) != revision:
+            raise FetchError(
+                f"{ref} is pinned to two revisions ({revisions[ref]} and {revision}): configure one"
+            )
+    return revisions
+
+
+DEPLOYMENTS = ("chunker", "dense", "splade", "reranker", "llm")
+
+
+def cache_ids(config, cache: str | Path, deployments: Iterable[str] = DEPLOYMENTS) -> list[str]:
+    """Model specs of the configuration's model paths under ``cache`` that ``deployments``
+    load, in first-use order, each with its configured revision and ``tokenizer:`` where no
+    deployment of them loads more than its tokenizer: ``/models/Qwen/Qwen3-Embedding-8B``
+    under ``/models`` is ``Qwen/Qwen3-Embedding-8B@<dense.revision>``."""
     root = PurePosixPath(cache)
-    ids: list[str] = []
-    for refs in model_references(config).values():
-        for ref in refs:
+    refs, tokenizer = model_references(config), tokenizer_references(config)
+    revisions = configured_revisions(config)
+    whole: dict[str, bool] = {}  # repo id -> some deployment loads its weights
+    ref_of: dict[str, str] = {}
+    for name in (n for n in DEPLOYMENTS if n in set(deployments)):
+        for ref in refs.get(name, []):
             path = PurePosixPath(ref)
             if not path.is_absolute() or root not in path.parents:
                 continue
@@ -116,9 +187,13 @@ def cache_ids(config, cache: str | Path) -> list[str]:
                     f"{ref} is under {root} but {repo_id!r} is not a Hub id (owner/name): "
                     "name the models to fetch explicitly"
                 )
-            if repo_id not in ids:
-                ids.append(repo_id)
-    return ids
+            ref_of.setdefault(repo_id, ref)
+            loads_weights = ref not in tokenizer.get(name, [])
+            whole[repo_id] = whole.get(repo_id, False) or loads_weights
+    return [
+        str(ModelSpec(repo_id, revisions.get(ref_of[repo_id]), not loads_weights))
+        for repo_id, loads_weights in whole.items()
+    ]
 
 
 @dataclass(frozen=True)
@@ -173,7 +248,8 @@ def fetch(
                 f"{_endpoint()}/{spec.repo_id} and give that account's token"
             )
         sizes = {s.rfilename: s.size or 0 for s in info.siblings or []}
-        files = select_files(sizes)
+        hub_sha256 = {s.rfilename: s.lfs.sha256 for s in info.siblings or [] if s.lfs}
+        files = select_files(sizes, spec.tokenizer_only)
         if not files:
             raise FetchError(f"{spec} has no model or tokenizer files at its top level")
         before = {f: _stamp(dest / f) for f in files}
@@ -238,7 +314,41 @@ def fetch(
     if incomplete:
         raise FetchError(f"{spec}: files still missing after the download: {incomplete}")
     fetched = [f for f in files if _stamp(dest / f) != before[f]]  # written (or replaced) now
+    record_manifest(spec, info.sha, dest, files, set(fetched), hub_sha256)
     return Fetched(spec, info.sha, dest, len(files), len(fetched), sum(sizes[f] for f in fetched))
+
+
+def record_manifest(
+    spec: ModelSpec,
+    commit: str,
+    dest: Path,
+    files: list[str],
+    fetched: set[str],
+    hub_sha256: Mapping[str, str],
+) -> None:
+    """Write the manifest beside ``dest``: each file's size and SHA-256 (hashed again only
+    when written now or not recorded yet at this commit), the LFS files' checked against the
+    Hub's; a file that differs is removed so that the next fetch downloads it again."""
+    previous = read_manifest(dest)
+    known = previous["files"] if previous and previous.get("revision") == commit else {}
+    entries: dict[str, dict] = {}
+    for name in [*files, *(n for n in known if n not in files)]:
+        path = dest / name
+        if not path.is_file():
+            continue
+        size = path.stat().st_size
+        entry = known.get(name)
+        if name in fetched or entry is None or entry.get("size") != size:
+            entry = {"size": size, "sha256": sha256_file(path)}
+        expected = hub_sha256.get(name)
+        if expected and entry["sha256"] != expected:
+            path.unlink()
+            raise FetchError(
+                f"{spec}: {name} has SHA-256 {entry['sha256']} but the Hub lists {expected} "
+                "at that commit: removed; fetch again"
+            )
+        entries[name] = entry
+    write_manifest(dest, spec.repo_id, commit, entries)
 
 
 def _complete(path: Path, size: int) -> bool:
@@ -274,7 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m serve_app.model_fetch",
         description="Fetch Hugging Face model repositories into <cache>/<owner>/<name>.",
     )
-    parser.add_argument("models", nargs="*", help="owner/name[@revision] ...")
+    parser.add_argument("models", nargs="*", help="[tokenizer:]owner/name[@revision] ...")
     parser.add_argument("--cache", required=True, help="the model cache root (e.g. /models)")
     parser.add_argument(
         "--config", help="derive the ids from this configuration's model paths under --cache"
@@ -285,6 +395,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="where the token comes from, for error messages",
     )
     parser.add_argument("--max-workers", type=int, default=8, help="files downloaded at once")
+    parser.add_argument(
+        "--pinned",
+        action="store_true",
+        help="refuse a model without a commit as its revision (a tag or branch can move)",
+    )
     return parser
 
 
@@ -318,6 +433,15 @@ def main(argv: list[str] | None = None) -> int:
         specs = [ModelSpec.parse(i) for i in ids]
     except (ValueError, FetchError) as error:
         print(f"error: {error}", file=sys.stderr)
+        return 2
+    unpinned = [spec for spec in specs if args.pinned and not spec.pinned]
+    for spec in unpinned:
+        print(
+            f"error: {spec} is not pinned: give its commit (owner/name@<40 hex digits>; in the "
+            "configuration <section>.revision)",
+            file=sys.stderr,
+        )
+    if unpinned:
         return 2
     if not specs:
         print("error: no models to fetch (give ids or --config)", file=sys.stderr)

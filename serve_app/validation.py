@@ -4,7 +4,8 @@ Each check names the configuration field it concerns and, when it fails, what to
 credentials variables are set; every configured ``cuda`` device exists (the GPU rule: no
 silent CPU fallback); the chunker counts tokens like the dense model; every model loads; every
 store is reachable and holds the index under its alias, built with these models (same
-binding, same dimension), with its payload indexes. Nothing is written anywhere.
+binding: model ids and revisions; same dimension), with its payload indexes; a model cache the
+model fetch filled holds the configured revision (its manifest). Nothing is written anywhere.
 
 Without loading (``validate --no-load``, the chart's pre-upgrade hook, a pod without the
 replicas' GPUs): the device checks are reported as not run (``ok`` is ``None``), and each
@@ -24,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from serve_app.config import AppConfig, resolve_model_path
-from serve_app.errors import ServeAppError
+from serve_app.errors import ModelMismatchError, ServeAppError
+from serve_app.model_manifest import loaded_revision
 from serve_app.stores.base import PAYLOAD_INDEXES, TOPOLOGIES, Backend, IndexModels
 from serve_app.stores.index import StoreIndex
 
@@ -373,6 +375,8 @@ def expected_binding(backend: Backend, models: IndexModels) -> dict[str, Any]:
 
 _BINDING_FIELDS = {
     "dense_model": "dense.model",
+    "dense_revision": "dense.revision",
+    "splade_revision": "splade.revision",
     "splade_model": "splade.model",
     "bm25_model": "bm25",
     "payload_schema": "stores.migrate",
@@ -431,7 +435,12 @@ async def _check_store(config, backend, dense, checks, index_models) -> None:  #
                 "set stores.migrate: true and re-ingest"
             ),
         )
-        expected = expected_binding(backend, index_models(config, model_id, dim))
+        try:
+            expected = expected_binding(backend, index_models(config, model_id, dim))
+        except ModelMismatchError:  # the cache holds another revision: the revision check
+            checks.not_run("binding", "dense.revision", "the model cache disagrees (revision)")
+            _check_payload_indexes(backend, described, alias_field, checks)
+            return
         differ = {
             key: (stored.get(key), value)
             for key, value in expected.items()
@@ -524,6 +533,32 @@ def check_llm(config: AppConfig, checks: _Checks, load: bool) -> None:
     )
 
 
+def _pinned_models(config: AppConfig) -> list[tuple[str, str, str | None]]:
+    """(revision field, model reference, configured revision) of each model in use."""
+    sections = [("dense", config.dense)]
+    if config.splade.enabled:
+        sections.append(("splade", config.splade))
+    if config.reranker.enabled:
+        sections.append(("reranker", config.reranker))
+    if config.llm.enabled:
+        sections.append(("llm", config.llm))
+    return [(f"{name}.revision", section.model, section.revision) for name, section in sections]
+
+
+def check_revisions(config: AppConfig, checks: _Checks) -> None:
+    """Each model the model fetch recorded a revision for (its manifest) holds the configured
+    revision; reported for pinned models too."""
+    for field, model, configured in _pinned_models(config):
+        try:
+            revision = loaded_revision(model, configured, field)
+        except ModelMismatchError as error:
+            checks.add("revision", field, False, error.message)
+            continue
+        if revision is not None:
+            source = "pinned" if revision == configured else "the model cache's manifest"
+            checks.add("revision", field, True, f"{model} at revision {revision} ({source})")
+
+
 async def validate(config: AppConfig, load: bool = True) -> list[Check]:
     """Every check; ``load=False`` (``--no-load``) checks model files instead of loading the
     models and reports the device checks as not run."""
@@ -538,6 +573,7 @@ async def validate(config: AppConfig, load: bool = True) -> list[Check]:
         check_tokenizer(config, checks)
         dense = check_model_files(config, checks)
     await asyncio.to_thread(check_llm, config, checks, load)
+    check_revisions(config, checks)
     await check_stores(config, dense, checks)
     return checks.items
 

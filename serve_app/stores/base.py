@@ -105,22 +105,50 @@ def in_scope(payload: dict[str, Any], key: ScopeKey | str) -> bool:
 @dataclass(frozen=True)
 class IndexModels:
     """What built the vectors (and the payload layout); stored with the index and checked on
-    every open."""
+    every open. The revisions are the Hub commits of the weights (serve_app/model_manifest.py:
+    loaded_revision); recorded only when known, so an index of models without one (a
+    ``package:`` model) reads as before."""
 
     dense_model: str
     dense_dim: int
     splade_model: str | None
     bm25_model: str | None
     payload_schema: int = PAYLOAD_SCHEMA
+    dense_revision: str | None = None
+    splade_revision: str | None = None
 
     def as_dict(self) -> dict:
-        return {
+        recorded = {
             "dense_model": self.dense_model,
+            "dense_revision": self.dense_revision,
             "dense_dim": self.dense_dim,
             "splade_model": self.splade_model,
+            "splade_revision": self.splade_revision,
             "bm25_model": self.bm25_model,
             "payload_schema": self.payload_schema,
         }
+        return {
+            key: value
+            for key, value in recorded.items()
+            if value is not None or not key.endswith("_revision")
+        }
+
+
+def binding_changes(recorded: Any, configured: Any) -> str:
+    """What differs between the binding an index recorded and the one configured now, each
+    field named with both values (the model guard's message)."""
+    if not isinstance(recorded, dict) or not isinstance(configured, dict):
+        return f"recorded {recorded!r}, configured {configured!r}"
+    changes = []
+    for key in [*configured, *(k for k in recorded if k not in configured)]:
+        old, new = recorded.get(key), configured.get(key)
+        if old == new:
+            continue
+        if isinstance(old, dict) and isinstance(new, dict):
+            changes.append(binding_changes(old, new))
+        else:
+            changes.append(f"{key}: recorded {old!r}, configured {new!r}")
+    return "; ".join(changes)
 
 
 @dataclass

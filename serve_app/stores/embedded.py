@@ -54,6 +54,7 @@ from serve_app.stores.base import (
     IndexModels,
     ScopeKey,
     StrategyQuery,
+    binding_changes,
     directory_bytes,
     in_scope,
     legacy_records,
@@ -188,13 +189,11 @@ class EdgeBackend:
         if meta_path.exists():
             stored = json.loads(meta_path.read_text())
             if stored != models.as_dict():
-                changed = {
-                    k: (stored.get(k), v) for k, v in models.as_dict().items() if stored.get(k) != v
-                }
                 raise ModelMismatchError(
                     f"the index at {self.path} was built with other models "
-                    f"({', '.join(f'{k}: {a!r} -> {b!r}' for k, (a, b) in changed.items())}); "
-                    "re-index into a new data_dir, or delete the old index to rebuild it"
+                    f"({binding_changes(stored, models.as_dict())}); configure the models it "
+                    "was built with, or re-index into a new stores.embedded.path (or delete "
+                    "the old index to rebuild it)"
                 )
         shard_path = self.path / SHARD_DIR
         try:

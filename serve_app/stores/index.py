@@ -500,8 +500,8 @@ class StoreIndex:
         if len(stores) != len(self.backends):
             names = [b.name for b in self.backends if not isinstance(b, Snapshots)]
             raise ConfigError(
-                f"{', '.join(names)} has no snapshot API: stop the service and copy its data "
-                "directory instead"
+                f"{', '.join(names)} has no snapshot API: stop the service and use "
+                "serve-app backup / restore instead"
             )
         return stores
 

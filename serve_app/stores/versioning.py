@@ -22,7 +22,12 @@ import logging
 from typing import Any, Protocol
 
 from serve_app.errors import ModelMismatchError, ServiceUnavailableError
-from serve_app.stores.base import IndexModels, next_version_name, versioned_names
+from serve_app.stores.base import (
+    IndexModels,
+    binding_changes,
+    next_version_name,
+    versioned_names,
+)
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +98,8 @@ async def open_versioned(store: VersionedStore, models: IndexModels, migrate: bo
 def _mismatch(store: VersionedStore, name: str, stored: Any, wanted: Any) -> ModelMismatchError:
     return ModelMismatchError(
         f"{store.kind} {name} (alias {store.alias}) was built with other models or settings "
-        f"({stored} vs {wanted}); set stores.migrate: true to create a new version behind the "
-        "alias and re-ingest"
+        f"({binding_changes(stored, wanted)}); configure the models it was built with, or set "
+        "stores.migrate: true to create a new version behind the alias and re-ingest"
     )
 
 

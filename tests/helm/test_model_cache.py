@@ -14,6 +14,9 @@ writer at all, and mounted both shared volumes in every pod, the head's included
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
 import yaml
 from dockerfile_parse import DockerfileParser
@@ -26,8 +29,19 @@ from tests.helm.test_chart import CHART, HELM, K8S_VERSION, ROOT, VALUES, object
 from tests.helm.test_network_policy import NAMESPACE, External, Pod, allowed, selects
 from tests.helm.test_ray_cluster import deployment_demands
 
-GPU_CONFIG_IDS = ["Qwen/Qwen3-Embedding-8B", "naver/splade-v3", "BAAI/bge-reranker-v2-m3"]
-LLM_ID = "Qwen/Qwen3-4B-Instruct-2507"  # config/gpu.yaml's llm.model, loaded on llm-gpu only
+# config/gpu.yaml's models as the fetch names them: pinned to the commits it configures
+# (naver/splade-v3 is in values.yaml's modelFetch.allowUnpinned).
+DENSE_ID = "Qwen/Qwen3-Embedding-8B@1d8ad4ca9b3dd8059ad90a75d4983776a23d44af"
+RERANKER_ID = "BAAI/bge-reranker-v2-m3@953dc6f6f85a1b2dbfca4c34a2796e7dde08d41e"
+GPU_CONFIG_IDS = [DENSE_ID, "naver/splade-v3", RERANKER_ID]
+# config/gpu.yaml's llm.model, loaded on llm-gpu only
+LLM_ID = "Qwen/Qwen3-4B-Instruct-2507@cdbee75f17c01a7cc42f958dc650907174af0554"
+# A chunker tokenizer of its own (another model's), pinned.
+OWN_TOKENIZER = (
+    "--set", "config.chunker.tokenizer=/models/Qwen/Qwen3-Embedding-0.6B",
+    "--set", "config.chunker.tokenizer_revision=" + "e" * 40,
+)  # fmt: skip
+OWN_TOKENIZER_ID = "tokenizer:Qwen/Qwen3-Embedding-0.6B@" + "e" * 40
 # A configuration whose CPU group loads nothing from the cache (the chunker's tokenizer comes
 # from an installed package) on a server store (no data volume anywhere).
 NO_CPU_MODELS = (
@@ -339,14 +353,12 @@ def job_ids(docs: list[dict]) -> list[str]:
         ),
         (
             ("--set", "config.splade.enabled=false", "--set", "config.search.strategies={bm25,dense}",
-             "--set", "config.chunker.tokenizer=/models/Qwen/Qwen3-Embedding-0.6B"),
-            ["Qwen/Qwen3-Embedding-0.6B", "Qwen/Qwen3-Embedding-8B", "BAAI/bge-reranker-v2-m3",
-             LLM_ID],
+             *OWN_TOKENIZER),
+            [OWN_TOKENIZER_ID, DENSE_ID, RERANKER_ID, LLM_ID],
         ),
         (  # the chunker then embeds sentences with the dense model as well as its tokenizer
-            ("--set", "config.chunker.semantic_split=true",
-             "--set", "config.chunker.tokenizer=/models/Qwen/Qwen3-Embedding-0.6B"),
-            ["Qwen/Qwen3-Embedding-0.6B", *GPU_CONFIG_IDS, LLM_ID],
+            ("--set", "config.chunker.semantic_split=true", *OWN_TOKENIZER),
+            [OWN_TOKENIZER_ID, *GPU_CONFIG_IDS, LLM_ID],
         ),
     ],
     ids=["gpu.yaml", "no reranker", "no splade, own tokenizer", "semantic split"],
@@ -362,13 +374,11 @@ def test_the_job_fetches_the_configured_models(extra, expected):
 
 
 def test_an_explicit_list_wins():
-    listed = ("--set", "modelFetch.models={Qwen/Qwen3-Embedding-4B@abc123,naver/splade-v3}")
-    assert job_ids(render(None, *PVC, *listed)) == [
-        "Qwen/Qwen3-Embedding-4B@abc123",
-        "naver/splade-v3",
-    ]
+    pinned = "Qwen/Qwen3-Embedding-4B@" + "a" * 40
+    listed = ("--set", f"modelFetch.models={{{pinned},naver/splade-v3}}")
+    assert job_ids(render(None, *PVC, *listed)) == [pinned, "naver/splade-v3"]
     for group, ids in init_ids(render(None, *listed)).items():  # each pod's own cache
-        assert ids == ["Qwen/Qwen3-Embedding-4B@abc123", "naver/splade-v3"], group
+        assert ids == [pinned, "naver/splade-v3"], group
 
 
 @pytest.mark.parametrize(
@@ -377,10 +387,17 @@ def test_an_explicit_list_wins():
         (("--set", "modelCache.type=hostPath"), "needs modelCache.type emptyDir or pvc"),
         (("--set", "modelCache.type=none"), "needs modelCache.type emptyDir or pvc"),
         (("--set", "modelFetch.enabled=false"), "only the model fetch fills it"),
-        (("--set", "config.dense.model=/models/my-model"), '"my-model" is not a Hub id'),
+        (("--set", "config.dense.model=/models/my-model", "--set", "config.chunker.tokenizer="),
+         '"my-model" is not a Hub id'),
         (("--set", "modelFetch.models={not-an-id}"), "modelFetch/models/0"),
+        # Unpinned: the Hub's current revision at every scale-up (allowUnpinned lists none here).
+        (("--set-json", "modelFetch.allowUnpinned=[]"),
+         "naver/splade-v3 is not pinned to a commit: set the revision"),
+        (("--set", "modelFetch.models={a/b@main}"), "a/b@main is not pinned to a commit"),
+        (("--set", "config.dense.revision=" + "f" * 40, "--set", "config.chunker.tokenizer_revision=" + "e" * 40),
+         "/models/Qwen/Qwen3-Embedding-8B is pinned to two revisions"),
     ],
-)
+)  # fmt: skip
 def test_bad_fetch_settings_are_refused(extra, message):
     from tests.helm.test_chart import render as render_raw
 
@@ -462,18 +479,18 @@ def test_by_default_nothing_needs_shared_storage():
 @pytest.mark.parametrize(
     "extra",
     [(), ("--set", "config.reranker.enabled=false", "--set", "config.search.rerank=false"),
-     ("--set", "config.chunker.tokenizer=/models/Qwen/Qwen3-Embedding-0.6B"), NO_CPU_MODELS],
+     OWN_TOKENIZER, NO_CPU_MODELS],
     ids=["gpu.yaml", "no reranker", "own tokenizer", "cpu-group-loads-no-model"],
 )  # fmt: skip
 def test_each_pod_fetches_what_its_groups_deployments_load(extra):
     """A pod's init container fetches the models of the deployments Ray can place on it (Ray's
-    bin packer on the raylet's resources), in the app's own first-use order (cache_ids), and
-    nothing else: the dense group does not download SPLADE."""
+    bin packer on the raylet's resources), as the app derives them for those deployments
+    (cache_ids), and nothing else: the dense group does not download SPLADE, and a group whose
+    only use of the dense model is the chunker's token count fetches its tokenizer alone."""
     docs = render(None, *extra)
     service = rayservice(docs)
     application = yaml.safe_load(service["spec"]["serveConfigV2"])["applications"][0]
     config = config_from_dict(application["args"]["config"], "chart")
-    refs = model_references(config)
     bundles = {name: bundle for name, bundle, _ in deployment_demands(service)}
     started = raylet_resources(service["spec"]["rayClusterConfig"])
     expected = {}
@@ -481,22 +498,20 @@ def test_each_pod_fetches_what_its_groups_deployments_load(extra):
         fits = {
             n for n, b in bundles.items() if not get_bin_pack_residual([dict(resources)], [b])[0]
         }
-        ids = []
-        for name in ("chunker", "dense", "splade", "reranker", "llm"):
-            for ref in refs.get(name, []) if name in fits else []:
-                repo_id = ref.removeprefix("/models/")
-                if ref.startswith("/models/") and repo_id not in ids:
-                    ids.append(repo_id)
+        ids = cache_ids(config, "/models", fits)
         if ids:
             expected[group] = ids
     assert init_ids(docs) == expected
     assert "headgroup" not in expected and "store" not in expected
     if not extra:
-        assert expected["dense-gpu"] == ["Qwen/Qwen3-Embedding-8B"]
-        assert expected["sparse-gpu"] == GPU_CONFIG_IDS  # the chunker may land there too
-        assert expected["llm-gpu"][-1] == LLM_ID and LLM_ID not in expected["sparse-gpu"]
-        union = {i for ids in expected.values() for i in ids}
-        assert union == set(cache_ids(config, "/models"))
+        tokenizer = f"tokenizer:{DENSE_ID}"  # the chunker counts tokens: no 8B weights
+        assert expected["cpu"] == [tokenizer]
+        assert expected["dense-gpu"] == [DENSE_ID]
+        assert expected["sparse-gpu"] == [tokenizer, *GPU_CONFIG_IDS[1:]]
+        assert expected["llm-gpu"] == [tokenizer, LLM_ID]  # the LLM's weights, no encoder's
+        assert {i for ids in expected.values() for i in ids} - {tokenizer} == set(
+            cache_ids(config, "/models")
+        )
 
 
 def test_the_init_container_is_the_jobs_container():
@@ -516,11 +531,11 @@ def test_the_init_container_is_the_jobs_container():
     same = ("name", "image", "imagePullPolicy", "command", "env", "securityContext")
     assert {k: init[k] for k in same} == {k: job_container[k] for k in same}
     # The same options; the pod fetches its own group's models (the Job: every group's).
-    models = {*GPU_CONFIG_IDS, LLM_ID}
+    models = {*GPU_CONFIG_IDS, f"tokenizer:{DENSE_ID}", LLM_ID}
     assert [a for a in init["args"] if a not in models] == [
         a for a in job_container["args"] if a not in models
     ]
-    assert set(init["args"]) & models == set(GPU_CONFIG_IDS)
+    assert set(init["args"]) & models == {f"tokenizer:{DENSE_ID}", *GPU_CONFIG_IDS[1:]}
     assert init["volumeMounts"] == job_container["volumeMounts"]
     size = yaml.safe_load((CHART / "values.yaml").read_text())["modelCache"]["emptyDir"][
         "sizeLimit"
@@ -571,3 +586,37 @@ def test_the_pods_with_their_own_cache_validate_strictly(values):
         pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": group["groupName"]}}
         pod["spec"] = group["template"]["spec"]
         kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
+
+
+DOWNLOADS_PROBE = """{{- $groups := include "serve-app.workerGroups" . | fromYamlArray }}
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: downloads}
+data:
+{{- range $group := $groups }}
+  {{ $group }}: {{ include "serve-app.groupDownloadMiB" (list $ $group) | quote }}
+{{- end }}
+"""
+
+
+@pytest.mark.parametrize(
+    "extra,expected",
+    [
+        ((), {"cpu": "16", "dense-gpu": "14500", "sparse-gpu": "2636", "llm-gpu": "7716"}),
+        (("--set-json", 'modelFetch.downloadMiB={"Qwen/Qwen3-Embedding-8B": null}'),
+         {"cpu": "", "dense-gpu": "", "sparse-gpu": "", "llm-gpu": ""}),
+    ],
+    ids=["gpu.yaml", "sizes unknown"],
+)  # fmt: skip
+def test_each_groups_download_is_what_it_fetches(tmp_path, extra, expected):
+    """serve-app.groupDownloadMiB (for ephemeral-storage sizing): the sum over the group's
+    fetch of modelFetch.downloadMiB, the tokenizer's size for a tokenizer-only fetch (the CPU
+    group: 16 MiB, not the 8B model's 14.5 GiB); empty where a size is unknown; nothing for a
+    group that fetches nothing (the store)."""
+    chart = Path(shutil.copytree(CHART, tmp_path / "chart"))
+    (chart / "templates" / "zz-downloads.yaml").write_text(DOWNLOADS_PROBE)
+    docs = objects(str(HELM), chart, None, *extra)
+    (probe,) = [
+        d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "downloads"
+    ]
+    assert probe["data"] == {**expected, "store": ""}

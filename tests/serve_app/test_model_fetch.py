@@ -297,10 +297,11 @@ def test_file_selection():
 def test_ids_derive_from_the_configuration():
     config = load_config(ROOT / "config" / "gpu.yaml", environ={})
     assert cache_ids(config, "/models") == [
-        "Qwen/Qwen3-Embedding-8B",  # chunker tokenizer and dense model: one fetch
-        "naver/splade-v3",
-        "BAAI/bge-reranker-v2-m3",
-        "Qwen/Qwen3-4B-Instruct-2507",
+        # chunker tokenizer and dense model: one fetch, at the dense model's pinned commit
+        f"Qwen/Qwen3-Embedding-8B@{config.dense.revision}",
+        "naver/splade-v3",  # not pinned in gpu.yaml: the chart lists it in allowUnpinned
+        f"BAAI/bge-reranker-v2-m3@{config.reranker.revision}",
+        f"Qwen/Qwen3-4B-Instruct-2507@{config.llm.revision}",
     ]
     assert model_references(config)["llm"] == ["/models/Qwen/Qwen3-4B-Instruct-2507"]
     assert model_references(config)["chunker"] == ["/models/Qwen/Qwen3-Embedding-8B"]
@@ -311,17 +312,31 @@ def test_ids_derive_from_the_configuration():
     data["chunker"]["tokenizer"] = "/models/Qwen/Qwen3-Embedding-0.6B"
     data["llm"]["enabled"] = False
     assert cache_ids(config_from_dict(data), "/models/") == [
-        "Qwen/Qwen3-Embedding-0.6B",
-        "Qwen/Qwen3-Embedding-8B",
+        "tokenizer:Qwen/Qwen3-Embedding-0.6B",  # the chunker loads only its tokenizer
+        f"Qwen/Qwen3-Embedding-8B@{config.dense.revision}",
     ]
     assert cache_ids(config, "/elsewhere") == []
+    # Per group: where only the chunker can run, only the tokenizer of the dense model.
+    assert cache_ids(config, "/models", ["chunker"]) == [
+        f"tokenizer:Qwen/Qwen3-Embedding-8B@{config.dense.revision}"
+    ]
+    assert cache_ids(config, "/models", ["chunker", "dense"])[0] == (
+        f"Qwen/Qwen3-Embedding-8B@{config.dense.revision}"
+    )
+    data["chunker"]["semantic_split"] = True  # then it embeds sentences with the model itself
+    data["chunker"]["tokenizer"] = ""
+    assert cache_ids(config_from_dict(data), "/models", ["chunker"]) == [
+        f"Qwen/Qwen3-Embedding-8B@{config.dense.revision}"
+    ]
 
 
 def test_model_specs():
     assert ModelSpec.parse("BAAI/bge-reranker-v2-m3@abc123") == ModelSpec(
         "BAAI/bge-reranker-v2-m3", "abc123"
     )
-    for bad in ("splade-small", "a/b/c", "../etc", "a/b@", "a/..", "/models/a/b"):
+    assert ModelSpec.parse("tokenizer:a/b@" + "f" * 40) == ModelSpec("a/b", "f" * 40, True)
+    assert ModelSpec.parse("a/b@" + "f" * 40).pinned and not ModelSpec.parse("a/b@main").pinned
+    for bad in ("splade-small", "a/b/c", "../etc", "a/b@", "a/..", "/models/a/b", "tokenizer:x"):
         with pytest.raises(ValueError):
             ModelSpec.parse(bad)
 
@@ -334,3 +349,17 @@ def test_either_offline_switch_is_refused_by_name(hub, tmp_path, switch):
     )
     assert done.returncode == 2 and f"{switch} is set" in done.stderr
     assert hub.requests == []
+
+
+def test_a_tokenizer_only_fetch_leaves_the_weights(hub, tmp_path):
+    """What the chunker's group needs of the dense model: tokenizer and configuration files,
+    no weights; the chunker's token counter loads the folder offline."""
+    from serve_app.chunking.tokens import TokenCounter
+
+    done = run_fetch(hub, tmp_path, "tokenizer:tiny-org/tiny-bert")
+    assert done.returncode == 0, done.stderr
+    dest = tmp_path / "models" / "tiny-org" / "tiny-bert"
+    tokenizer_files = [name for name in WANTED if name != "model.safetensors"]
+    assert fetched_files(dest) == tokenizer_files
+    assert sorted(hub.downloaded("tiny-org/tiny-bert")) == tokenizer_files
+    assert TokenCounter.from_path(str(dest)).count(["tokenizer files only"])[0] > 0

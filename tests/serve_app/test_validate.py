@@ -405,3 +405,32 @@ def test_the_config_dimension_is_the_loaded_qwen3s(tiny_qwen3_dir):
     for backend in ("transformers", "vllm", "vllm-http"):
         config = _app_config({**dense, "backend": backend})
         assert config_dense_dim(config, tiny_qwen3_dir) == encoder.dim, backend
+
+
+def test_no_load_reports_an_index_built_with_another_revision(store_config, capsys):
+    """The index records the dense revision it was built with; validate names both."""
+    built, configured = "a" * 40, "b" * 40
+    path = edit(store_config("embedded"), dense={"revision": built})
+    build_index(path)
+    edit(path, dense={"revision": configured})
+    code, checks = validate_no_load(path, capsys)
+    assert code == 1
+    (binding,) = failed(checks, "binding")
+    assert binding["field"] == "dense.revision"
+    assert f"dense_revision is {built!r} there, {configured!r} here" in binding["message"]
+    assert not failed(checks, "dimension")
+
+
+def test_no_load_reports_a_model_cache_at_another_revision(store_config, tmp_path, capsys):
+    """A model folder whose fetch manifest records another commit than the configured one."""
+    from serve_app.model_manifest import write_manifest
+
+    folder = minilm_copy(tmp_path)
+    write_manifest(folder, "sentence-transformers/all-MiniLM-L6-v2", "c" * 40, {})
+    path = edit(store_config("embedded"), dense={"model": str(folder), "revision": "d" * 40})
+    code, checks = validate_no_load(path, capsys)
+    assert code == 1
+    (revision,) = failed(checks, "revision")
+    assert revision["field"] == "dense.revision"
+    assert f"dense.revision is {'d' * 40} but the model cache holds" in revision["message"]
+    assert "c" * 40 in revision["message"]

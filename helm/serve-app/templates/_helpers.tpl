@@ -252,26 +252,84 @@ resources (no group advertises accelerator types: Ray detects them on GPU pods o
 {{- end -}}
 
 {{/*
-Hub ids the model-fetch Job downloads: modelFetch.models, or the configuration's model paths
-under modelCache.mountPath (/models/Qwen/Qwen3-Embedding-8B -> Qwen/Qwen3-Embedding-8B), as
-serve_app/model_fetch.py:cache_ids derives them (a test compares them).
+The references of "serve-app.modelReferences" whose tokenizer (and configuration files) is
+all a deployment loads (mirrors serve_app/model_fetch.py:tokenizer_references): the chunker
+counts tokens, unless it embeds sentences with that very model; a dense model served by a
+vLLM server (dense.backend vllm-http) is only tokenised here.
+*/}}
+{{- define "serve-app.tokenizerReferences" -}}
+{{- $chunker := .chunker | default dict -}}
+{{- $dense := .dense | default dict -}}
+{{- $tokenizer := $chunker.tokenizer | default $dense.model -}}
+{{- if not (and $chunker.semantic_split (eq $tokenizer $dense.model)) }}
+chunker: [{{ $tokenizer | quote }}]
+{{- end }}
+{{- if eq ($dense.backend | default "transformers") "vllm-http" }}
+dense: [{{ $dense.model | quote }}]
+{{- end }}
+{{- end -}}
+
+{{/*
+Model reference -> the revision (Hub commit) the configuration pins for it (mirrors
+serve_app/model_fetch.py:configured_revisions): <section>.revision; the chunker's tokenizer
+chunker.tokenizer_revision, else the dense model's when it is the dense model.
+*/}}
+{{- define "serve-app.modelRevisions" -}}
+{{- $chunker := .chunker | default dict -}}
+{{- $dense := .dense | default dict -}}
+{{- $pins := list (list ($chunker.tokenizer | default $dense.model) $chunker.tokenizer_revision) (list $dense.model $dense.revision) -}}
+{{- $splade := .splade | default dict -}}
+{{- if or (not (hasKey $splade "enabled")) $splade.enabled }}{{ $pins = append $pins (list $splade.model $splade.revision) }}{{ end -}}
+{{- range $name := list "reranker" "llm" -}}
+{{- $section := index $ $name | default dict -}}
+{{- if $section.enabled }}{{ $pins = append $pins (list $section.model $section.revision) }}{{ end -}}
+{{- end -}}
+{{- $revisions := dict -}}
+{{- range $pin := $pins -}}
+{{- $ref := index $pin 0 | default "" -}}
+{{- $revision := index $pin 1 | default "" -}}
+{{- if $revision -}}
+{{- $known := index $revisions $ref | default $revision -}}
+{{- if ne $known $revision -}}
+{{- fail (printf "%s is pinned to two revisions (%s and %s): configure one" $ref $known $revision) -}}
+{{- end -}}
+{{- $_ := set $revisions $ref $revision -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $revisions -}}
+{{- end -}}
+
+{{/*
+Model specs the model-fetch Job downloads: modelFetch.models, or the configuration's model
+paths under modelCache.mountPath (/models/Qwen/Qwen3-Embedding-8B ->
+Qwen/Qwen3-Embedding-8B@<dense.revision>), as serve_app/model_fetch.py:cache_ids derives them
+(a test compares them).
 */}}
 {{- define "serve-app.fetchModels" -}}
 {{- include "serve-app.deploymentFetchModels" (list . (list "chunker" "dense" "splade" "reranker" "llm")) -}}
 {{- end -}}
 
-{{/* The Hub ids the given deployments load from the cache (in first-use order), or the whole
-modelFetch.models when it is set. Arguments: (list $ <deployment names>). */}}
+{{/* The model specs the given deployments load from the cache (in first-use order), each
+with its configured revision and "tokenizer:" where none of them loads more than its
+tokenizer; or the whole modelFetch.models when it is set. Every Hub id must be pinned to a
+commit (a tag or a branch moves: a scale-up would load other weights than the index was built
+with), except those listed in modelFetch.allowUnpinned. Arguments: (list $ <deployment names>). */}}
 {{- define "serve-app.deploymentFetchModels" -}}
 {{- $names := index . 1 -}}
 {{- with index . 0 -}}
+{{- $values := .Values -}}
 {{- $ids := list -}}
-{{- if .Values.modelFetch.models -}}
-{{- $ids = .Values.modelFetch.models -}}
+{{- if $values.modelFetch.models -}}
+{{- $ids = $values.modelFetch.models -}}
 {{- else -}}
 {{- $config := include "serve-app.config" . | fromYaml -}}
-{{- $root := printf "%s/" (trimSuffix "/" .Values.modelCache.mountPath) -}}
+{{- $root := printf "%s/" (trimSuffix "/" $values.modelCache.mountPath) -}}
 {{- $refs := include "serve-app.modelReferences" $config | fromYaml -}}
+{{- $tokenizer := include "serve-app.tokenizerReferences" $config | fromYaml -}}
+{{- $revisions := include "serve-app.modelRevisions" $config | fromYaml -}}
+{{- $order := list -}}
+{{- $whole := dict -}}
+{{- $refOf := dict -}}
 {{- range $name := list "chunker" "dense" "splade" "reranker" "llm" -}}
 {{- if has $name $names -}}
 {{- range $ref := (index $refs $name | default list) -}}
@@ -280,13 +338,52 @@ modelFetch.models when it is set. Arguments: (list $ <deployment names>). */}}
 {{- if not (regexMatch "^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+$" $id) -}}
 {{- fail (printf "modelFetch: %s (%s's model) is under modelCache.mountPath but %q is not a Hub id (owner/name); set modelFetch.models, or modelFetch.enabled=false" $ref $name $id) -}}
 {{- end -}}
-{{- $ids = append $ids $id -}}
+{{- if not (hasKey $whole $id) -}}
+{{- $order = append $order $id -}}
+{{- $_ := set $whole $id false -}}
+{{- $_ := set $refOf $id $ref -}}
+{{- end -}}
+{{- if not (has $ref (index $tokenizer $name | default list)) }}{{ $_ := set $whole $id true }}{{ end -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+{{- range $id := $order -}}
+{{- $revision := index $revisions (index $refOf $id) | default "" -}}
+{{- $spec := printf "%s%s" (ternary "" "tokenizer:" (index $whole $id)) $id -}}
+{{- $ids = append $ids (ternary (printf "%s@%s" $spec $revision) $spec (not (empty $revision))) -}}
+{{- end -}}
+{{- end -}}
+{{- range $spec := $ids -}}
+{{- $id := regexReplaceAll "@.*$" (trimPrefix "tokenizer:" $spec) "" -}}
+{{- $revision := ternary (regexReplaceAll "^[^@]*@" $spec "") "" (contains "@" $spec) -}}
+{{- if and (not (regexMatch "^[0-9a-f]{40}$" $revision)) (not (has $id ($values.modelFetch.allowUnpinned | default list))) -}}
+{{- fail (printf "modelFetch: %s is not pinned to a commit: set the revision of the configuration's section that loads it (dense.revision, splade.revision, reranker.revision, llm.revision, chunker.tokenizer_revision: 40 hex digits), or write it %s@<commit> in modelFetch.models; modelFetch.allowUnpinned lists ids fetched at the Hub's current revision" $spec $id) -}}
 {{- end -}}
 {{- end -}}
 {{- toYaml ($ids | uniq) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The download of a group's pods (its model-fetch init container), in MiB: the sum of
+modelFetch.downloadMiB over the specs it fetches (the weights, or "tokenizer" for
+tokenizer-only specs); empty when a spec has no entry there. For sizing ephemeral storage.
+Arguments: (list $ <group>). */}}
+{{- define "serve-app.groupDownloadMiB" -}}
+{{- $root := index . 0 -}}
+{{- $group := index . 1 -}}
+{{- $volumes := index (include "serve-app.groupVolumes" $root | fromYaml) $group | default dict -}}
+{{- if $volumes.models -}}
+{{- $sizes := $root.Values.modelFetch.downloadMiB | default dict -}}
+{{- $total := 0 -}}
+{{- $known := true -}}
+{{- range $spec := include "serve-app.deploymentFetchModels" (list $root $volumes.deployments) | fromYamlArray -}}
+{{- $id := regexReplaceAll "@.*$" (trimPrefix "tokenizer:" $spec) "" -}}
+{{- $entry := index $sizes $id | default dict -}}
+{{- $part := ternary "tokenizer" "weights" (hasPrefix "tokenizer:" $spec) -}}
+{{- if hasKey $entry $part }}{{ $total = add $total (index $entry $part) }}{{ else }}{{ $known = false }}{{ end -}}
+{{- end -}}
+{{- if $known }}{{ $total }}{{ end -}}
 {{- end -}}
 {{- end -}}
 

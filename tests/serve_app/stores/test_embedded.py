@@ -76,7 +76,7 @@ async def test_model_guard(tmp_path):
     await store.open(MODELS)
     await store.close()
     other = IndexModels(dense_model="other", dense_dim=4, splade_model="s", bm25_model="b")
-    with pytest.raises(ModelMismatchError, match="dense_model: 'm' -> 'other'"):
+    with pytest.raises(ModelMismatchError, match="dense_model: recorded 'm', configured 'other'"):
         await embedded_index(path, EmbeddedStoreConfig()).open(other)
 
 

@@ -173,3 +173,30 @@ async def test_qdrant_collection_carries_index_settings(tmp_path):
     assert set(params.sparse_vectors) == {"splade", "bm25"}
     assert params.sparse_vectors["bm25"].modifier.value == "idf"
     await store.close()
+
+
+@pytest.mark.parametrize("topology", ["qdrant", "opensearch+qdrant"])
+async def test_each_store_records_the_revision_and_refuses_another(
+    topology, tmp_path, opensearch_url
+):
+    """The dense revision is part of each store's binding (Qdrant's collection metadata,
+    OpenSearch's mapping _meta); another one is refused, naming both."""
+    from dataclasses import replace
+
+    from store_helpers import opensearch_config
+
+    built, configured = "a" * 40, "b" * 40
+    os_config = opensearch_config(opensearch_url)
+    first = make_store(topology, tmp_path, opensearch_url, qdrant_local="q", os_config=os_config)
+    await first.open(replace(MODELS, dense_revision=built))
+    for backend in first.backends:
+        binding = await backend.stored_binding(backend.physical)
+        assert binding.get("models", binding)["dense_revision"] == built, backend.name
+    await first.close()
+
+    refused = make_store(topology, tmp_path, opensearch_url, qdrant_local="q", os_config=os_config)
+    with pytest.raises(ModelMismatchError) as error:
+        await refused.open(replace(MODELS, dense_revision=configured))
+    await refused.close()
+    assert error.value.code == "STORE_MODEL_MISMATCH"
+    assert f"dense_revision: recorded {built!r}, configured {configured!r}" in error.value.message

@@ -1,0 +1,90 @@
+"""The fetch manifest: which revision of a Hub model a cache folder holds, and its files'
+SHA-256, recorded by the model fetch beside the folder (``<cache>/<owner>/<name>.manifest.json``
+next to ``<cache>/<owner>/<name>/``, so the folder stays byte for byte the repository's).
+
+A process that loads a model from a folder with a manifest takes the revision from it
+(``loaded_revision``): that is the revision the index records (stores' model binding), and a
+configured revision (``dense.revision`` ...) that differs from it is refused before anything
+is served. Folders without a manifest (``package:`` models, paths filled by hand) have the
+configured revision, or none.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from serve_app.errors import ModelMismatchError
+
+MANIFEST_SUFFIX = ".manifest.json"
+MANIFEST_VERSION = 1
+
+
+def manifest_path(folder: str | Path) -> Path:
+    folder = Path(folder)
+    return folder.with_name(folder.name + MANIFEST_SUFFIX)
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_manifest(folder: str | Path) -> dict[str, Any] | None:
+    """The manifest beside ``folder``; None when there is none."""
+    path = manifest_path(folder)
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+
+
+def write_manifest(
+    folder: Path, repo_id: str, revision: str, files: dict[str, dict[str, Any]]
+) -> Path:
+    """Write the manifest atomically (a reader sees the old one or the new one):
+    ``files`` maps each file name to ``{"size": ..., "sha256": ...}``."""
+    path = manifest_path(folder)
+    body = {
+        "version": MANIFEST_VERSION,
+        "repo_id": repo_id,
+        "revision": revision,
+        "files": dict(sorted(files.items())),
+    }
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    with os.fdopen(fd, "w") as handle:
+        json.dump(body, handle, indent=2)
+    os.replace(tmp, path)
+    return path
+
+
+def _local_folder(spec: str) -> Path | None:
+    """The folder a model reference names on this machine, if it exists here."""
+    if not spec or spec.startswith(("package:", "catalog:")):
+        return None  # an installed package pins its own files (its version)
+    folder = Path(spec).expanduser()
+    return folder if folder.is_dir() else None
+
+
+def loaded_revision(spec: str, configured: str | None, field: str) -> str | None:
+    """The revision of the weights a process loading ``spec`` loads: the manifest's where the
+    folder has one (refusing a configured revision that differs), else ``configured``."""
+    folder = _local_folder(spec)
+    manifest = read_manifest(folder) if folder is not None else None
+    if manifest is None:
+        return configured
+    recorded = manifest["revision"]
+    if configured is not None and configured != recorded:
+        raise ModelMismatchError(
+            f"{field} is {configured} but the model cache holds {manifest['repo_id']} at "
+            f"revision {recorded} ({manifest_path(folder)}): fetch the configured revision "
+            "(the chart's model fetch) or configure the revision the cache holds"
+        )
+    return recorded

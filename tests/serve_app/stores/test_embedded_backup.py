@@ -1,0 +1,114 @@
+"""``serve-app backup`` / ``serve-app restore`` of the embedded index, end to end through the
+CLI on the real engine and the real small model (config/local.yaml): a round trip gives the
+same search results and document counts; a backup of an index a service holds is refused
+with the ownership lock's message; a damaged backup or a restore over an index is refused
+without touching the index there."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from serve_app.cli import main
+from serve_app.stores.ownership import OWNER_URL_ENV, IndexOwnership
+
+ROOT = Path(__file__).resolve().parents[3]
+QUERIES = ["where are dense vectors stored?", "how do plasmids spread resistance?"]
+
+
+@pytest.fixture
+def config_file(tmp_path) -> Path:
+    config = yaml.safe_load((ROOT / "config" / "local.yaml").read_text())
+    config["data_dir"] = str(tmp_path / "data")
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.fixture
+def ingested(config_file, tmp_path, capsys) -> Path:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "guide.md").write_text("# Guide\n\n## Setup\n\nInstall the retrieval service.\n")
+    (docs / "notes.txt").write_text("Qdrant stores dense vectors for semantic search.")
+    (docs / "plasmids.txt").write_text("Plasmids carry resistance genes between bacteria.")
+    assert run(config_file, "ingest", str(docs)) == 0
+    capsys.readouterr()
+    return config_file
+
+
+def run(config_file: Path, *args: str) -> int:
+    return main(["--config", str(config_file), *args])
+
+
+def index_dir(config_file: Path) -> Path:
+    return Path(yaml.safe_load(config_file.read_text())["data_dir"]) / "qdrant"
+
+
+def served(config_file: Path, capsys) -> dict:
+    """What the index answers: each query's ranked (doc, chunk, score), and the counts."""
+    answers = []
+    for query in QUERIES:
+        assert run(config_file, "search", query, "--json") == 0
+        results = json.loads(capsys.readouterr().out)["results"]
+        answers.append([(r["chunk"]["doc_id"], r["chunk"]["id"], r["score"]) for r in results])
+    assert run(config_file, "inspect", "--json") == 0
+    report = json.loads(capsys.readouterr().out)
+    counts = [(c["tenant_id"], c["collection"], c["chunks"], c["documents"]) for c in report["collections"]]  # fmt: skip
+    return {"answers": answers, "counts": counts}
+
+
+def test_a_backup_restores_the_same_index(ingested, tmp_path, capsys):
+    before = served(ingested, capsys)
+    assert before["counts"] and all(answer for answer in before["answers"])
+    archive = tmp_path / "backups" / "index.tar"
+    assert run(ingested, "backup", str(archive)) == 0
+    assert json.loads(capsys.readouterr().out)["backup"] == str(archive)
+
+    shutil.rmtree(index_dir(ingested).parent)  # the volume is lost
+    assert run(ingested, "restore", str(archive)) == 0
+    capsys.readouterr()
+    assert served(ingested, capsys) == before
+
+
+def test_a_backup_of_an_index_in_use_is_refused_with_the_locks_message(
+    ingested, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setenv(OWNER_URL_ENV, "http://127.0.0.1:8000")
+    holder = IndexOwnership(index_dir(ingested))
+    holder.acquire()  # as the service holds it
+    try:
+        assert run(ingested, "backup", str(tmp_path / "index.tar")) == 2
+    finally:
+        holder.release()
+    err = capsys.readouterr().err
+    assert "error [INDEX_IN_USE]" in err and "the service running at http://127.0.0.1:8000" in err
+    assert "A backup needs the index closed" in err
+    assert not (tmp_path / "index.tar").exists()
+
+
+def test_a_damaged_backup_or_an_occupied_path_is_refused(ingested, tmp_path, capsys):
+    before = served(ingested, capsys)
+    archive = tmp_path / "index.tar"
+    assert run(ingested, "backup", str(archive)) == 0
+    capsys.readouterr()
+    assert run(ingested, "restore", str(archive)) == 2
+    assert "holds an index already" in capsys.readouterr().err
+
+    damaged = tmp_path / "damaged.tar"
+    with tarfile.open(archive) as source, tarfile.open(damaged, "w") as target:
+        for member in source.getmembers():
+            data = source.extractfile(member).read() if member.isfile() else None
+            if member.name == "index_meta.json":
+                data = data.replace(b'"dense_dim": 384', b'"dense_dim": 385')
+                member.size = len(data)
+            target.addfile(member, io.BytesIO(data) if data is not None else None)
+    assert run(ingested, "restore", "--replace", str(damaged)) == 2
+    assert "index_meta.json does not match its SHA-256" in capsys.readouterr().err
+    assert served(ingested, capsys) == before  # the index there is untouched

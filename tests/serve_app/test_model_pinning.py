@@ -1,0 +1,113 @@
+"""Models pinned to a revision and checked against the index: the model fetch records the
+revision and its files' SHA-256 beside the folder (serve_app/model_manifest.py); the index
+records the revision it was built with; a process that would write or serve with other weights
+refuses to start with STORE_MODEL_MISMATCH naming both; ``serve-app validate`` reports it.
+
+The Hub is the test double of tests/support/hf_hub_double.py (the network boundary); the
+models are tiny real BERTs loaded by the real encoder, the index the real embedded store."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+from serve_app.config import config_from_dict
+from serve_app.errors import ModelMismatchError
+from serve_app.model_manifest import read_manifest
+from serve_app.pipelines.components import build_components
+from tests.serve_app.test_model_fetch import WANTED, run_fetch, tiny_repo  # noqa: F401
+from tests.support.hf_hub_double import HubDouble, HubRepo
+
+REPO = "tiny-org/tiny-bert"
+
+
+@pytest.fixture(scope="module")
+def retrained(tiny_repo, tmp_path_factory) -> dict[str, bytes]:  # noqa: F811
+    """The same repository at a later commit: the same architecture, other weights."""
+    import torch
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(1)
+    folder = tmp_path_factory.mktemp("retrained")
+    BertModel(BertConfig.from_dict(json.loads(tiny_repo["config.json"]))).save_pretrained(folder)
+    return {**tiny_repo, "model.safetensors": (folder / "model.safetensors").read_bytes()}
+
+
+@pytest.fixture
+def hub(tiny_repo):  # noqa: F811
+    with HubDouble() as double:
+        double.add(HubRepo(REPO, tiny_repo))
+        yield double
+
+
+def app_config(tmp_path, **dense):
+    return config_from_dict(
+        {
+            "data_dir": str(tmp_path / "data"),
+            "chunker": {"name": "sliding_window", "max_tokens": 64, "overlap_tokens": 8},
+            "dense": {"model": str(tmp_path / "models" / REPO), "max_length": 128, **dense},
+            "splade": {"enabled": False},
+            "search": {"strategies": ["bm25", "dense"]},
+        },
+        "test",
+    )
+
+
+async def open_and_close(config) -> None:
+    components = await build_components(config)
+    await components.close()
+
+
+def test_the_fetch_records_the_revision_and_each_files_sha256(hub, tmp_path, tiny_repo):  # noqa: F811
+    done = run_fetch(hub, tmp_path, REPO)
+    assert done.returncode == 0, done.stderr
+    manifest = read_manifest(tmp_path / "models" / REPO)
+    assert manifest["repo_id"] == REPO and manifest["revision"] == hub.repos[REPO].sha
+    assert manifest["files"] == {
+        name: {"size": len(tiny_repo[name]), "sha256": hashlib.sha256(tiny_repo[name]).hexdigest()}
+        for name in WANTED
+    }
+    assert (tmp_path / "models" / "tiny-org" / "tiny-bert.manifest.json").is_file()  # beside
+
+
+async def test_an_index_refuses_weights_of_another_revision(hub, tmp_path, retrained):
+    """(was: accepted silently) The index is built with the weights fetched at one commit; the
+    Hub moves on, the cache is fetched again at the same path: opening the index with the new
+    weights is refused, naming the recorded and the configured revision."""
+    assert run_fetch(hub, tmp_path, REPO).returncode == 0
+    first = hub.repos[REPO].sha
+    await open_and_close(app_config(tmp_path))
+
+    hub.add(HubRepo(REPO, retrained))
+    assert run_fetch(hub, tmp_path, REPO).returncode == 0
+    second = hub.repos[REPO].sha
+    assert second != first
+    with pytest.raises(ModelMismatchError) as refused:
+        await open_and_close(app_config(tmp_path))
+    assert refused.value.code == "STORE_MODEL_MISMATCH"
+    assert f"dense_revision: recorded {first!r}, configured {second!r}" in refused.value.message
+
+
+async def test_a_configured_revision_the_cache_does_not_hold_is_refused(hub, tmp_path):
+    assert run_fetch(hub, tmp_path, REPO).returncode == 0
+    other = "0" * 40
+    with pytest.raises(ModelMismatchError, match=f"dense.revision is {other} but the model cache"):
+        await open_and_close(app_config(tmp_path, revision=other))
+
+
+async def test_a_pinned_fetch_builds_an_index_that_records_the_pin(hub, tmp_path):
+    pin = hub.repos[REPO].sha
+    done = run_fetch(hub, tmp_path, "--pinned", f"{REPO}@{pin}")
+    assert done.returncode == 0, done.stderr
+    config = app_config(tmp_path, revision=pin)
+    await open_and_close(config)
+    recorded = json.loads((config.data_path / "qdrant" / "index_meta.json").read_text())
+    assert recorded["dense_revision"] == pin and recorded["dense_dim"] == 32
+
+
+def test_an_unpinned_id_is_refused_where_pins_are_required(hub, tmp_path):
+    done = run_fetch(hub, tmp_path, "--pinned", REPO, f"{REPO}@main")
+    assert done.returncode == 2
+    assert f"{REPO} is not pinned" in done.stderr and f"{REPO}@main is not pinned" in done.stderr
