@@ -718,3 +718,25 @@ Hub). */}}
 {{- end -}}
 {{- toYaml $groups -}}
 {{- end -}}
+
+{{/* `helm upgrade` of a running RayService whose Ray pods would change, under upgradeStrategy
+None (the embedded store): KubeRay v1.7.0 neither updates nor replaces its RayCluster then
+(shouldUpdateCluster / shouldPrepareNewCluster: only appended worker groups or a new KubeRay
+version are applied), and submits only the new serveConfigV2 to the old pods. Refused, naming
+the procedure that replaces the cluster. The running RayService is read with `lookup`, so the
+guard runs under `helm install/upgrade` (not `helm template`: GitOps tools must follow the
+procedure themselves, docs/kubernetes.md "Upgrades"). A RayService without the annotation (an
+older chart) counts as different. */}}
+{{- define "serve-app.upgradeGuard" -}}
+{{- if eq (include "serve-app.upgradeStrategy" .) "None" -}}
+{{- $name := include "serve-app.fullname" . -}}
+{{- $running := lookup "ray.io/v1" "RayService" .Release.Namespace $name -}}
+{{- if $running -}}
+{{- $was := index (($running.metadata | default dict).annotations | default dict) "serve-app/cluster-spec-sha256" | default "" -}}
+{{- if ne $was (include "serve-app.rayClusterConfig" . | sha256sum) -}}
+{{- $claim := ternary (printf " (the claim %s-data is kept: it is the chart's, with helm.sh/resource-policy keep, not the cluster's)" $name) "" (not (empty (include "serve-app.storePinned" .))) -}}
+{{- fail (printf "upgrade refused: it changes the Ray pods (image, environment, resources, volumes or another part of rayClusterConfig) of RayService %s, and under upgradeStrategy None (the embedded store) KubeRay v1.7.0 keeps the running pods as they are (it only submits the new serveConfigV2 to them). Replace the cluster: `kubectl -n %s delete rayservice %s --cascade=foreground` (returns once its pods are gone%s), then run this helm upgrade again. The service is down from the delete until the new cluster is ready (pods scheduled, image pulled, models fetched and loaded; initializingTimeout applies). A server store topology (opensearch+qdrant) upgrades with NewCluster instead, without downtime. See docs/kubernetes.md, \"Upgrades\"" $name .Release.Namespace $name $claim) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
