@@ -740,3 +740,15 @@ older chart) counts as different. */}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The llm-gpu group's values. Without the LLM (config llm.enabled false) no deployment asks
+for llm_slot: the group keeps no pod (replicas and minReplicas 0), so no GPU node idles for it. */}}
+{{- define "serve-app.llmGroup" -}}
+{{- $group := deepCopy .Values.workerGroups.llmGpu -}}
+{{- $config := include "serve-app.config" . | fromYaml -}}
+{{- if not (($config.llm | default dict).enabled) -}}
+{{- $_ := set $group "replicas" 0 -}}
+{{- $_ := set $group "minReplicas" 0 -}}
+{{- end -}}
+{{- toYaml $group -}}
+{{- end -}}
