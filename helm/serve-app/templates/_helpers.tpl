@@ -752,3 +752,17 @@ for llm_slot: the group keeps no pod (replicas and minReplicas 0), so no GPU nod
 {{- end -}}
 {{- toYaml $group -}}
 {{- end -}}
+
+{{/* The Ray pods' terminationGracePeriodSeconds: a stopping pod may hold an upload for the
+longest deadline the API gives one (api.ingest_timeout_s, or request_timeout_s if longer) after
+Ray's direct-ingress draining window (the ingress' graceful_shutdown_timeout_s already spans
+both; whichever is longer counts), plus RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S's 30 s
+for Ray's own stop. Read from the configuration the chart renders. */}}
+{{- define "serve-app.terminationGracePeriodSeconds" -}}
+{{- $config := include "serve-app.config" . | fromYaml -}}
+{{- $api := $config.api | default dict -}}
+{{- $ingress := (($config.serve | default dict).ingress | default dict) -}}
+{{- $deadline := max (ceil ($api.ingest_timeout_s | default 900)) (ceil ($api.request_timeout_s | default 30)) -}}
+{{- $drain := max (ceil ($ingress.graceful_shutdown_timeout_s | default 0)) (add 30 $deadline) -}}
+{{- add $drain 30 -}}
+{{- end -}}
