@@ -766,3 +766,17 @@ for Ray's own stop. Read from the configuration the chart renders. */}}
 {{- $drain := max (ceil ($ingress.graceful_shutdown_timeout_s | default 0)) (add 30 $deadline) -}}
 {{- add $drain 30 -}}
 {{- end -}}
+
+{{/* The StorageClass of a claim the chart creates (list $ "dataVolume" | "modelCache"). Never the
+cluster's default: EKS 1.30+ and many clusters have none, and the claim would stay Pending (the
+RayService failing after initializingTimeout). Empty: the render fails, naming the value. */}}
+{{- define "serve-app.storageClass" -}}
+{{- $root := index . 0 -}}
+{{- $key := index . 1 -}}
+{{- $class := (index $root.Values $key).storageClass | default "" -}}
+{{- if not $class -}}
+{{- $why := ternary "the embedded store's data volume, ReadWriteOnce" "the shared model cache, ReadWriteMany" (eq $key "dataVolume") -}}
+{{- fail (printf "%s.storageClass is empty: the chart does not rely on a default StorageClass (EKS 1.30+ ships none; the claim would stay Pending and the RayService fail after initializingTimeout). Name the class for %s: --set %s.storageClass=<class> (`kubectl get storageclass`; EKS: gp3 of the EBS CSI driver, GKE: standard-rwo, AKS: managed-csi%s)" $key $why $key (ternary "" "; ReadWriteMany: EFS, Filestore, Azure Files, or modelCache.existingClaim" (eq $key "dataVolume"))) -}}
+{{- end -}}
+{{- $class -}}
+{{- end -}}
