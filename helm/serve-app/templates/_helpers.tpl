@@ -780,3 +780,16 @@ RayService failing after initializingTimeout). Empty: the render fails, naming t
 {{- end -}}
 {{- $class -}}
 {{- end -}}
+
+{{/* KubeRay's authOptions (token mode, Ray >= 2.52; KubeRay v1.7.0 refuses its Kubernetes-token
+variant for a RayService): with rayAuth.existingSecret the Secret you created (key auth_token),
+else none named, and KubeRay generates one Secret per RayCluster (named after it, owned by it),
+so nothing random is rendered (GitOps-safe). Empty when rayAuth.enabled is false. */}}
+{{- define "serve-app.authOptions" -}}
+{{- if .Values.rayAuth.enabled -}}
+mode: token
+{{- with .Values.rayAuth.existingSecret }}
+secretName: {{ . | quote }}
+{{- end }}
+{{- end -}}
+{{- end -}}
