@@ -23,7 +23,11 @@ VALUES = [None, "ci/cpu-small.yaml", "ci/gpu-production.yaml", "ci/external-stor
 # The chart has no image of its own (image.repository must name the one built from the
 # Dockerfile): every render here names this one; a later --set may override it.
 IMAGE = "registry.internal/search/serve-app"
-SET_IMAGE = ("--set", f"image.repository={IMAGE}")
+# Nor a StorageClass for the embedded store's data claim (never the cluster's default): named too.
+STORAGE_CLASS = "gp3"
+SET_IMAGE = (
+    "--set", f"image.repository={IMAGE}", "--set", f"dataVolume.storageClass={STORAGE_CLASS}",
+)  # fmt: skip
 K8S_IMAGE = IMAGE  # k8s/ (scripts/render_k8s.sh): kubectl users replace it with theirs
 
 
@@ -249,7 +253,14 @@ def test_a_missing_or_placeholder_image_is_refused_saying_how_to_build_it(
 def test_the_chart_alone_names_no_image(helm, chart):
     """values.yaml and every ci/ file: an install that does not name the image fails."""
     for values in VALUES:
-        args = [helm, "template", "rel", str(chart)]
+        args = [
+            helm,
+            "template",
+            "rel",
+            str(chart),
+            "--set",
+            f"dataVolume.storageClass={STORAGE_CLASS}",
+        ]
         args += ["-f", str(chart / values)] if values else []
         result = subprocess.run(args, capture_output=True, text=True, timeout=60)
         assert result.returncode != 0 and "image.repository is empty" in result.stderr, values
@@ -266,18 +277,53 @@ def test_real_registries_are_accepted(helm, chart, repository):
 
 
 def test_plain_manifests_are_in_sync(helm, chart):
-    """k8s/serve-app.yaml is the chart rendered with its defaults (release serve-app, namespace
-    serve-app): no hooks (each pod fetches its own models), nothing to apply before it."""
+    """k8s/ is the chart rendered with its defaults (release serve-app, namespace serve-app): no
+    hooks (each pod fetches its own models), nothing to apply before it but the data claim. The
+    claim is alone in k8s/data-claim.yaml: kubectl ignores helm.sh/resource-policy, so
+    `kubectl delete -f k8s/serve-app.yaml` (the delete-and-apply upgrade) must not hold it."""
     args = [
         helm, "template", "serve-app", str(chart), "--namespace", "serve-app",
         "--set", "secrets.create=false", "--set", "secrets.existingSecret=serve-app-secrets",
         "--set", f"image.repository={K8S_IMAGE}",
+        "--set", f"dataVolume.storageClass={STORAGE_CLASS}",
     ]  # fmt: skip
     with_hooks = subprocess.run(args, capture_output=True, text=True, timeout=60)
     without = subprocess.run([*args, "--no-hooks"], capture_output=True, text=True, timeout=60)
     assert with_hooks.returncode == 0 and without.returncode == 0, with_hooks.stderr
     expected = [d for d in yaml.safe_load_all(without.stdout) if d]
     assert expected == [d for d in yaml.safe_load_all(with_hooks.stdout) if d]  # none
-    actual = [d for d in yaml.safe_load_all((ROOT / "k8s" / "serve-app.yaml").read_text()) if d]
-    assert actual == expected, "k8s/serve-app.yaml is stale: run `make k8s-manifests`"
-    assert sorted(p.name for p in (ROOT / "k8s").iterdir()) == ["serve-app.yaml"]
+
+    def read(name: str) -> list[dict]:
+        return [d for d in yaml.safe_load_all((ROOT / "k8s" / name).read_text()) if d]
+
+    claims, rest = read("data-claim.yaml"), read("serve-app.yaml")
+    assert [d["kind"] for d in claims] == ["PersistentVolumeClaim"]
+    assert "PersistentVolumeClaim" not in {d["kind"] for d in rest}
+    assert rest + claims == [d for d in expected if d["kind"] != "PersistentVolumeClaim"] + [
+        d for d in expected if d["kind"] == "PersistentVolumeClaim"
+    ], "k8s/ is stale: run `make k8s-manifests`"
+    assert sorted(p.name for p in (ROOT / "k8s").iterdir()) == ["data-claim.yaml", "serve-app.yaml"]
+
+
+@pytest.mark.parametrize(
+    "values,extra,key",
+    [
+        (None, (), "dataVolume"),
+        ("ci/cpu-small.yaml", (), "dataVolume"),
+        ("ci/external-stores.yaml", ("--set", "modelCache.type=pvc"), "modelCache"),
+    ],
+)
+def test_no_claim_relies_on_a_default_storage_class(helm, chart, values, extra, key):
+    """A claim the chart creates names its StorageClass, or the render fails naming the value
+    (a cluster without a default class, EKS 1.30+, would leave it Pending)."""
+    args = [helm, "template", "rel", str(chart), "--set", f"image.repository={IMAGE}"]
+    args += ["-f", str(chart / values)] if values else []
+    failed = subprocess.run([*args, *extra], capture_output=True, text=True, timeout=60)
+    assert failed.returncode != 0
+    assert f"{key}.storageClass is empty" in failed.stderr, failed.stderr
+    assert f"--set {key}.storageClass=<class>" in failed.stderr
+    named = objects(helm, chart, values, *extra, "--set", f"{key}.storageClass=named")
+    claims = [d for d in named if d["kind"] == "PersistentVolumeClaim"]
+    assert claims and all(c["spec"]["storageClassName"] == "named" for c in claims)
+    for doc in named:  # and every other claim of the chart names one too
+        assert doc["kind"] != "PersistentVolumeClaim" or doc["spec"].get("storageClassName")

@@ -102,3 +102,25 @@ def test_a_whole_document_fits_in_one_message_between_replicas(values):
     for ray in ray_environments(spec):
         assert ray["grpc_between_replicas"], ray  # the transport the chart asks for
         assert ray["grpc_max_message_bytes"] >= largest, (ray, largest)
+
+
+@pytest.mark.parametrize("values", VALUES)
+def test_every_ray_pod_is_given_time_to_drain_an_upload(values):
+    """A Ray pod that Kubernetes stops (a node drain, a scale-down) is given, before SIGKILL,
+    Ray's direct-ingress draining window plus the longest deadline the API gives a request (an
+    upload's api.ingest_timeout_s), and no less than the ingress' own graceful shutdown: both
+    read from the configuration the chart renders and Ray's constants under the pod's env."""
+    spec = rayservice(objects(str(HELM), CHART, values))["spec"]
+    serve = ServeDeploySchema.model_validate(yaml.safe_load(spec["serveConfigV2"]))
+    (application,) = serve.applications
+    api = config_from_dict(application.args["config"], "chart").api
+    deadline_s = max(api.ingest_timeout_s, api.request_timeout_s)
+    (ingress,) = [d for d in application.deployments if d.name == "ingress"]
+    (ray,) = ray_environments(
+        {"rayClusterConfig": {"headGroupSpec": spec["rayClusterConfig"]["headGroupSpec"]}}
+    )
+    cluster = spec["rayClusterConfig"]
+    for group in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]:
+        grace_s = group["template"]["spec"]["terminationGracePeriodSeconds"]
+        assert grace_s >= ray["draining_s"] + deadline_s, (group.get("groupName"), grace_s)
+        assert grace_s >= ingress.graceful_shutdown_timeout_s

@@ -39,11 +39,18 @@ def rendered_kinds() -> set[tuple[str, str]]:
 
 
 class FakeApiServer:
-    """Discovery for ``kinds`` and the Secrets in ``secrets`` (name -> data)."""
+    """Discovery for ``kinds``, the Secrets in ``secrets`` (name -> data) and any other object
+    in ``objects`` (API path -> the object as the API server returns it)."""
 
-    def __init__(self, kinds: set[tuple[str, str]], secrets: dict[str, dict[str, str]]) -> None:
+    def __init__(
+        self,
+        kinds: set[tuple[str, str]],
+        secrets: dict[str, dict[str, str]],
+        objects: dict[str, dict] | None = None,
+    ) -> None:
         self.kinds = kinds
         self.secrets = secrets
+        self.objects = objects or {}
         self.requests: list[str] = []
         server = self
 
@@ -109,6 +116,8 @@ class FakeApiServer:
                 "groupVersion": group_version,
                 "resources": self._resources(group_version),
             }
+        if path in self.objects:
+            return 200, self.objects[path]
         if path.startswith(prefix) and path[len(prefix) :] in self.secrets:
             name = path[len(prefix) :]
             return 200, {
@@ -133,7 +142,10 @@ class FakeApiServer:
         self.httpd.shutdown()
 
 
-def render_against(server: FakeApiServer, tmp_path: Path, *extra: str) -> dict:
+def helm_against(
+    server: FakeApiServer, tmp_path: Path, *extra: str, show_only: str = "templates/secret.yaml"
+) -> subprocess.CompletedProcess:
+    """`helm template --dry-run=server` of one template, its lookups answered by ``server``."""
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(
         yaml.safe_dump(
@@ -147,12 +159,16 @@ def render_against(server: FakeApiServer, tmp_path: Path, *extra: str) -> dict:
             }
         )
     )
-    done = subprocess.run(
+    return subprocess.run(
         [str(HELM), "template", "rel", str(CHART), "--namespace", NAMESPACE,
          "--kubeconfig", str(kubeconfig), "--dry-run=server", "--disable-openapi-validation",
-         "-s", "templates/secret.yaml", *SET_IMAGE, *extra],
+         "-s", show_only, *SET_IMAGE, *extra],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
+
+
+def render_against(server: FakeApiServer, tmp_path: Path, *extra: str) -> dict:
+    done = helm_against(server, tmp_path, *extra)
     assert done.returncode == 0, done.stderr
     return yaml.safe_load(done.stdout)
 

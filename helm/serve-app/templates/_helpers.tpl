@@ -815,3 +815,78 @@ Hub). */}}
 {{- end -}}
 {{- toYaml $groups -}}
 {{- end -}}
+
+{{/* `helm upgrade` of a running RayService whose Ray pods would change, under upgradeStrategy
+None (the embedded store): KubeRay v1.7.0 neither updates nor replaces its RayCluster then
+(shouldUpdateCluster / shouldPrepareNewCluster: only appended worker groups or a new KubeRay
+version are applied), and submits only the new serveConfigV2 to the old pods. Refused, naming
+the procedure that replaces the cluster. The running RayService is read with `lookup`, so the
+guard runs under `helm install/upgrade` (not `helm template`: GitOps tools must follow the
+procedure themselves, docs/kubernetes.md "Upgrades"). A RayService without the annotation (an
+older chart) counts as different. */}}
+{{- define "serve-app.upgradeGuard" -}}
+{{- if eq (include "serve-app.upgradeStrategy" .) "None" -}}
+{{- $name := include "serve-app.fullname" . -}}
+{{- $running := lookup "ray.io/v1" "RayService" .Release.Namespace $name -}}
+{{- if $running -}}
+{{- $was := index (($running.metadata | default dict).annotations | default dict) "serve-app/cluster-spec-sha256" | default "" -}}
+{{- if ne $was (include "serve-app.rayClusterConfig" . | sha256sum) -}}
+{{- $claim := ternary (printf " (the claim %s-data is kept: it is the chart's, with helm.sh/resource-policy keep, not the cluster's)" $name) "" (not (empty (include "serve-app.storePinned" .))) -}}
+{{- fail (printf "upgrade refused: it changes the Ray pods (image, environment, resources, volumes or another part of rayClusterConfig) of RayService %s, and under upgradeStrategy None (the embedded store) KubeRay v1.7.0 keeps the running pods as they are (it only submits the new serveConfigV2 to them). Replace the cluster: `kubectl -n %s delete rayservice %s --cascade=foreground` (returns once its pods are gone%s), then run this helm upgrade again. The service is down from the delete until the new cluster is ready (pods scheduled, image pulled, models fetched and loaded; initializingTimeout applies). A server store topology (opensearch+qdrant) upgrades with NewCluster instead, without downtime. See docs/kubernetes.md, \"Upgrades\"" $name .Release.Namespace $name $claim) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The llm-gpu group's values. Without the LLM (config llm.enabled false) no deployment asks
+for llm_slot: the group keeps no pod (replicas and minReplicas 0), so no GPU node idles for it. */}}
+{{- define "serve-app.llmGroup" -}}
+{{- $group := deepCopy .Values.workerGroups.llmGpu -}}
+{{- $config := include "serve-app.config" . | fromYaml -}}
+{{- if not (($config.llm | default dict).enabled) -}}
+{{- $_ := set $group "replicas" 0 -}}
+{{- $_ := set $group "minReplicas" 0 -}}
+{{- end -}}
+{{- toYaml $group -}}
+{{- end -}}
+
+{{/* The Ray pods' terminationGracePeriodSeconds: a stopping pod may hold an upload for the
+longest deadline the API gives one (api.ingest_timeout_s, or request_timeout_s if longer) after
+Ray's direct-ingress draining window (the ingress' graceful_shutdown_timeout_s already spans
+both; whichever is longer counts), plus RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S's 30 s
+for Ray's own stop. Read from the configuration the chart renders. */}}
+{{- define "serve-app.terminationGracePeriodSeconds" -}}
+{{- $config := include "serve-app.config" . | fromYaml -}}
+{{- $api := $config.api | default dict -}}
+{{- $ingress := (($config.serve | default dict).ingress | default dict) -}}
+{{- $deadline := max (ceil ($api.ingest_timeout_s | default 900)) (ceil ($api.request_timeout_s | default 30)) -}}
+{{- $drain := max (ceil ($ingress.graceful_shutdown_timeout_s | default 0)) (add 30 $deadline) -}}
+{{- add $drain 30 -}}
+{{- end -}}
+
+{{/* The StorageClass of a claim the chart creates (list $ "dataVolume" | "modelCache"). Never the
+cluster's default: EKS 1.30+ and many clusters have none, and the claim would stay Pending (the
+RayService failing after initializingTimeout). Empty: the render fails, naming the value. */}}
+{{- define "serve-app.storageClass" -}}
+{{- $root := index . 0 -}}
+{{- $key := index . 1 -}}
+{{- $class := (index $root.Values $key).storageClass | default "" -}}
+{{- if not $class -}}
+{{- $why := ternary "the embedded store's data volume, ReadWriteOnce" "the shared model cache, ReadWriteMany" (eq $key "dataVolume") -}}
+{{- fail (printf "%s.storageClass is empty: the chart does not rely on a default StorageClass (EKS 1.30+ ships none; the claim would stay Pending and the RayService fail after initializingTimeout). Name the class for %s: --set %s.storageClass=<class> (`kubectl get storageclass`; EKS: gp3 of the EBS CSI driver, GKE: standard-rwo, AKS: managed-csi%s)" $key $why $key (ternary "" "; ReadWriteMany: EFS, Filestore, Azure Files, or modelCache.existingClaim" (eq $key "dataVolume"))) -}}
+{{- end -}}
+{{- $class -}}
+{{- end -}}
+
+{{/* KubeRay's authOptions (token mode, Ray >= 2.52; KubeRay v1.7.0 refuses its Kubernetes-token
+variant for a RayService): with rayAuth.existingSecret the Secret you created (key auth_token),
+else none named, and KubeRay generates one Secret per RayCluster (named after it, owned by it),
+so nothing random is rendered (GitOps-safe). Empty when rayAuth.enabled is false. */}}
+{{- define "serve-app.authOptions" -}}
+{{- if .Values.rayAuth.enabled -}}
+mode: token
+{{- with .Values.rayAuth.existingSecret }}
+secretName: {{ . | quote }}
+{{- end }}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,160 @@
+"""`helm upgrade` reaches the pods on every store topology, judged with KubeRay v1.7.0's own rules
+(tests/helm/kuberay_upgrade.py): the chart rendered before and after an image-tag change, an
+environment change and a resource change, and what KubeRay does with the pair.
+
+- Server stores (upgradeStrategy NewCluster): KubeRay starts a new RayCluster from the new
+  spec, moves traffic when it is ready and deletes the old one.
+- The embedded store (upgradeStrategy None: two clusters must never open its shard): KubeRay
+  leaves the running RayCluster as it is and only submits the new serveConfigV2 to it. So the
+  chart refuses such an upgrade at `helm upgrade` time (its `lookup` finds the running
+  RayService with another cluster spec) and names the procedure that replaces the cluster.
+  Helm runs with `--dry-run=server` against a Kubernetes API double holding the RayService
+  the "before" render produced (tests/helm/test_secret_upgrade.py).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.helm.kuberay_upgrade import (
+    NEW_CLUSTER_PREPARED,
+    NOTHING,
+    pod_templates_differ,
+    upgrade_outcome,
+)
+from tests.helm.test_chart import CHART, HELM, objects, rayservice
+from tests.helm.test_secret_upgrade import NAMESPACE, FakeApiServer, helm_against
+
+ROOT = Path(__file__).resolve().parents[2]
+TOPOLOGIES = {
+    "embedded store (defaults)": None,
+    "embedded store (ci/cpu-small.yaml)": "ci/cpu-small.yaml",
+    "server stores (ci/external-stores.yaml)": "ci/external-stores.yaml",
+    "server stores (ci/gpu-production.yaml)": "ci/gpu-production.yaml",
+}
+CHANGES = {
+    "image tag": ("--set", "image.tag=0.1.1"),
+    "environment": ("--set-string", "config.serve.env.RAY_SERVE_HAPROXY_HARD_STOP_AFTER_S=960"),
+    "resources": (
+        "--set", "workerGroups.cpu.resources.requests.memory=7Gi",
+        "--set", "workerGroups.cpu.resources.limits.memory=7Gi",
+    ),
+}  # fmt: skip
+RAYSERVICE_PATH = f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayservices/rel-serve-app"
+
+
+@functools.cache
+def _render(values: str | None, extra: tuple[str, ...]) -> dict:
+    return rayservice(objects(str(HELM), CHART, values, *extra))
+
+
+def render(values: str | None, *extra: str) -> dict:
+    return copy.deepcopy(_render(values, extra))
+
+
+def embedded(values: str | None) -> bool:
+    return values in (None, "ci/cpu-small.yaml")
+
+
+@pytest.mark.parametrize("change", CHANGES)
+@pytest.mark.parametrize("topology", TOPOLOGIES)
+def test_what_kuberay_does_with_each_change(topology, change):
+    values = TOPOLOGIES[topology]
+    before, after = render(values), render(values, *CHANGES[change])
+    assert pod_templates_differ(before, after)
+    expected = NOTHING if embedded(values) else NEW_CLUSTER_PREPARED
+    assert upgrade_outcome(before, after) == expected
+
+
+@pytest.fixture(scope="module")
+def kinds() -> set[tuple[str, str]]:
+    """Every kind any values file renders (Helm checks each against discovery)."""
+    return {
+        (d["apiVersion"], d["kind"])
+        for values in TOPOLOGIES.values()
+        for d in objects(str(HELM), CHART, values)
+    }
+
+
+def helm_upgrade(kinds, tmp_path, values, running: dict | None, *extra: str):
+    """`helm upgrade`'s render of the RayService with ``running`` in the cluster."""
+    stored = {}
+    if running:  # as the previous release left it
+        stored = copy.deepcopy(running)
+        stored["metadata"].setdefault("annotations", {}).update(
+            {"meta.helm.sh/release-name": "rel", "meta.helm.sh/release-namespace": NAMESPACE}
+        )
+    server = FakeApiServer(kinds, {}, {RAYSERVICE_PATH: stored} if running else {})
+    args = ("-f", str(CHART / values)) if values else ()
+    try:
+        return helm_against(
+            server, tmp_path, *args, *extra, show_only="templates/rayservice.yaml"
+        ), server.requests
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("change", CHANGES)
+@pytest.mark.parametrize("topology", [t for t, v in TOPOLOGIES.items() if embedded(v)])
+def test_an_embedded_store_upgrade_that_would_not_reach_the_pods_is_refused(
+    kinds, tmp_path, topology, change
+):
+    values = TOPOLOGIES[topology]
+    running = render(values)
+    done, requests = helm_upgrade(kinds, tmp_path, values, running, *CHANGES[change])
+    assert RAYSERVICE_PATH in requests  # the lookup ran
+    assert done.returncode != 0, "the upgrade would leave the running pods unchanged"
+    message = " ".join(done.stderr.split())
+    for words in (
+        "KubeRay v1.7.0 keeps the running pods",
+        f"kubectl -n {NAMESPACE} delete rayservice rel-serve-app --cascade=foreground",
+        "the claim rel-serve-app-data is kept",
+        "then run this helm upgrade again",
+    ):
+        assert words in message, message
+
+
+@pytest.mark.parametrize("values", [v for v in TOPOLOGIES.values() if embedded(v)])
+def test_an_embedded_store_upgrade_of_the_serve_config_alone_proceeds(kinds, tmp_path, values):
+    """No pod template changes (a search setting): KubeRay submits the new serveConfigV2 to the
+    running cluster; nothing to refuse. A first install (nothing running) proceeds too."""
+    running = render(values)
+    change = ("--set", "config.search.top_k=11")
+    assert not pod_templates_differ(running, render(values, *change))
+    done, _ = helm_upgrade(kinds, tmp_path, values, running, *change)
+    assert done.returncode == 0, done.stderr
+    first, _ = helm_upgrade(kinds, tmp_path, values, None, *CHANGES["image tag"])
+    assert first.returncode == 0, first.stderr
+
+
+def test_a_running_service_from_an_older_chart_is_refused_too(kinds, tmp_path):
+    """A RayService without the chart's cluster-spec annotation (an older chart) cannot be
+    shown to run the new templates: refused, with the same procedure."""
+    running = render(None)
+    del running["metadata"]["annotations"]["serve-app/cluster-spec-sha256"]
+    done, _ = helm_upgrade(kinds, tmp_path, None, running)
+    assert done.returncode != 0 and "--cascade=foreground" in done.stderr
+
+
+@pytest.mark.parametrize("values", [v for v in TOPOLOGIES.values() if not embedded(v)])
+def test_server_store_upgrades_proceed(kinds, tmp_path, values):
+    running = render(values)
+    done, _ = helm_upgrade(kinds, tmp_path, values, running, *CHANGES["image tag"])
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_upgrade_table_in_the_docs_is_what_kuberay_does():
+    """docs/kubernetes.md's table: one row per change, the outcome per topology."""
+    text = (ROOT / "docs" / "kubernetes.md").read_text()
+    for change in CHANGES:
+        row = re.search(rf"^\| {change} \|(.*)\|$", text, re.MULTILINE)
+        assert row, change
+        cells = [c.strip() for c in row.group(1).split("|")]
+        embedded_cell, server_cell = cells[0], cells[1]
+        assert f"KubeRay {NOTHING}" in embedded_cell and "refused" in embedded_cell, cells
+        assert f"KubeRay {NEW_CLUSTER_PREPARED}" in server_cell, cells
