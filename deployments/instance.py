@@ -29,6 +29,7 @@ from serve_app.api.observability import INSTANCE_ENV
 from serve_app.ports import free_port, free_port_range
 
 ADMIN_HOST_ENV = "SERVE_APP_HAPROXY_ADMIN_HOST"
+HEADER_TIMEOUT_ENV = "SERVE_APP_HEADER_TIMEOUT_S"
 SETUP_HOOK = "deployments.instance.bind_haproxy_admin_listeners"
 _PORT_RANGE = 64  # direct-ingress ports a run may hand its replicas
 
@@ -129,6 +130,26 @@ def haproxy_template(template: str, host: str) -> str:
     return template
 
 
+_HTTP_REQUEST_TIMEOUT = (
+    "{% if config.timeout_http_request_s is not none %}timeout http-request "
+    "{{ config.timeout_http_request_s }}s{% endif %}"
+)
+
+
+def haproxy_header_timeout(template: str, seconds: float) -> str:
+    """Ray Serve's HAProxy configuration with ``timeout http-request`` (the time a client has
+    to send its headers; Serve leaves it unset, so HAProxy's client timeout of an hour held a
+    slow client). HAProxy answers 408 itself (its own HTML page) and closes the connection."""
+    if _HTTP_REQUEST_TIMEOUT not in template:
+        if "timeout http-request" in template:
+            return template  # already applied in this process
+        raise ValueError(
+            "Ray Serve's HAProxy template has no 'timeout http-request' line as expected: "
+            "deployments/instance.py cannot set the header timeout"
+        )
+    return template.replace(_HTTP_REQUEST_TIMEOUT, f"timeout http-request {seconds:g}s")
+
+
 def bind_haproxy_admin_listeners() -> None:
     """Ray's ``worker_process_setup_hook`` for a local run: every worker (Serve's HAProxy
     manager among them) renders HAProxy's configuration with the admin listeners on the
@@ -139,3 +160,8 @@ def bind_haproxy_admin_listeners() -> None:
     from ray.serve._private import haproxy
 
     haproxy.HAPROXY_CONFIG_TEMPLATE = haproxy_template(haproxy.HAPROXY_CONFIG_TEMPLATE, host)
+    header_timeout = os.environ.get(HEADER_TIMEOUT_ENV)
+    if header_timeout:
+        haproxy.HAPROXY_CONFIG_TEMPLATE = haproxy_header_timeout(
+            haproxy.HAPROXY_CONFIG_TEMPLATE, float(header_timeout)
+        )

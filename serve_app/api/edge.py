@@ -141,32 +141,42 @@ class Edge:
         scope["headers"] = _with_request_id(list(scope.get("headers", ())), request_id)
         id_token = REQUEST_ID.set(request_id)
         status = 500
-        started = finished = False
+        started = logged = False
         refused: ServeAppError | None = None
 
+        def write_line() -> None:
+            # Before the last byte of the answer leaves: a client that has its answer finds
+            # its line, whatever happens to this process next.
+            nonlocal logged
+            if not logged:
+                logged = True
+                _log_access(scope, record, status, time.perf_counter() - began)
+
         async def send_error(error: ServeAppError, close: bool = False) -> None:
-            nonlocal refused
+            nonlocal refused, status
             refused = error
+            status = error.status
             record.code = error.code
+            write_line()
             headers = {"x-request-id": request_id, **({"connection": "close"} if close else {})}
             await error_response(error, headers=headers)({"type": "http"}, _disconnected, send)
 
         async def guarded_send(message: Message) -> None:
-            nonlocal status, started, finished
+            nonlocal status, started
             if refused is not None:
                 return  # the app's answer after the edge answered for it
             if message["type"] == "http.response.start":
                 started = True
                 status = message["status"]
             elif message["type"] == "http.response.body" and not message.get("more_body"):
-                finished = True
+                write_line()
             await send(message)
 
         timer = BodyTimer(self.budget(), time.monotonic())
         body_done = False
 
         async def timed_receive() -> Message:
-            nonlocal body_done, status
+            nonlocal body_done
             if refused is not None:
                 return {"type": "http.disconnect"}
             if body_done:
@@ -177,7 +187,6 @@ class Edge:
             except TimeoutError:
                 error = RequestTooSlowError(timer.describe(time.monotonic()))
                 if not started:
-                    status = error.status
                     await send_error(error, close=True)
                 else:  # already answered: the app stops reading; the server closes
                     record.code = error.code
@@ -189,7 +198,6 @@ class Edge:
 
         try:
             if bad_header is not None:
-                status = InvalidHeaderError.status
                 await send_error(
                     InvalidHeaderError(
                         f"header {bad_header!r} is not UTF-8 text without control characters"
@@ -198,7 +206,7 @@ class Edge:
             else:
                 await self.app(scope, timed_receive, guarded_send)
         finally:
-            _log_access(scope, record, status, time.perf_counter() - began)
+            write_line()  # no complete answer: an error, a disconnect
             REQUEST_ID.reset(id_token)
             CURRENT.reset(record_token)
 

@@ -76,6 +76,7 @@ class RequestEnvelope:
             if message["type"] == "http.response.start":
                 started = True
                 status = message["status"]
+                _describe(scope, box)  # before the answer leaves (the edge logs it then)
                 if self.set_header:
                     headers = [
                         (k, v)
@@ -99,15 +100,20 @@ class RequestEnvelope:
             self.metrics.observe_request(endpoint, scope.get("method", ""), status, seconds)
             if status >= 400:
                 self.metrics.errors.labels(box.get("code") or for_status(status).code).inc()
-            record = CURRENT.get()
-            if record is not None:
-                record.route = endpoint
-                record.code = box.get("code") or record.code
-                principal = scope.get("state", {}).get("principal")
-                if isinstance(principal, Principal):
-                    record.principal, record.tenant = principal.subject, principal.tenant_id
             ERROR_CODE.reset(code_token)
             REQUEST_ID.reset(token)
+
+
+def _describe(scope: Scope, box: dict[str, str]) -> None:
+    """The route, error code and principal of the request, for the edge's access line."""
+    record = CURRENT.get()
+    if record is None:
+        return
+    record.route = getattr(scope.get("route"), "path", "unmatched")
+    record.code = box.get("code") or record.code
+    principal = scope.get("state", {}).get("principal")
+    if isinstance(principal, Principal):
+        record.principal, record.tenant = principal.subject, principal.tenant_id
 
 
 class BodyLimit:
