@@ -41,4 +41,11 @@ def http_middlewares() -> list[Middleware]:
     """Serve's HTTP proxy callback: the edge outermost, its access lines on the process's own
     stderr as they happen (``deployments.replica_logging``)."""
     configure_replica_logging(access_log=True)
-    return [Middleware(Edge, budget=current_budget)]
+    return [Middleware(Edge, budget=current_budget, log_passed=in_ingress_replica)]
+
+
+def in_ingress_replica() -> bool:
+    """Whether this process is an ingress replica (its constructor handed the budget in);
+    otherwise Serve's Python proxy, which passes requests on to a replica whose app's edge
+    writes their access line, and writes only those it refuses itself."""
+    return bool(_configured)

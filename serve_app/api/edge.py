@@ -120,10 +120,19 @@ class Edge:
     layer can hand the configuration in once its replica has it."""
 
     def __init__(
-        self, app: ASGIApp, budget: Callable[[], ConnectionBudget] | ConnectionBudget | None = None
+        self,
+        app: ASGIApp,
+        budget: Callable[[], ConnectionBudget] | ConnectionBudget | None = None,
+        log_passed: Callable[[], bool] | bool = True,
     ) -> None:
         self.app = app
         self._budget = budget if budget is not None else ConnectionBudget()
+        self._log_passed = log_passed
+
+    def log_passed(self) -> bool:
+        """Whether the requests this edge passes on get their access line here (False in a
+        proxy: the app's own edge, in the replica, writes it with the principal)."""
+        return self._log_passed() if callable(self._log_passed) else self._log_passed
 
     def budget(self) -> ConnectionBudget:
         return self._budget() if callable(self._budget) else self._budget
@@ -148,7 +157,7 @@ class Edge:
             # Before the last byte of the answer leaves: a client that has its answer finds
             # its line, whatever happens to this process next.
             nonlocal logged
-            if not logged:
+            if not logged and (refused is not None or self.log_passed()):
                 logged = True
                 _log_access(scope, record, status, time.perf_counter() - began)
 
