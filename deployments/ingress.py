@@ -8,6 +8,7 @@ from typing import Any
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
+from deployments.edge import use_budget
 from deployments.handles import (
     RemoteChunker,
     RemoteDenseEncoder,
@@ -54,10 +55,11 @@ class IngressDeployment(ConfiguredDeployment):
         store: DeploymentHandle,
         llm: DeploymentHandle | None = None,
     ) -> None:
-        # Serve writes the access line of each request (request id, route, status, latency);
-        # the app's own would repeat it (when it went through Serve's stderr capture, which
-        # walks the stack for every line, it cost about 6 % of the ingress' CPU under load).
-        configure_replica_logging(access_log=False)
+        # The edge's access line (principal, tenant, route, status, request id) is the audit
+        # trail: written to the process's own stderr as it happens, never through Serve's
+        # 1,000-record buffer (nor through Serve's stderr capture, which walks the stack for
+        # every line: about 6 % of the ingress' CPU under load).
+        configure_replica_logging(access_log=True)
         given = {
             "chunker": chunker,
             "dense": dense,
@@ -73,6 +75,7 @@ class IngressDeployment(ConfiguredDeployment):
         chunker, dense, store = (self.handles[n] for n in ("chunker", "dense", "store"))
         splade, reranker = self.handles.get("splade"), self.handles.get("reranker")
         self.config = config_from_dict(config, "serve args")
+        use_budget(self.config.api.connections)  # for the edge on Serve's server (deployments.edge)
         self.metrics = Metrics(RayInstruments())  # every replica's counts, summed by Prometheus
         observe = self.metrics.observe_batch
         batching = serve_settings(self.config).batching

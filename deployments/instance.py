@@ -34,6 +34,7 @@ from serve_app.ports import free_port, free_port_range
 
 ADMIN_HOST_ENV = "SERVE_APP_HAPROXY_ADMIN_HOST"
 LOOPBACK_NODE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+HEADER_TIMEOUT_ENV = "SERVE_APP_HEADER_TIMEOUT_S"
 SETUP_HOOK = "deployments.instance.setup_worker"
 _PORT_RANGE = 64  # direct-ingress ports a run may hand its replicas
 
@@ -143,16 +144,43 @@ def haproxy_template(template: str, host: str) -> str:
     return template
 
 
+_HTTP_REQUEST_TIMEOUT = (
+    "{% if config.timeout_http_request_s is not none %}timeout http-request "
+    "{{ config.timeout_http_request_s }}s{% endif %}"
+)
+
+
+def haproxy_header_timeout(template: str, seconds: float) -> str:
+    """Ray Serve's HAProxy configuration with ``timeout http-request`` (the time a client has
+    to send its headers; Serve leaves it unset, so HAProxy's client timeout of an hour held a
+    slow client). HAProxy answers 408 itself (its own HTML page) and closes the connection."""
+    if _HTTP_REQUEST_TIMEOUT not in template:
+        if "timeout http-request" in template:
+            return template  # already applied in this process
+        raise ValueError(
+            "Ray Serve's HAProxy template has no 'timeout http-request' line as expected: "
+            "deployments/instance.py cannot set the header timeout"
+        )
+    return template.replace(_HTTP_REQUEST_TIMEOUT, f"timeout http-request {seconds:g}s")
+
+
 def bind_haproxy_admin_listeners() -> None:
-    """Ray's ``worker_process_setup_hook`` for a local run: every worker (Serve's HAProxy
-    manager among them) renders HAProxy's configuration with the admin listeners on the
-    run's host (Ray Serve has no setting for their address)."""
+    """In every worker of a local run (Serve's HAProxy manager among them), HAProxy's
+    configuration is rendered with the admin listeners on the run's host (Ray Serve has no
+    setting for their address) and with the run's header timeout."""
     host = os.environ.get(ADMIN_HOST_ENV)
-    if not host or host in ("0.0.0.0", "::"):
+    header_timeout = os.environ.get(HEADER_TIMEOUT_ENV)
+    bind_admin = bool(host) and host not in ("0.0.0.0", "::")
+    if not bind_admin and not header_timeout:
         return
     from ray.serve._private import haproxy
 
-    haproxy.HAPROXY_CONFIG_TEMPLATE = haproxy_template(haproxy.HAPROXY_CONFIG_TEMPLATE, host)
+    if bind_admin:
+        haproxy.HAPROXY_CONFIG_TEMPLATE = haproxy_template(haproxy.HAPROXY_CONFIG_TEMPLATE, host)
+    if header_timeout:
+        haproxy.HAPROXY_CONFIG_TEMPLATE = haproxy_header_timeout(
+            haproxy.HAPROXY_CONFIG_TEMPLATE, float(header_timeout)
+        )
 
 
 def bind_serve_grpc_to_node_address() -> None:

@@ -15,7 +15,7 @@ from typing import NoReturn
 import httpx
 import psutil
 
-from deployments.instance import INSTANCE_ENV, SETUP_HOOK, Instance, isolate
+from deployments.instance import HEADER_TIMEOUT_ENV, INSTANCE_ENV, SETUP_HOOK, Instance, isolate
 from deployments.settings import serve_settings
 from serve_app.api.observability import METRICS_URL_ENV
 from serve_app.config import AppConfig
@@ -93,6 +93,8 @@ def start_serve(config: AppConfig, num_cpus: int | None = None) -> Instance:
         check_haproxy()
     url = f"http://{settings.host}:{settings.port}"
     os.environ.setdefault(OWNER_URL_ENV, url)  # named by the index's lock (stores.ownership)
+    # HAProxy's header timeout (deployments.instance.bind_haproxy_admin_listeners)
+    os.environ.setdefault(HEADER_TIMEOUT_ENV, str(config.api.connections.header_timeout_s))
     metrics_port = free_port(avoid=instance.ports | {settings.port})
     os.environ.setdefault(METRICS_URL_ENV, f"http://127.0.0.1:{metrics_port}/metrics")
     import ray

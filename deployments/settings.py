@@ -96,6 +96,11 @@ SERVE_TRANSPORT_ENV = {
 }
 
 
+# Serve's HTTP servers (its proxy, each ingress replica's direct-ingress server) run the edge
+# first, so every header and body byte reaches one validation and budget (deployments.edge).
+SERVE_EDGE_ENV = {"RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH": "deployments.edge.http_middlewares"}
+
+
 class ServeConfig(Section):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
@@ -103,7 +108,7 @@ class ServeConfig(Section):
     route_prefix: str = "/"
     # Environment of every Ray process (Ray Serve's own switches, read when its processes
     # start): set by the local run before Ray starts, and on every Ray container by the chart.
-    # SERVE_TRANSPORT_ENV fills the keys this leaves out.
+    # SERVE_TRANSPORT_ENV and SERVE_EDGE_ENV fill the keys this leaves out.
     env: dict[str, str] = Field(default_factory=dict, validate_default=True)
     chunker: DeploymentSettings = Field(default_factory=DeploymentSettings)
     dense: DeploymentSettings = Field(default_factory=DeploymentSettings)
@@ -146,7 +151,7 @@ class ServeConfig(Section):
     @field_validator("env")
     @classmethod
     def _default_transport(cls, env: dict[str, str]) -> dict[str, str]:
-        return {**SERVE_TRANSPORT_ENV, **env}
+        return {**SERVE_TRANSPORT_ENV, **SERVE_EDGE_ENV, **env}
 
     @model_validator(mode="after")
     def _default_access_logs(self) -> ServeConfig:

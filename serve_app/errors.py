@@ -59,6 +59,14 @@ class PayloadTooLargeError(ServeAppError):
     status = 413
 
 
+class RequestTooSlowError(ServeAppError):
+    """A request body that stalled or arrived below the floor rate (``api.connections``):
+    answered 408 and the connection closed."""
+
+    code = "REQUEST_TIMEOUT"
+    status = 408
+
+
 class UnauthenticatedError(ServeAppError):
     """Missing or invalid credentials."""
 

@@ -19,6 +19,7 @@ from pydantic import TypeAdapter
 from serve_app import __version__
 from serve_app.api import deps, errors
 from serve_app.api.auth import Authenticator
+from serve_app.api.edge import Edge
 from serve_app.api.middleware import Authenticate, BodyLimit, RequestEnvelope
 from serve_app.api.models import IngestRequest
 from serve_app.api.observability import Metrics
@@ -79,12 +80,14 @@ def create_app(
     for router in (*routers, operations.router):
         app.include_router(router)
     _document_upload_schema(app)
-    # Added innermost first: the envelope wraps the body limit, which wraps authentication.
+    # Added innermost first: the edge wraps the envelope, which wraps the body limit, which
+    # wraps authentication.
     app.add_middleware(Authenticate, authenticator=authenticator)
     app.add_middleware(BodyLimit, limit=config.api.max_request_bytes)
     app.add_middleware(
         RequestEnvelope, metrics=app.state.metrics, set_request_id_header=set_request_id_header
     )
+    app.add_middleware(Edge, budget=config.api.connections)
     return app
 
 

@@ -1,5 +1,5 @@
-"""Pure ASGI middleware, outermost first: the request envelope (id, metrics, access log, last
-resort 500), the body limit on bytes actually received, and authentication before any body
+"""Pure ASGI middleware, outermost first (inside the edge, ``serve_app.api.edge``): the request
+envelope (id, metrics, what the access line says of the request, last resort 500), the body limit on bytes actually received, and authentication before any body
 byte is read.
 
 Pure ASGI (not ``BaseHTTPMiddleware``): the body limit must sit on ``receive`` itself, and
@@ -12,10 +12,11 @@ import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from serve_app.api.auth import Authenticator
+from serve_app.api.auth import Authenticator, Principal
+from serve_app.api.edge import CURRENT
 from serve_app.api.errors import ERROR_CODE, error_response, for_status
 from serve_app.api.observability import REQUEST_ID, Metrics, Stopwatch, request_id_from
-from serve_app.errors import InvalidHeaderError, PayloadTooLargeError, ServeAppError
+from serve_app.errors import PayloadTooLargeError, ServeAppError
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -24,26 +25,12 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 log = logging.getLogger("serve_app.api")
-ACCESS = logging.getLogger("serve_app.access")
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
     for key, value in scope.get("headers", ()):
         if key.lower() == name:
             return value.decode("latin-1")
-    return None
-
-
-def undecodable_header(scope: Scope) -> str | None:
-    """The name of the first header whose value is not UTF-8 text without control characters
-    (tab aside), None when every one is."""
-    for key, value in scope.get("headers", ()):
-        try:
-            text = value.decode("utf-8")
-        except UnicodeDecodeError:
-            return key.decode("latin-1")
-        if any((ord(c) < 32 and c != "\t") or ord(c) == 127 for c in text):
-            return key.decode("latin-1")
     return None
 
 
@@ -63,8 +50,9 @@ async def _no_body() -> Message:
 
 
 class RequestEnvelope:
-    """Request id (the client's when sane), X-Request-ID on the answer, latency and error
-    metrics, one access-log line; an error escaping the app becomes the INTERNAL envelope."""
+    """Request id (the edge made it safe), X-Request-ID on the answer, latency and error
+    metrics, the route, principal and error code for the edge's access line; an error
+    escaping the app becomes the INTERNAL envelope."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics, set_request_id_header: bool) -> None:
         self.app = app
@@ -75,8 +63,7 @@ class RequestEnvelope:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        bad_header = undecodable_header(scope)
-        request_id = request_id_from(None if bad_header else _header(scope, b"x-request-id"))
+        request_id = request_id_from(_header(scope, b"x-request-id"))
         token = REQUEST_ID.set(request_id)
         box: dict[str, str] = {}
         code_token = ERROR_CODE.set(box)
@@ -89,6 +76,7 @@ class RequestEnvelope:
             if message["type"] == "http.response.start":
                 started = True
                 status = message["status"]
+                _describe(scope, box)  # before the answer leaves (the edge logs it then)
                 if self.set_header:
                     headers = [
                         (k, v)
@@ -100,15 +88,7 @@ class RequestEnvelope:
             await send(message)
 
         try:
-            if bad_header is not None:
-                await _send_error(
-                    send_wrapper,
-                    InvalidHeaderError(
-                        f"header {bad_header!r} is not UTF-8 text without control characters"
-                    ),
-                )
-            else:
-                await self.app(scope, receive, send_wrapper)
+            await self.app(scope, receive, send_wrapper)
         except Exception:
             log.exception("unhandled error")
             if not started:
@@ -120,17 +100,20 @@ class RequestEnvelope:
             self.metrics.observe_request(endpoint, scope.get("method", ""), status, seconds)
             if status >= 400:
                 self.metrics.errors.labels(box.get("code") or for_status(status).code).inc()
-            ACCESS.info(
-                "request",
-                extra={
-                    "method": scope.get("method"),
-                    "path": scope.get("path"),
-                    "status": status,
-                    "duration_ms": round(seconds * 1000, 2),
-                },
-            )
             ERROR_CODE.reset(code_token)
             REQUEST_ID.reset(token)
+
+
+def _describe(scope: Scope, box: dict[str, str]) -> None:
+    """The route, error code and principal of the request, for the edge's access line."""
+    record = CURRENT.get()
+    if record is None:
+        return
+    record.route = getattr(scope.get("route"), "path", "unmatched")
+    record.code = box.get("code") or record.code
+    principal = scope.get("state", {}).get("principal")
+    if isinstance(principal, Principal):
+        record.principal, record.tenant = principal.subject, principal.tenant_id
 
 
 class BodyLimit:

@@ -21,6 +21,11 @@ INSTANCE_ENV = "SERVE_APP_INSTANCE_ID"
 METRICS_URL_ENV = "SERVE_APP_METRICS_URL"
 """Where a local run's metrics are exported (Ray's metrics agent); ``/metrics`` serves them."""
 
+ACCESS_FIELDS = (
+    "method", "path", "route", "status", "code", "principal", "tenant", "client", "duration_ms",
+)  # fmt: skip
+"""The fields a log record may carry besides its message (the access line has them all)."""
+
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
@@ -43,7 +48,7 @@ class JsonFormatter(logging.Formatter):
             "message": record.getMessage(),
             "request_id": getattr(record, "request_id", None) or REQUEST_ID.get(),
         }
-        for key in ("method", "path", "status", "duration_ms", "tenant", "code"):
+        for key in ACCESS_FIELDS:
             if hasattr(record, key):
                 entry[key] = getattr(record, key)
         if record.exc_info:

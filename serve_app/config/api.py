@@ -77,6 +77,21 @@ class AuthConfig(Section):
     jwt: JwtConfig = Field(default_factory=JwtConfig)
 
 
+class ConnectionBudget(Section):
+    """How slowly a client may send a request before it is answered 408 and its connection
+    closed. Headers: HAProxy's ``timeout http-request`` in front of the ingress (the HTTP
+    servers behind it see no request before its headers are complete). Body: the edge
+    middleware (``serve_app.api.edge``) on every HTTP server of the service: each chunk within
+    ``body_idle_timeout_s`` of the last, and past the first ``body_rate_grace_s`` seconds at
+    least ``body_min_rate_bytes_per_s`` on average (a 50 MB upload at the floor takes 13
+    minutes)."""
+
+    header_timeout_s: float = Field(default=5.0, gt=0)
+    body_idle_timeout_s: float = Field(default=10.0, gt=0)
+    body_min_rate_bytes_per_s: int = Field(default=65_536, ge=1)
+    body_rate_grace_s: float = Field(default=10.0, ge=0)
+
+
 class ApiConfig(Section):
     request_timeout_s: float = Field(default=30.0, gt=0)  # search, reads, deletes
     ingest_timeout_s: float = Field(default=900.0, gt=0)  # a document upload encodes everything
@@ -92,6 +107,7 @@ class ApiConfig(Section):
     # refused with 503 SERVICE_UNAVAILABLE and a retry hint, never queued in the models.
     max_pending_uploads: int = Field(default=32, ge=1)
     auth: AuthConfig = Field(default_factory=AuthConfig)
+    connections: ConnectionBudget = Field(default_factory=ConnectionBudget)
 
 
 def is_loopback(host: str) -> bool:

@@ -1,0 +1,275 @@
+"""The edge of a real local run, as a client meets it (raw sockets through HAProxy, Serve's
+direct-ingress server and the app; API keys on): non-UTF-8 request ids get the 400
+envelope, unsafe ids are replaced before they are echoed; clients that trickle their body
+get 408 and are closed on time while searches keep their pace; every refused request leaves
+one JSON access line in the ingress replica's log, found after the replica is killed and
+after the run is stopped with SIGTERM.
+
+One run for the module (start-up is most of its time); the tests run in file order, the
+last one stops it. Run it under the heavy lock (``flock /tmp/heavy.lock``)."""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import json
+import signal
+import socket
+import statistics
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from serve_app.api.auth import hash_api_key
+from serve_app.ports import free_port
+from tests.support.local_run import LocalRun, write_config
+
+pytestmark = pytest.mark.slow
+
+WRITER, READER = "edge-writer-secret", "edge-reader-secret"
+IDLE_S, RATE, GRACE_S, HEADERS_S = 1.0, 1_000, 1.0, 2.0  # api.connections here
+TRICKLERS = 200
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("edge")
+    config = write_config(
+        tmp,
+        llm={"enabled": False},
+        answer={"understanding": {"enabled": False}},
+        api={
+            "auth": {
+                "mode": "required",
+                "api_keys": [
+                    {"name": "writer", "sha256": hash_api_key(WRITER), "tenant_id": "tenant-w"},
+                    {
+                        "name": "reader",
+                        "sha256": hash_api_key(READER),
+                        "tenant_id": "tenant-r",
+                        "scopes": ["read"],
+                    },
+                ],
+            },
+            "connections": {
+                "header_timeout_s": HEADERS_S,
+                "body_idle_timeout_s": IDLE_S,
+                "body_min_rate_bytes_per_s": RATE,
+                "body_rate_grace_s": GRACE_S,
+            },
+        },
+    )
+    local = LocalRun(config, free_port())
+    try:
+        local.output.wait_for("serving on", 240)
+        yield local
+    finally:
+        local.stop()
+
+
+def exchange(port: int, request: bytes, timeout_s: float = 30) -> tuple[int, dict, bytes]:
+    """One raw HTTP/1.1 request; the status, headers and body of the answer."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as sock:
+        sock.sendall(request)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    headers = {}
+    for line in lines[1:]:
+        key, _, value = line.partition(b":")
+        headers[key.strip().lower().decode()] = value.strip().decode("latin-1")
+    return int(lines[0].split()[1]), headers, body
+
+
+def get(path: str, *headers: bytes) -> bytes:
+    extra = b"".join(h + b"\r\n" for h in headers)
+    return (
+        b"GET " + path.encode() + b" HTTP/1.1\r\nHost: t\r\n" + extra + b"Connection: close\r\n\r\n"
+    )
+
+
+@pytest.mark.parametrize("value", [b"\xff\xfe", b"caf\xe9", b"\xc3("], ids=["fffe", "cafe9", "c3"])
+@pytest.mark.parametrize("path", ["/healthz", "/v1/search?q=x"])
+def test_a_non_utf8_request_id_is_the_400_envelope(run, path, value):
+    status, headers, body = exchange(run.port, get(path, b"X-Request-ID: " + value))
+    assert status == 400, body
+    error = json.loads(body)["error"]
+    assert error["code"] == "INVALID_HEADER" and "x-request-id" in error["message"].lower()
+    assert headers["x-request-id"] == error["request_id"]
+    assert len(error["request_id"]) == 32 and error["request_id"].isalnum()
+
+
+@pytest.mark.parametrize("sent", [b'a"b', b"a\\r\\nb", b"x" * 8_000], ids=["quote", "crlf", "8k"])
+def test_an_unsafe_request_id_is_replaced_before_it_is_echoed(run, sent):
+    status, headers, _ = exchange(run.port, get("/healthz", b"X-Request-ID: " + sent))
+    assert status == 200
+    echoed = headers["x-request-id"]
+    assert len(echoed) == 32 and echoed.isalnum()
+
+
+def test_headers_that_never_end_get_408_and_are_closed(run):
+    began = time.monotonic()
+    with socket.create_connection(("127.0.0.1", run.port), timeout=30) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\n")  # and nothing more
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 408"), answer  # HAProxy's own answer and close
+    assert time.monotonic() - began < HEADERS_S + 3
+
+
+def search_latencies(port: int, count: int) -> list[float]:
+    times = []
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+        for _ in range(count):
+            began = time.perf_counter()
+            response = client.get("/v1/search?q=bacteria&top_k=3", headers={"X-API-Key": WRITER})
+            times.append(time.perf_counter() - began)
+            assert response.status_code == 200, response.text
+    return times
+
+
+def p95(times: list[float]) -> float:
+    return statistics.quantiles(times, n=20)[-1]
+
+
+def test_trickling_bodies_get_408_and_are_closed_while_searches_keep_their_pace(run):
+    baseline = p95(search_latencies(run.port, 40))
+    head = (
+        b"POST /v1/search HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+        b"X-API-Key: " + WRITER.encode() + b"\r\nContent-Length: 100000\r\n\r\n"
+    )
+    sockets = []
+    for _ in range(TRICKLERS):
+        sock = socket.create_connection(("127.0.0.1", run.port), timeout=30)
+        sock.sendall(head + b"{")
+        sockets.append(sock)
+    closed_after: list[float] = []
+    answers: list[bytes] = []
+    began = time.monotonic()
+    stop = threading.Event()
+
+    def trickle(sock: socket.socket) -> None:
+        sock.settimeout(0.5)
+        answer = b""
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                sock.sendall(b" ")  # 2 bytes/s: under the floor once the grace period ends
+            try:
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError:
+                break
+            if not chunk:
+                break
+            answer += chunk
+        closed_after.append(time.monotonic() - began)
+        answers.append(answer)
+        sock.close()
+
+    threads = [threading.Thread(target=trickle, args=(s,), daemon=True) for s in sockets]
+    for thread in threads:
+        thread.start()
+    during = p95(search_latencies(run.port, 40))
+    for thread in threads:
+        thread.join(timeout=30)
+    stop.set()
+    assert len(closed_after) == TRICKLERS, f"{TRICKLERS - len(closed_after)} still open after 30 s"
+    assert all(a.startswith(b"HTTP/1.1 408") and b"REQUEST_TIMEOUT" in a for a in answers), [
+        a[:200] for a in answers if not a.startswith(b"HTTP/1.1 408")
+    ][:3]
+    assert max(closed_after) < GRACE_S + IDLE_S + 10, sorted(closed_after)[-5:]
+    assert during < 3 * baseline + 0.2, f"search P95 {during:.3f} s vs {baseline:.3f} s alone"
+
+
+REFUSALS = {
+    "no-key": ("GET", "/v1/search?q=x", {}, 401, None),
+    "bad-key": ("GET", "/v1/search?q=x", {"X-API-Key": "wrong-secret"}, 401, None),
+    "reader-writes": ("DELETE", "/v1/documents/x", {"X-API-Key": READER}, 403, "reader"),
+}
+
+
+def refuse(port: int, batch: str) -> dict[str, tuple[int, str | None]]:
+    """Each refusal 10 times, each with a request id of its own; id -> (status, principal)."""
+    sent = {}
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+        for name, (method, path, headers, status, principal) in REFUSALS.items():
+            for i in range(10):
+                request_id = f"{batch}-{name}-{i}"
+                answer = client.request(
+                    method, path, headers={**headers, "X-Request-ID": request_id}
+                )
+                assert answer.status_code == status, answer.text
+                sent[request_id] = (status, principal)
+    return sent
+
+
+def session_logs(run: LocalRun) -> Path:
+    for process in psutil.Process(run.process.pid).children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            for arg in process.cmdline():
+                if arg.startswith("--session_dir=") or arg.startswith("--session-dir="):
+                    return Path(arg.split("=", 1)[1]) / "logs"
+    raise AssertionError("no Ray process of the run names its session directory")
+
+
+def access_lines(logs: Path) -> dict[str, list[dict]]:
+    found: dict[str, list[dict]] = {}
+    for name in glob.glob(str(logs / "worker-*.err")):
+        for line in Path(name).read_text(errors="replace").splitlines():
+            if '"serve_app.access"' not in line:
+                continue
+            entry = json.loads(line[line.index("{") :])
+            found.setdefault(entry["request_id"], []).append(entry)
+    return found
+
+
+def assert_every_line(sent: dict[str, tuple[int, str | None]], logs: Path) -> None:
+    lines = access_lines(logs)
+    missing = sorted(set(sent) - set(lines))
+    assert not missing, f"{len(missing)} of {len(sent)} refusals left no access line: {missing[:5]}"
+    for request_id, (status, principal) in sent.items():
+        (entry,) = lines[request_id]  # one line per request
+        assert entry["status"] == status and entry["principal"] == principal, entry
+        assert entry["level"] == "WARNING" and "route" in entry and "tenant" in entry, entry
+        text = json.dumps(entry)
+        assert WRITER not in text and READER not in text and "wrong-secret" not in text
+
+
+def ingress_replica(run: LocalRun) -> psutil.Process:
+    for process in psutil.Process(run.process.pid).children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if "ServeReplica:" in process.name() + " ".join(process.cmdline()) and (
+                "ingress" in " ".join(process.cmdline())
+            ):
+                return process
+    raise AssertionError("no ingress replica process found")
+
+
+def test_refusals_are_in_the_log_after_the_ingress_replica_is_killed(run):
+    logs = session_logs(run)
+    sent = refuse(run.port, "killed")
+    ingress_replica(run).kill()
+    time.sleep(1)
+    assert_every_line(sent, logs)
+
+
+def test_refusals_are_in_the_log_after_sigterm(run):
+    logs = session_logs(run)
+    deadline = time.monotonic() + 120  # Serve restarts the killed replica
+    while time.monotonic() < deadline:
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{run.url}/readyz", timeout=5).status_code == 200:
+                break
+        time.sleep(0.5)
+    sent = refuse(run.port, "stopped")
+    run.process.send_signal(signal.SIGTERM)
+    run.process.wait(timeout=60)
+    assert_every_line(sent, logs)
