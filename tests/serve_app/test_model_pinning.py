@@ -111,3 +111,25 @@ def test_an_unpinned_id_is_refused_where_pins_are_required(hub, tmp_path):
     done = run_fetch(hub, tmp_path, "--pinned", REPO, f"{REPO}@main")
     assert done.returncode == 2
     assert f"{REPO} is not pinned" in done.stderr and f"{REPO}@main is not pinned" in done.stderr
+
+
+class TamperedRepo(HubRepo):
+    """A repository whose listed SHA-256 of its weights differs from the bytes served (a
+    corrupted upload or a changed CDN object): the fetch must not accept them."""
+
+    def lfs(self, name: str) -> dict | None:
+        listed = super().lfs(name)
+        return listed and {**listed, "sha256": "0" * 64}
+
+
+def test_weights_that_differ_from_the_hubs_sha256_are_refused(hub, tmp_path, tiny_repo):  # noqa: F811
+    hub.add(TamperedRepo(REPO, tiny_repo))
+    done = run_fetch(hub, tmp_path, REPO)
+    assert done.returncode == 1
+    assert (
+        f"model.safetensors has SHA-256 {hashlib.sha256(tiny_repo['model.safetensors']).hexdigest()}"
+        in done.stderr
+    )
+    assert "but the Hub lists " + "0" * 64 in done.stderr
+    assert not (tmp_path / "models" / REPO / "model.safetensors").exists()  # removed
+    assert read_manifest(tmp_path / "models" / REPO) is None  # nothing recorded
