@@ -327,3 +327,29 @@ def test_no_claim_relies_on_a_default_storage_class(helm, chart, values, extra, 
     assert claims and all(c["spec"]["storageClassName"] == "named" for c in claims)
     for doc in named:  # and every other claim of the chart names one too
         assert doc["kind"] != "PersistentVolumeClaim" or doc["spec"].get("storageClassName")
+
+
+@pytest.mark.parametrize("values", VALUES)
+def test_no_values_file_needs_more_than_the_baseline_pod_security_standard(helm, chart, values):
+    """The baseline Pod Security Standard forbids hostPath volumes, privileged containers and
+    added capabilities: no pod of any values file uses them."""
+    for doc in objects(helm, chart, values):
+        for volume in find_key(doc, "volumes"):
+            assert "hostPath" not in volume, (values, doc["metadata"]["name"], volume)
+        for context in find_key(doc, "securityContext"):
+            assert not context.get("privileged"), values
+            assert not (context.get("capabilities") or {}).get("add"), values
+
+
+def find_key(node: object, key: str) -> list[dict]:
+    """Every item under ``key`` anywhere in ``node`` (lists flattened)."""
+    if isinstance(node, list):
+        return [found for item in node for found in find_key(item, key)]
+    if not isinstance(node, dict):
+        return []
+    found = []
+    for name, value in node.items():
+        if name == key:
+            found += value if isinstance(value, list) else [value]
+        found += find_key(value, key)
+    return found

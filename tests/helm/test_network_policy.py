@@ -263,11 +263,9 @@ def test_the_validate_hook_reaches_the_stores_and_nothing_else(values):
         )
     assert allowed(policies, validate, External("10.96.0.10"), 53, "UDP")
     assert allowed(policies, validate, External("10.96.0.10"), 53, "TCP")
-    if values == "ci/external-stores.yaml":  # storeEgress names the stores' namespace
-        assert not allowed(policies, validate, Pod("other", {"app": "db"}), 9200)
-        assert not allowed(policies, validate, MANAGED_STORE, 9200)
-    else:  # storeEgress by port only: a store outside the cluster too
-        assert allowed(policies, validate, MANAGED_STORE, 9200)
+    # storeEgress names where the stores are (their namespace, or the stores' pods by default)
+    assert not allowed(policies, validate, Pod("other", {"app": "db"}), 9200)
+    assert not allowed(policies, validate, MANAGED_STORE, 9200)
     # The Hub only where the Job fetches the models itself (modelCache.type emptyDir, as
     # ci/external-stores.yaml has it; ci/gpu-production.yaml reads a shared claim).
     job = [d for d in docs if d["kind"] == "Job" and d["metadata"]["name"].endswith("-validate")]
@@ -395,3 +393,15 @@ def test_use_kubernetes_proxy_without_its_source_is_refused():
     )
     assert result.returncode != 0
     assert "networkPolicy.apiServerFrom" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("values", [None, "ci/cpu-small.yaml"])
+def test_with_the_embedded_store_no_pod_reaches_a_store_port(values):
+    """The embedded store keeps its data in the store pod's volume: the Ray pods' egress holds
+    no store rule (only DNS and each other, and the Hub for the pods that fetch)."""
+    docs = render_with(values, "--set", "networkPolicy.enabled=true")
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    head, workers = ray_pods(docs)
+    for pod in [head, *workers]:
+        for store, port in ((OPENSEARCH, 9200), (QDRANT, 6333), (MANAGED_STORE, 6334)):
+            assert not allowed(policies, pod, store, port), (pod.labels, port)

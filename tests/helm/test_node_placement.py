@@ -99,3 +99,65 @@ def test_a_gfd_selector_in_values_is_caught():
         "workerGroups.denseGpu.nodeSelector.nvidia\\.com/gpu\\.product=NVIDIA-L40S",
     )
     assert provisionable(pod_specs(docs)["dense-gpu"]["nodeSelector"]) == ["nvidia.com/gpu.product"]
+
+
+def term_matches(term: dict, labels: dict[str, str]) -> bool:
+    """A nodeSelectorTerm's matchExpressions against a node's labels (Kubernetes' rules: all
+    expressions must hold; Gt/Lt compare integers)."""
+    for expression in term.get("matchExpressions") or []:
+        key, operator, values = expression["key"], expression["operator"], expression.get("values")
+        value = labels.get(key)
+        if operator == "In" and value not in values:
+            return False
+        if operator == "NotIn" and value in values:
+            return False
+        if operator == "Exists" and value is None:
+            return False
+        if operator == "DoesNotExist" and value is not None:
+            return False
+        if operator in ("Gt", "Lt"):
+            if value is None or not value.lstrip("-").isdigit():
+                return False
+            if operator == "Gt" and not int(value) > int(values[0]):
+                return False
+            if operator == "Lt" and not int(value) < int(values[0]):
+                return False
+    return True
+
+
+def required_terms(spec: dict) -> list[dict]:
+    affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+    required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    return required.get("nodeSelectorTerms") or []
+
+
+# (node labels, GPU memory in GB of the node's GPU): what each cluster's node template declares.
+NODES = [
+    ({"node.kubernetes.io/instance-type": "g6e.2xlarge"}, 48),  # L40S
+    ({"node.kubernetes.io/instance-type": "p4d.24xlarge"}, 40),  # A100 40 GB
+    ({"node.kubernetes.io/instance-type": "g5.2xlarge"}, 24),  # A10G
+    ({"node.kubernetes.io/instance-type": "g6.2xlarge"}, 24),  # L4
+    ({"node.kubernetes.io/instance-type": "g4dn.xlarge"}, 16),  # T4
+    ({"karpenter.k8s.aws/instance-gpu-memory": "45776"}, 48),
+    ({"karpenter.k8s.aws/instance-gpu-memory": "22888"}, 24),
+    ({"cloud.google.com/gke-accelerator": "nvidia-a100-80gb"}, 80),
+    ({"cloud.google.com/gke-accelerator": "nvidia-l4"}, 24),
+    ({"cloud.google.com/gke-accelerator": "nvidia-tesla-t4"}, 16),
+    ({"serve-app.io/gpu-memory-gib": "80"}, 80),
+    ({"serve-app.io/gpu-memory-gib": "24"}, 24),
+    ({}, 0),  # a node that declares nothing
+]
+
+
+@pytest.mark.parametrize("values", [None, "ci/gpu-production.yaml"], ids=lambda v: v or "defaults")
+def test_the_dense_group_lands_only_on_a_gpu_of_40_gb_or_more(values):
+    """Qwen3-Embedding-8B in bf16 needs a GPU of 40 GB or more: the dense group's required node
+    affinity admits exactly the nodes whose template says so, by labels known before boot."""
+    spec = pod_specs(objects(str(HELM), CHART, values))["dense-gpu"]
+    terms = required_terms(spec)
+    assert terms
+    for term in terms:
+        keys = {e["key"]: "0" for e in term["matchExpressions"]}
+        assert [k for k in provisionable(keys) if not k.startswith("serve-app.io/")] == []
+    for labels, gigabytes in NODES:
+        assert any(term_matches(t, labels) for t in terms) == (gigabytes >= 40), labels

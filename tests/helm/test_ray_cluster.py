@@ -188,8 +188,9 @@ def _token_mounted(pod_spec: dict, accounts: dict[str, dict]) -> bool:
 @pytest.mark.parametrize("values", VALUES)
 def test_autoscaler_sidecar_can_reach_the_api_server(values):
     """KubeRay (>= 0.6) binds the autoscaler's Role to the head pod's service account and does
-    not create that account when the pod names one: the chart must create it, and the head
-    must mount its token. Workers never get a token."""
+    not create that account when the pod names one: the chart must create it, and the
+    autoscaler container must get its token (mounted into that sidecar only,
+    tests/helm/test_ray_auth.py). Workers never get a token."""
     args = [str(HELM), "template", "rel", str(CHART), "--namespace", "search", *SET_IMAGE]
     if values:
         args += ["-f", str(CHART / values)]
@@ -203,7 +204,14 @@ def test_autoscaler_sidecar_can_reach_the_api_server(values):
     if cluster.get("enableInTreeAutoscaling"):
         name = head.get("serviceAccountName")
         assert name in accounts, f"head names service account {name!r}; the chart has none"
-        assert _token_mounted(head, accounts)
+        volumes = {v["name"]: v for v in head.get("volumes") or []}
+        sidecar = [
+            volumes[m["name"]]
+            for m in (cluster.get("autoscalerOptions") or {}).get("volumeMounts") or []
+            if m["mountPath"] == "/var/run/secrets/kubernetes.io/serviceaccount"
+        ]
+        projected = [s for v in sidecar for s in v.get("projected", {}).get("sources", [])]
+        assert _token_mounted(head, accounts) or any("serviceAccountToken" in s for s in projected)
     for group in cluster.get("workerGroupSpecs", []):
         assert not _token_mounted(group["template"]["spec"], accounts), group["groupName"]
 

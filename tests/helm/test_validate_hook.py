@@ -76,7 +76,9 @@ def test_before_upgrades_only_after_the_model_fetch(values):
     """pre-upgrade, never pre-install (no index exists before the first start); with a shared
     cache, the Job after the model-fetch Job (Helm runs hooks by weight, each to completion) and after its ConfigMap
     and policy; a succeeded run removed, a failed one kept for its logs."""
-    docs = render(values, "--set", "modelCache.type=pvc")  # the shared cache's Job
+    docs = render(
+        values, "--set", "modelCache.type=pvc", "--set", "modelCache.storageClass=efs-sc"
+    )  # the shared cache's Job
     hook = validate_hook(docs)
     (fetch,) = [
         d for d in docs if d["kind"] == "Job" and d["metadata"]["name"].endswith("-model-fetch")
@@ -176,7 +178,12 @@ def test_the_job_runs_as_the_ray_pods_without_a_gpu(values, extra):
     (models,) = [m for m in container["volumeMounts"] if m["name"] == "models"]
     worker_volumes = {v["name"]: v for v in worker["volumes"]}
     assert models["readOnly"] is True
-    assert volumes["models"] == worker_volumes["models"]  # same claim (read-only) or host dir
+
+    # The same claim (read-only) or host dir; an own cache is sized for every model, not a group's.
+    def kind(volume: dict) -> dict:
+        return {k: {} if k == "emptyDir" else v for k, v in volume.items()}
+
+    assert kind(volumes["models"]) == kind(worker_volumes["models"])
     (worker_models,) = [m for m in worker["containers"][0]["volumeMounts"] if m["name"] == "models"]
     assert models["mountPath"] == worker_models["mountPath"]
     assert {"data"} & set(volumes) == set()  # server stores only: no data volume
@@ -206,8 +213,15 @@ def test_with_its_own_cache_the_job_fetches_the_models_first():
         if g["groupName"] == "sparse-gpu"
     ]  # fmt: skip
     (ray_init,) = sparse["template"]["spec"]["initContainers"]
-    same = ("image", "command", "env", "securityContext", "volumeMounts", "resources")
+    same = ("image", "command", "env", "securityContext", "volumeMounts")
     assert {k: init[k] for k in same} == {k: ray_init[k] for k in same}
+    # The same resources but the node disk: every model here, the group's there.
+    assert init["resources"]["limits"] == ray_init["resources"]["limits"]
+    disk = "ephemeral-storage"
+    assert {**init["resources"]["requests"], disk: 0} == {
+        **ray_init["resources"]["requests"],
+        disk: 0,
+    }
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert "emptyDir" in volumes["models"]
 

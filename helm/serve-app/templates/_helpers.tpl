@@ -584,7 +584,7 @@ embedded store's. */}}
     readOnly: true
 {{- else if and $volumes.models (eq .Values.modelCache.type "emptyDir") }}
 - name: models
-  emptyDir: {sizeLimit: {{ .Values.modelCache.emptyDir.sizeLimit }}}
+  emptyDir: {sizeLimit: {{ include "serve-app.groupCacheSize" (list . (index $ 1)) }}}
 {{- else if $volumes.models }}
 - name: models
   hostPath: {path: {{ .Values.modelCache.hostPath }}, type: Directory}
@@ -799,7 +799,7 @@ Arguments: (list $ <group>, or "validate" for the validate Job: every model of t
 {{- end -}}
 {{- if $ids -}}
 {{- $resources := deepCopy $root.Values.modelFetch.resources -}}
-{{- $requests := merge (dict "ephemeral-storage" $root.Values.modelCache.emptyDir.sizeLimit) ($resources.requests | default dict) -}}
+{{- $requests := merge (dict "ephemeral-storage" (include "serve-app.groupCacheSize" (list $root $group))) ($resources.requests | default dict) -}}
 {{- $_ := set $resources "requests" $requests -}}
 {{- include "serve-app.fetchContainer" (list $root $ids $resources) -}}
 {{- end -}}
@@ -888,5 +888,22 @@ mode: token
 {{- with .Values.rayAuth.existingSecret }}
 secretName: {{ . | quote }}
 {{- end }}
+{{- end -}}
+{{- end -}}
+
+{{/* The node disk a pod's own model cache (modelCache.type emptyDir) takes: the group's download
+("serve-app.groupDownloadMiB") plus modelCache.emptyDir.headroomPercent, in whole GiB; the
+emptyDir's sizeLimit and the init container's ephemeral-storage request. A group whose download
+is not known, and the validate Job: modelCache.emptyDir.sizeLimit. Arguments: (list $ <group>). */}}
+{{- define "serve-app.groupCacheSize" -}}
+{{- $root := index . 0 -}}
+{{- $group := index . 1 -}}
+{{- $mib := "" -}}
+{{- if ne $group "validate" }}{{ $mib = include "serve-app.groupDownloadMiB" (list $root $group) }}{{ end -}}
+{{- if $mib -}}
+{{- $percent := add 100 ($root.Values.modelCache.emptyDir.headroomPercent | default 0) -}}
+{{- printf "%dGi" (div (add (mul ($mib | int) $percent) 102399) 102400) -}}
+{{- else -}}
+{{- $root.Values.modelCache.emptyDir.sizeLimit -}}
 {{- end -}}
 {{- end -}}

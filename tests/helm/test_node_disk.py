@@ -1,0 +1,46 @@
+"""Node disk per group: a pod with its own model cache (modelCache.type emptyDir) asks the
+scheduler for the disk its group's fetch needs (the init container's ephemeral-storage request,
+the emptyDir's sizeLimit), sized from what that group downloads (modelFetch.downloadMiB) rather
+than one size for every pod, so a GPU node group's root volume and a scale-from-zero node
+template can be sized per group."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import yaml
+
+from tests.helm.kuberay_start import parse_quantity
+from tests.helm.test_chart import CHART, HELM, objects, rayservice
+
+VALUES = yaml.safe_load((CHART / "values.yaml").read_text())
+GIB = 2**30
+
+
+def fetched_ids(init: dict) -> list[str]:
+    """The Hub ids an init container fetches (its positional arguments)."""
+    args = init["args"]
+    options = {"--cache", "--token-source"}
+    return [a for i, a in enumerate(args) if a not in options and args[i - 1] not in options]
+
+
+@pytest.mark.parametrize("values", [None, "ci/external-stores.yaml"])
+def test_each_fetching_pod_asks_for_what_its_group_downloads(values):
+    cluster = rayservice(objects(str(HELM), CHART, values))["spec"]["rayClusterConfig"]
+    downloads = VALUES["modelFetch"]["downloadMiB"]
+    headroom = 1 + VALUES["modelCache"]["emptyDir"]["headroomPercent"] / 100
+    sizes = {}
+    for group in cluster["workerGroupSpecs"]:
+        pod = group["template"]["spec"]
+        if not pod.get("initContainers"):
+            continue
+        (init,) = pod["initContainers"]
+        mib = sum(downloads[i.split("@")[0]]["weights"] for i in fetched_ids(init))
+        request = init["resources"]["requests"]["ephemeral-storage"]
+        (cache,) = [v for v in pod["volumes"] if v["name"] == "models"]
+        assert cache["emptyDir"]["sizeLimit"] == request, group["groupName"]
+        assert parse_quantity(request) == math.ceil(mib * headroom / 1024) * GIB
+        sizes[group["groupName"]] = request
+    # config/gpu.yaml: the LLM group fetches the most, the dense group the 8B model only.
+    assert sizes == {"cpu": "16Gi", "dense-gpu": "16Gi", "sparse-gpu": "19Gi", "llm-gpu": "24Gi"}
