@@ -25,6 +25,12 @@ def fetched_ids(init: dict) -> list[str]:
     return [a for i, a in enumerate(args) if a not in options and args[i - 1] not in options]
 
 
+def download_mib(downloads: dict, spec: str) -> int:
+    """What one fetch spec (``[tokenizer:]owner/name@commit``) downloads, in MiB."""
+    part = "tokenizer" if spec.startswith("tokenizer:") else "weights"
+    return downloads[spec.removeprefix("tokenizer:").split("@")[0]][part]
+
+
 @pytest.mark.parametrize("values", [None, "ci/external-stores.yaml"])
 def test_each_fetching_pod_asks_for_what_its_group_downloads(values):
     cluster = rayservice(objects(str(HELM), CHART, values))["spec"]["rayClusterConfig"]
@@ -36,11 +42,11 @@ def test_each_fetching_pod_asks_for_what_its_group_downloads(values):
         if not pod.get("initContainers"):
             continue
         (init,) = pod["initContainers"]
-        mib = sum(downloads[i.split("@")[0]]["weights"] for i in fetched_ids(init))
+        mib = sum(download_mib(downloads, spec) for spec in fetched_ids(init))
         request = init["resources"]["requests"]["ephemeral-storage"]
         (cache,) = [v for v in pod["volumes"] if v["name"] == "models"]
         assert cache["emptyDir"]["sizeLimit"] == request, group["groupName"]
         assert parse_quantity(request) == math.ceil(mib * headroom / 1024) * GIB
         sizes[group["groupName"]] = request
-    # config/gpu.yaml: the LLM group fetches the most, the dense group the 8B model only.
-    assert sizes == {"cpu": "16Gi", "dense-gpu": "16Gi", "sparse-gpu": "19Gi", "llm-gpu": "24Gi"}
+    # config/gpu.yaml: the dense group fetches the 8B model, the others a tokenizer of it and their own.
+    assert sizes == {"cpu": "1Gi", "dense-gpu": "16Gi", "sparse-gpu": "3Gi", "llm-gpu": "9Gi"}
