@@ -309,7 +309,7 @@ def test_plain_manifests_are_in_sync(helm, chart):
     "values,extra,key",
     [
         (None, (), "dataVolume"),
-        ("ci/cpu-small.yaml", (), "dataVolume"),
+        ("ci/cpu-small.yaml", ("--set", "dataVolume.storageClass="), "dataVolume"),
         ("ci/external-stores.yaml", ("--set", "modelCache.type=pvc"), "modelCache"),
     ],
 )

@@ -150,3 +150,15 @@ def test_the_head_budget_follows_gcs_fault_tolerance(values, extra, expected):
     for name, (group, budget) in groups.items():
         pods = ray_cluster_pods(name, max(group["minReplicas"], 1))
         assert sync(budget["spec"], pods).disruptions_allowed == 1, name
+
+
+@pytest.mark.parametrize("values", [None, "ci/gpu-production.yaml"])
+def test_without_the_llm_its_gpu_group_keeps_no_pod(values):
+    """config.llm.enabled false: no deployment asks for llm_slot, so the llm-gpu group starts
+    and keeps no pod (no GPU node idles for it); its budget asks for none."""
+    groups = budgets_by_group(render_with(values, "--set", "config.llm.enabled=false"))
+    group, budget = groups["llm-gpu"]
+    assert (group["replicas"], group["minReplicas"]) == (0, 0)
+    assert budget["spec"]["minAvailable"] == 0
+    enabled, _ = budgets_by_group(render_with(values))["llm-gpu"]
+    assert enabled["minReplicas"] >= 1

@@ -99,8 +99,11 @@ def helm_upgrade(kinds, tmp_path, values, running: dict | None, *extra: str):
         server.close()
 
 
-@pytest.mark.parametrize("change", CHANGES)
-@pytest.mark.parametrize("topology", [t for t, v in TOPOLOGIES.items() if embedded(v)])
+@pytest.mark.parametrize(
+    "topology,change",
+    [("embedded store (defaults)", change) for change in CHANGES]
+    + [("embedded store (ci/cpu-small.yaml)", "image tag")],
+)
 def test_an_embedded_store_upgrade_that_would_not_reach_the_pods_is_refused(
     kinds, tmp_path, topology, change
 ):
