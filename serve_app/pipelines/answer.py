@@ -99,15 +99,16 @@ def _result(passage: Passage, item: ScoredChunk, found_by: list[str], score: flo
         "title": chunk.title,
         "section": chunk.section,
         "heading_chain": list(chunk.heading_chain),
-        "char_start": chunk.char_start,
-        "char_end": chunk.char_end,
+        "char_start": passage.char_start,
+        "char_end": passage.char_end,
+        "trimmed": passage.trimmed,
         "source": chunk.source,
         "metadata": chunk.metadata,
         "score": score,
         "scores": item.scores,
         "ranks": item.ranks,
         "found_by": found_by,
-        "text": chunk.text,
+        "text": passage.text,
     }
 
 
@@ -341,7 +342,7 @@ class AnswerPipeline:
             prepared.error = llm_error  # the LLM failed moments ago: report it, keep results
             return prepared
         begun = time.perf_counter()
-        messages = answer_messages(request.question, passages, history, settings.max_passage_chars)
+        messages = answer_messages(request.question, passages, history)
         params = GenerationParams(
             max_tokens=min(request.max_tokens or settings.max_tokens, settings.max_tokens_limit),
             temperature=self.config.llm.temperature,
