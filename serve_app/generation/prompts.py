@@ -29,11 +29,12 @@ REMINDER = (
 # Anything in a document that looks like the delimiters is defused, so no passage can close
 # its own block and speak outside it.
 _DELIMITER = re.compile(r"<(/?)\s*(passages?)\b", re.IGNORECASE)
-_CITATION_MARK = re.compile(r"\s*\[\d+(?:\s*[,;]\s*\d+)*\]")
+_CITATION_MARK = re.compile(rf"\s*{CITATION}", re.IGNORECASE)
 # A document's own marks in the prompt's citation form ("[12]", "[3, 4]", "[Passage 2]")
 # become "(ref 12)": a model that copies one cites nothing (the parser reports it).
 _REFERENCE_MARK = re.compile(CITATION, re.IGNORECASE)
 _PASSAGE_WORD = re.compile(r"\s*passages?\s*", re.IGNORECASE)
+LABEL_CHARS = 120
 
 
 def defuse(text: str) -> str:
@@ -50,6 +51,11 @@ def as_data(text: str) -> str:
     """``text`` as the prompt shows it inside a passage: delimiters defused, reference marks
     neutralised."""
     return defuse(neutralise_reference_marks(text))
+
+
+def label(text: str) -> str:
+    """A title or section as the passage's tag shows it: as data, at most ``LABEL_CHARS``."""
+    return as_data(text)[:LABEL_CHARS].replace('"', "'")
 
 
 @dataclass(frozen=True)
@@ -86,10 +92,11 @@ class Passage:
     def fit(
         cls, number: int, chunk: Chunk, max_tokens: int, count: Callable[[str], int]
     ) -> Passage:
-        """The chunk whole when it has at most ``max_tokens`` tokens (by ``count``), else its
-        longest run of whole sentences that fits; a first sentence longer than that is cut
-        at a word boundary in proportion to its count."""
+        """The chunk whole when its text, title and section have at most ``max_tokens``
+        tokens (by ``count``), else its longest run of whole sentences that fits; a first
+        sentence longer than that is cut at a word boundary in proportion to its count."""
         text = chunk.text
+        max_tokens -= count(label(chunk.title)) + count(label(chunk.section))
         if count(text) <= max_tokens:
             return cls(number, chunk)
         used, kept = 0, 0
@@ -107,10 +114,10 @@ class Passage:
 
 
 def passages_sentences(chunks: list[Chunk]) -> list[str]:
-    """Each chunk's text and its sentences: what ``Passage.fit`` counts."""
+    """Each chunk's labels, text and sentences: what ``Passage.fit`` counts."""
     pieces: list[str] = []
     for chunk in chunks:
-        pieces.append(chunk.text)
+        pieces.extend((label(chunk.title), label(chunk.section), chunk.text))
         pieces.extend(chunk.text[s:e] for s, e in sentences(chunk.text))
     return pieces
 
@@ -119,28 +126,32 @@ def passages_block(passages: list[Passage]) -> str:
     parts = []
     for passage in passages:
         chunk = passage.chunk
-        title = as_data(chunk.title).replace('"', "'")
-        section = as_data(chunk.section).replace('"', "'")
         parts.append(
-            f'<passage number="{passage.number}" title="{title}" section="{section}">\n'
+            f'<passage number="{passage.number}" title="{label(chunk.title)}" '
+            f'section="{label(chunk.section)}">\n'
             f"{passage.text}\n</passage>"
         )
     return "<passages>\n" + "\n".join(parts) + "\n</passages>"
 
 
+def history_content(turn: ChatTurn) -> str:
+    """An earlier turn as the prompt holds it: citation marks are removed from answers (their
+    numbers point at passages this prompt no longer holds)."""
+    return turn.content if turn.role == "user" else _CITATION_MARK.sub("", turn.content)
+
+
 def history_within(
-    turns: list[ChatTurn], budget_tokens: int, chars_per_token: float
+    turns: list[ChatTurn], budget_tokens: int, count: Callable[[str], int]
 ) -> list[Message]:
-    """The newest earlier turns that fit ``budget_tokens`` (counted as characters /
-    ``chars_per_token``), oldest first. Citation marks are removed from earlier answers:
-    their numbers point at passages this prompt no longer holds."""
+    """The newest earlier turns whose ``history_content`` fits ``budget_tokens`` (by
+    ``count``), oldest first."""
     kept: list[Message] = []
-    budget = budget_tokens * chars_per_token
+    budget = budget_tokens
     for turn in reversed(turns):
-        content = turn.content if turn.role == "user" else _CITATION_MARK.sub("", turn.content)
-        if len(content) > budget:
+        content = history_content(turn)
+        if count(content) > budget:
             break
-        budget -= len(content)
+        budget -= count(content)
         kept.append(Message(turn.role, content))
     return list(reversed(kept))
 

@@ -65,11 +65,15 @@ def test_history_keeps_the_newest_turns_within_the_budget_without_old_citations(
         ChatTurn(role="assistant", content="Old answer [1][2]. More [3]."),
         ChatTurn(role="user", content="Follow-up?"),
     ]
-    kept = history_within(turns, budget_tokens=20, chars_per_token=3.0)  # 60 characters
+
+    def thirds(text: str) -> int:
+        return len(text) // 3
+
+    kept = history_within(turns, budget_tokens=20, count=thirds)
     assert [m.role for m in kept] == ["assistant", "user"]
     assert kept[0].content == "Old answer. More."
-    assert history_within(turns, budget_tokens=0, chars_per_token=3.0) == []
-    assert len(history_within(turns, budget_tokens=1000, chars_per_token=3.0)) == 3
+    assert history_within(turns, budget_tokens=0, count=thirds) == []
+    assert len(history_within(turns, budget_tokens=1000, count=thirds)) == 3
 
 
 CORAL = (
@@ -171,7 +175,8 @@ def test_a_trimmed_passage_cites_exactly_what_the_prompt_held():
     def words(piece: str) -> int:
         return len(piece.split())
 
-    passage = Passage.fit(1, long, max_tokens=7, count=words)
+    # 9 tokens: 2 for the title and section, 3 for each of the first two sentences.
+    passage = Passage.fit(1, long, max_tokens=9, count=words)
     assert passage.text == "First finding here. Second finding here."
     assert (passage.char_start, passage.char_end) == (100, 100 + len(passage.text))
     assert passage.trimmed
