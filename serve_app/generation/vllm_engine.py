@@ -63,6 +63,7 @@ class VllmStream:
         self.request_id = f"answer-{uuid.uuid4().hex}"
         self.usage = Usage()
         self.finish_reason: str | None = None
+        self.prompt_token_ids: list[int] = []  # as the engine read them, once it ends
         self._outputs = owner.engine.generate(prompt, sampling, self.request_id)
         self._open = True
 
@@ -76,7 +77,8 @@ class VllmStream:
                     yield delta.text
                 if output.finished:
                     self.finish_reason = delta.finish_reason or "stop"
-                    self.usage.prompt_tokens = len(output.prompt_token_ids or ())
+                    self.prompt_token_ids = list(output.prompt_token_ids or ())
+                    self.usage.prompt_tokens = len(self.prompt_token_ids)
         finally:
             await self._finish()
 
