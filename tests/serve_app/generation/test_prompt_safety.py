@@ -102,3 +102,24 @@ def test_the_guard_breaks_every_special_token_and_changes_nothing_else():
     assert all(token not in safe for token in guard.tokens)
     assert safe.replace("\u200b", "") == text
     assert guard.neutralise("nothing special here") == "nothing special here"
+
+
+@pytest.mark.parametrize("model", ["smollm2", "local"])
+def test_no_special_token_of_the_vocabulary_survives_the_guard(model):
+    """Every CONTROL and USER_DEFINED token of the shipped GGUFs, alone and glued to text,
+    tokenizes as plain text once guarded (special tokens parsed, as llama.cpp does)."""
+    from serve_app.config import load_config
+    from serve_app.generation.model_files import resolve_gguf
+    from tests.conftest import ROOT
+
+    llm = LlmConfig(**SMOLLM2) if model == "smollm2" else load_config(
+        ROOT / "config" / "local.yaml", environ={}
+    ).llm  # fmt: skip
+    tokenizer = load_chat_tokenizer(resolve_gguf(llm.model, str(ROOT / llm.model_dir), None))
+    guard = SpecialTokenGuard(tokenizer.special_tokens)
+    special = {tokenizer.tokenizer.token_to_id(t) for t in tokenizer.special_tokens}
+    text = "x".join(f"a{token}b" for token in tokenizer.special_tokens)
+    ids = tokenizer.tokenizer.encode(guard.neutralise(text), add_special_tokens=False).ids
+    assert len(tokenizer.special_tokens) > 10 and not special & set(ids)
+    unguarded = tokenizer.tokenizer.encode(text, add_special_tokens=False).ids
+    assert len(special & set(unguarded)) == len(special)  # the check can fail
