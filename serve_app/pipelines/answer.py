@@ -281,6 +281,8 @@ class AnswerPipeline:
         """Each passage within ``answer.max_passage_tokens`` (``Passage.fit``); its result
         entry then shows exactly the text and span the prompt holds."""
         assert self.llm is not None
+        if not passages:
+            return passages
         pieces = list(dict.fromkeys(passages_sentences([p.chunk for p in passages])))
         tokens = dict(zip(pieces, await self.llm.count_tokens(pieces), strict=True))
         limit = self.config.answer.max_passage_tokens
