@@ -129,8 +129,11 @@ def defences_off(llm: Any) -> Iterator[None]:
 
 async def canary(service: Any, llm: Any, tenant: str, limit: int, max_tokens: int) -> dict:
     """Canary rates per kind of order, with and without the defences (module docstring)."""
+    from serve_app.errors import ConflictError
     from serve_app.schemas import AnswerRequest
 
+    with contextlib.suppress(ConflictError):  # made by an earlier run on the same data dir
+        await service.create_collection(tenant, COLLECTION)
     await service.ingest(documents(tenant))
     selected = cases()[:limit]
     rows: dict[str, dict[str, Any]] = {}
