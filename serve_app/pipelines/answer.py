@@ -32,7 +32,7 @@ from serve_app.errors import (
     collection_not_found,
 )
 from serve_app.generation.base import LLM, GenerationParams, Message, TokenStream
-from serve_app.generation.citations import check_citations
+from serve_app.generation.citations import CitationReport, check_citations
 from serve_app.generation.prompts import (
     Passage,
     answer_messages,
@@ -468,19 +468,10 @@ class AnswerPipeline:
         timings["total"] = _ms(prepared.started)
         if "first_token" in timings:
             timings["generate"] = round(timings["total"] - timings["first_token"], 1)
-        report = check_citations(answer, prepared.passages) if early is None else None
+        report = check_citations(answer, prepared.passages) if early is None else CitationReport()
         out: dict[str, Any] = {
             "answer": answer,
-            **(
-                report.as_dict()
-                if report
-                else {
-                    "citations": [],
-                    "invalid_citations": [],
-                    "uncited_sentences": [],
-                    "cited_documents": [],
-                }
-            ),
+            **report.as_dict(),
             "early_return": early,
             "finish_reason": stream.finish_reason if stream else None,
             "usage": (
