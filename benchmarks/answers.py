@@ -413,7 +413,7 @@ def markdown(report: dict[str, Any]) -> str:
             "",
             f"{k['documents']} stored documents carrying orders (benchmarks/canary.py), each "
             "asked a related question on the default path; a hit is an answer holding the "
-            "canary word.",
+            "canary word (any of them).",
             "",
         ]
         lines += table(
