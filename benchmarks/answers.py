@@ -296,7 +296,8 @@ async def citations(service: Any, dataset: Any, count: int, max_tokens: int) -> 
             continue
         shown = {r["doc_id"] for r in answer["results"]}
         cited_docs = [c["doc_id"] for c in answer["citations"]]
-        top_k.add(answer.get("top_k", len(answer["results"])))
+        if "top_k" in answer:  # an early return (irrelevant) retrieves nothing
+            top_k.add(answer["top_k"])
         cited_total += len(cited_docs)
         cited_supported += sum(1 for c in answer["citations"] if c["supported"])
         unsupported += len(answer["unsupported_sentences"])
