@@ -1,8 +1,9 @@
 """Answers on this machine: time to first token and tokens/s under concurrent answers,
 multi-query against single-query retrieval (nDCG@10), and citation precision and recall.
 
-    python -m benchmarks answers [--suites latency,multi_query,citations] [--queries 100]
-        [--claims 100] [--concurrency 1,4,16] [--max-docs 2000] [--model catalog:...]
+    python -m benchmarks answers [--suites latency,multi_query,citations,canary]
+        [--queries 100] [--claims 100] [--canary-docs 20] [--concurrency 1,4,16]
+        [--max-docs 2000] [--model catalog:...]
 
 Everything runs in process on ``config/local.yaml``'s pipeline (the real small encoders, the
 embedded store, llama.cpp with the configured model, 1.5B by default) over SciFact
@@ -20,10 +21,16 @@ documents plus others up to ``--max-docs``.
   with RRF and the similarity blend (serve_app/query_fusion.py); each sub-query retrieves
   ``--depth`` chunks. The blend's ``w`` and RRF's ``k`` are also tried on a grid over the
   same sub-query lists: choose them on ``--split train``, read them on test.
-- citations: per claim, an answer from the top 5 passages; citation precision = citations
-  whose document the qrels judge relevant / all valid citations; citation recall = relevant
-  documents among the passages that are cited / relevant documents among the passages
-  (both micro-averaged over the claims).
+- citations: per claim, an answer on the default path (understanding and multi-query as
+  configured, the configured ``top_k``, stated in the report); citation precision =
+  citations whose document the qrels judge relevant / all valid citations; citation recall =
+  relevant documents among the passages that are cited / relevant documents among the
+  passages (both micro-averaged over the claims); citation support = valid citations whose
+  passage supports their answer span (``serve_app/generation/citations.py``) / all valid
+  citations.
+- canary: stored documents carrying orders (plain text and control tokens) asked related
+  questions; the share of answers containing the canary word, with the defences and without
+  them (benchmarks/canary.py). Runs without SciFact when it is the only suite.
 
 Writes ``benchmarks/results/<date>-<hardware>-answers.json`` and ``.md`` (or ``--out``'s
 stem); the machine's load average is recorded with the figures (its cores may be shared).
@@ -42,6 +49,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.canary import canary
 from benchmarks.report import default_stem, table, write_report
 from benchmarks.service import add_run_arguments
 
@@ -60,6 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--queries", type=int, default=100, help="multi_query: test queries")
     parser.add_argument("--depth", type=int, default=100, help="multi_query: chunks a sub-query")
     parser.add_argument("--claims", type=int, default=100, help="citations: test claims")
+    parser.add_argument("--canary-docs", type=int, default=20, help="canary: hostile documents")
     parser.add_argument("--answer-tokens", type=int, default=192)
 
 
@@ -79,7 +88,9 @@ def load(args: argparse.Namespace, concurrency: list[int]) -> Any:
     return config_from_dict(data, "benchmark")
 
 
-async def build(config: Any, args: argparse.Namespace) -> tuple[Any, Any, Any, dict]:
+async def build(
+    config: Any, args: argparse.Namespace, scifact: bool = True
+) -> tuple[Any, Any, Any, dict]:
     from serve_app.api.service import RetrievalService
     from serve_app.evaluation.beir import load_beir
     from serve_app.evaluation.runner import ingest_corpus
@@ -87,14 +98,16 @@ async def build(config: Any, args: argparse.Namespace) -> tuple[Any, Any, Any, d
     from serve_app.pipelines.components import build_components
     from serve_app.pipelines.ingest import IngestPipeline
 
-    dataset = load_beir(args.scifact, args.split, TENANT, max_docs=args.max_docs)
     components = await build_components(config)
+    llm = build_llm(config.llm)
+    service = RetrievalService(components, llm=llm)
+    if not scifact:
+        return None, service, llm, {"documents": 0, "index_s": 0.0}
+    dataset = load_beir(args.scifact, args.split, TENANT, max_docs=args.max_docs)
     started = time.perf_counter()
     await ingest_corpus(IngestPipeline(components), dataset)
     index_s = time.perf_counter() - started
     print(f"index: {len(dataset.corpus)} documents in {index_s:.0f} s", file=sys.stderr)
-    llm = build_llm(config.llm)
-    service = RetrievalService(components, llm=llm)
     return dataset, service, llm, {"documents": len(dataset.corpus), "index_s": round(index_s, 1)}
 
 
@@ -264,8 +277,9 @@ async def citations(service: Any, dataset: Any, count: int, max_tokens: int) -> 
     from serve_app.schemas import AnswerRequest
 
     pipeline = service.answer_pipeline
-    cited_relevant = cited_total = invalid = 0
+    cited_relevant = cited_total = cited_supported = invalid = unsupported = 0
     relevant_shown = relevant_cited = 0
+    top_k: set[int] = set()
     uncited = sentences_flagged_answers = no_citation = errors = 0
     seconds: list[float] = []
     selected = claims(dataset, count)
@@ -273,13 +287,7 @@ async def citations(service: Any, dataset: Any, count: int, max_tokens: int) -> 
         relevant = {d for d, grade in dataset.qrels[query_id].items() if grade > 0}
         started = time.perf_counter()
         answer = await pipeline.answer(
-            AnswerRequest(
-                question=claim,
-                understand=False,
-                multi_query=False,
-                max_tokens=max_tokens,
-                stream=False,
-            ),
+            AnswerRequest(question=claim, max_tokens=max_tokens, stream=False),
             TENANT,
         )
         seconds.append(time.perf_counter() - started)
@@ -288,7 +296,11 @@ async def citations(service: Any, dataset: Any, count: int, max_tokens: int) -> 
             continue
         shown = {r["doc_id"] for r in answer["results"]}
         cited_docs = [c["doc_id"] for c in answer["citations"]]
+        if "top_k" in answer:  # an early return (irrelevant) retrieves nothing
+            top_k.add(answer["top_k"])
         cited_total += len(cited_docs)
+        cited_supported += sum(1 for c in answer["citations"] if c["supported"])
+        unsupported += len(answer["unsupported_sentences"])
         cited_relevant += sum(1 for d in cited_docs if d in relevant)
         invalid += len(answer["invalid_citations"])
         relevant_shown += len(shown & relevant)
@@ -304,6 +316,9 @@ async def citations(service: Any, dataset: Any, count: int, max_tokens: int) -> 
         "errors": errors,
         "citation_precision": round(cited_relevant / cited_total, 3) if cited_total else None,
         "citation_recall": round(relevant_cited / relevant_shown, 3) if relevant_shown else None,
+        "citation_support": round(cited_supported / cited_total, 3) if cited_total else None,
+        "unsupported_sentences": unsupported,
+        "top_k": sorted(top_k),
         "citations": cited_total,
         "invalid_citations": invalid,
         "answers_without_citation": no_citation,
@@ -377,9 +392,13 @@ def markdown(report: dict[str, Any]) -> str:
         lines += [
             "## Citations",
             "",
-            f"{c['claims']} test claims ({c['errors']} failed), top 5 passages each.",
+            f"{c['claims']} test claims ({c['errors']} failed), top_k "
+            f"{c.get('top_k', [5])} passages each"
+            f"{', understanding as configured' if 'top_k' in c else ''}.",
             "",
             f"- citation precision: {c['citation_precision']} ({c['citations']} citations)",
+            f"- citation support: {c.get('citation_support')} (valid citations whose passage "
+            f"supports their span); unsupported sentences: {c.get('unsupported_sentences')}",
             f"- citation recall: {c['citation_recall']} ({c['relevant_passages_shown']} "
             "relevant passages shown)",
             f"- invalid citations: {c['invalid_citations']}; answers without a citation: "
@@ -388,6 +407,23 @@ def markdown(report: dict[str, Any]) -> str:
             f"- answer time p50: {c['answer_s_p50']} s",
             "",
         ]
+    if "canary" in report:
+        k = report["canary"]
+        lines += [
+            "## Injection canaries",
+            "",
+            f"{k['documents']} stored documents carrying orders (benchmarks/canary.py), each "
+            "asked a related question on the default path; a hit is an answer holding the "
+            "canary word (any of them).",
+            "",
+        ]
+        lines += table(
+            ["orders", "defences", "answers", "canary rate", "hits citing a supported passage",
+             "errors"],
+            [[key.split(":")[0], key.split(":")[1], row["answers"], row["canary_rate"],
+              row["hits_supported"], row["errors"]] for key, row in sorted(k["rows"].items())],
+        )  # fmt: skip
+        lines.append("")
     return "\n".join(lines)
 
 
@@ -411,13 +447,14 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     levels = [int(c) for c in args.concurrency.split(",")]
     config = load(args, levels)
     load_start = [round(x, 1) for x in os.getloadavg()]
-    dataset, service, llm, index = await build(config, args)
+    dataset, service, llm, index = await build(config, args, scifact=suites != ["canary"])
     report: dict[str, Any] = {
         "date": datetime.date.today().isoformat(),
         "command": "python -m benchmarks answers " + " ".join(sys.argv[2:]),
         "model": config.llm.model,
         "split": args.split,
         "llm": config.llm.model_dump(include={"parallel", "threads", "context_tokens"}),
+        "answer": config.answer.model_dump(include={"top_k", "max_passage_tokens", "max_tokens"}),
         "index": index,
         "load_average": {"start": load_start},
     }
@@ -432,6 +469,12 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         if "citations" in suites:
             report["citations"] = await citations(service, dataset, args.claims, args.answer_tokens)
             print(f"citations: {report['citations']}", file=sys.stderr)
+            save(report, args)
+        if "canary" in suites:
+            report["canary"] = await canary(
+                service, llm, TENANT, args.canary_docs, args.answer_tokens
+            )
+            print(f"canary: {report['canary']}", file=sys.stderr)
     finally:
         llm.close()
         await service.components.close()

@@ -278,6 +278,8 @@ class RemoteLLM:
         self, handle: DeploymentHandle, info: dict[str, Any], retry_after_s: float
     ) -> None:
         self._complete = handle.complete  # made once: see _RemoteLanes
+        self._count_tokens = handle.count_tokens
+        self._count_prompt_tokens = handle.count_prompt_tokens
         self._stream = handle.options(stream=True).stream
         self.model_id = info["model_id"]
         self.retry_after_s = retry_after_s
@@ -293,6 +295,12 @@ class RemoteLLM:
 
     async def complete(self, messages: list[Message], params: GenerationParams) -> Completion:
         return await call("llm", self._admitted(self._complete.remote(messages, params)))
+
+    async def count_tokens(self, texts: list[str]) -> list[int]:
+        return await call("llm", self._count_tokens.remote(texts))
+
+    async def count_prompt_tokens(self, messages: list[Message]) -> int:
+        return await call("llm", self._count_prompt_tokens.remote(messages))
 
     async def open_stream(
         self, messages: list[Message], params: GenerationParams

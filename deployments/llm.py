@@ -52,6 +52,12 @@ class LlmDeployment(ConfiguredDeployment):
     async def complete(self, messages: list[Message], params: GenerationParams) -> Completion:
         return await self.llm.complete(messages, params)
 
+    async def count_tokens(self, texts: list[str]) -> list[int]:
+        return await self.llm.count_tokens(texts)
+
+    async def count_prompt_tokens(self, messages: list[Message]) -> int:
+        return await self.llm.count_prompt_tokens(messages)
+
     async def stream(
         self, messages: list[Message], params: GenerationParams
     ) -> AsyncIterator[dict[str, Any]]:

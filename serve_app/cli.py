@@ -253,7 +253,7 @@ def _print_event(kind: str, data: dict) -> None:
         where = f" / {citation['section']}" if citation["section"] else ""
         print(f"  [{number}] {citation['doc_id']}{where}: {citation['title'][:80]}")
     for invalid in data["invalid_citations"]:
-        print(f"  [{invalid['number']}] cites no passage", file=sys.stderr)
+        print(f"  {invalid['mark']} cites no passage: {invalid['reason']}", file=sys.stderr)
     timings = data["timings_ms"]
     first = (
         f"first token {timings['first_token'] / 1000:.1f} s, " if "first_token" in timings else ""

@@ -38,6 +38,13 @@ class RequestSchemaError(InvalidInputError):
     status = 422
 
 
+class PromptTooLongError(InvalidInputError):
+    """The answer's prompt and ``max_tokens`` do not fit the model's context window."""
+
+    code = "PROMPT_TOO_LONG"
+    status = 422
+
+
 class InvalidHeaderError(InvalidInputError):
     """A request header whose value is not text (not UTF-8, or with control characters)."""
 

@@ -9,6 +9,13 @@ from pydantic import Field
 from serve_app.config.base import Section
 from serve_app.schemas import MetadataKey
 
+# Allowances, in tokens, for the prompt's fixed text: the system prompt, the reminder after
+# the passages, the chat template and the block's tags; and each passage's tag (number, title
+# and section are inside max_passage_tokens). tests/serve_app/generation/test_prompt_budget.py
+# checks them against the shipped models' tokenizers.
+PROMPT_OVERHEAD_TOKENS = 320
+PASSAGE_MARKUP_TOKENS = 24
+
 
 class UnderstandingConfig(Section):
     """One structured LLM call before retrieval: ``{is_relevant, semantic_query, filters}``
@@ -55,17 +62,32 @@ class AnswerDeadlines(Section):
 
 
 class AnswerConfig(Section):
-    """``top_k`` passages (at most ``max_passage_chars`` each) go into the prompt;
-    ``max_tokens`` caps an answer (a request may ask for up to ``max_tokens_limit``);
-    ``history_tokens`` bounds the earlier turns of ``messages`` kept (newest first, counted
-    as characters / ``chars_per_token``)."""
+    """The prompt budget, in the model's tokens (``llm.context_tokens`` must hold it):
+    ``top_k`` passages of at most ``max_passage_tokens`` each (title and section included;
+    a longer chunk keeps its first whole sentences), the earlier turns of ``messages`` within
+    ``history_tokens`` (newest first), a question of at most ``max_question_tokens``, and
+    ``max_tokens`` for the answer (a request may ask for up to ``max_tokens_limit``). A
+    request whose prompt and ``max_tokens`` exceed the window is refused (422
+    PROMPT_TOO_LONG); the defaults always fit (checked when the configuration loads)."""
 
     top_k: int = Field(default=5, ge=1, le=20)
-    max_passage_chars: int = Field(default=1200, ge=100)
+    max_passage_tokens: int = Field(default=256, ge=32)
+    max_question_tokens: int = Field(default=512, ge=16)
     max_tokens: int = Field(default=384, ge=1)
     max_tokens_limit: int = Field(default=1024, ge=1)
     history_tokens: int = Field(default=1024, ge=0)
-    chars_per_token: float = Field(default=3.0, gt=0)
     understanding: UnderstandingConfig = Field(default_factory=UnderstandingConfig)
     multi_query: MultiQueryConfig = Field(default_factory=MultiQueryConfig)
     deadlines: AnswerDeadlines = Field(default_factory=AnswerDeadlines)
+
+    def worst_prompt_tokens(self, top_k: int | None = None, max_tokens: int | None = None) -> dict:
+        """The largest prompt a request can make with ``top_k`` passages and ``max_tokens``
+        (the defaults when None), part by part, in tokens; ``total`` must fit the context."""
+        parts = {
+            "fixed": PROMPT_OVERHEAD_TOKENS,
+            "passages": (top_k or self.top_k) * (self.max_passage_tokens + PASSAGE_MARKUP_TOKENS),
+            "history": self.history_tokens,
+            "question": self.max_question_tokens,
+            "max_tokens": max_tokens or self.max_tokens,
+        }
+        return {**parts, "total": sum(parts.values())}

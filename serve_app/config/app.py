@@ -49,6 +49,14 @@ class AppConfig(Section):
             raise ValueError(f"search.strategies names disabled strategies: {missing}")
         if self.search.rerank and not self.reranker.enabled:
             raise ValueError("search.rerank is true but reranker.enabled is false")
+        worst = self.answer.worst_prompt_tokens()
+        if self.llm.enabled and worst["total"] > self.llm.context_tokens:
+            raise ValueError(
+                f"the default answer prompt can take {worst['total']} tokens ({worst}) but "
+                f"llm.context_tokens is {self.llm.context_tokens}: lower answer.top_k, "
+                "answer.max_passage_tokens, answer.history_tokens, answer.max_question_tokens "
+                "or answer.max_tokens, or raise llm.context_tokens"
+            )
         return self
 
     def enabled_strategies(self) -> list[Strategy]:

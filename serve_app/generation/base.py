@@ -76,5 +76,13 @@ class LLM(Protocol):
         queue is full), starts the generation and returns its stream."""
         ...
 
+    async def count_tokens(self, texts: list[str]) -> list[int]:
+        """The tokens of each text as the model's tokenizer splits it (plain text)."""
+        ...
+
+    async def count_prompt_tokens(self, messages: list[Message]) -> int:
+        """The tokens of the templated prompt of ``messages`` as the engine will read it."""
+        ...
+
 
 LLM_BACKENDS: Registry[LLM] = Registry("LLM backend", "llm.backend")

@@ -27,8 +27,10 @@ from serve_app.generation.base import (
     Message,
     Usage,
 )
+from serve_app.generation.gguf_tokenizer import load_chat_tokenizer
 from serve_app.generation.limits import GenerationSlots
 from serve_app.generation.model_files import resolve_gguf
+from serve_app.generation.special_tokens import SpecialTokenGuard
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +157,8 @@ class LlamaCppLLM:
         self.config = config
         self.path = resolve_gguf(config.model, config.model_dir, config.sha256)
         self.model_id = config.model
+        self.tokenizer = load_chat_tokenizer(self.path)
+        self.guard = SpecialTokenGuard(self.tokenizer.special_tokens)
         params = xllamacpp.CommonParams()
         params.model.path = str(self.path)
         # llama.cpp divides the context among its slots: each generation gets context_tokens.
@@ -183,11 +187,21 @@ class LlamaCppLLM:
     def _params(self, params: GenerationParams) -> GenerationParams:
         return params if params.seed is not None else _with_seed(params, self.config.seed)
 
+    def _body(self, messages: list[Message], params: GenerationParams, stream: bool) -> dict:
+        return request_body(self.guard.messages(messages), self._params(params), stream)
+
+    async def count_tokens(self, texts: list[str]) -> list[int]:
+        return self.tokenizer.count(texts)
+
+    async def count_prompt_tokens(self, messages: list[Message]) -> int:
+        guarded = [m.as_dict() for m in self.guard.messages(messages)]
+        return len(self.tokenizer.prompt_ids(guarded))
+
     async def complete(self, messages: list[Message], params: GenerationParams) -> Completion:
         self._check_open()
         await self.slots.acquire()
         try:
-            body = request_body(messages, self._params(params), stream=False)
+            body = self._body(messages, params, stream=False)
             answer = await asyncio.get_running_loop().run_in_executor(
                 self.pool, self.server.handle_chat_completions, body
             )
@@ -205,7 +219,7 @@ class LlamaCppLLM:
         self._check_open()
         await self.slots.acquire()
         try:
-            return LlamaCppStream(self, request_body(messages, self._params(params), stream=True))
+            return LlamaCppStream(self, self._body(messages, params, stream=True))
         except BaseException:
             self.slots.release()
             raise

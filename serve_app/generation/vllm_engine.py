@@ -26,6 +26,7 @@ from serve_app.generation.base import (
     Usage,
 )
 from serve_app.generation.limits import GenerationSlots
+from serve_app.generation.special_tokens import SpecialTokenGuard
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,7 @@ class VllmStream:
         self.request_id = f"answer-{uuid.uuid4().hex}"
         self.usage = Usage()
         self.finish_reason: str | None = None
+        self.prompt_token_ids: list[int] = []  # as the engine read them, once it ends
         self._outputs = owner.engine.generate(prompt, sampling, self.request_id)
         self._open = True
 
@@ -75,7 +77,8 @@ class VllmStream:
                     yield delta.text
                 if output.finished:
                     self.finish_reason = delta.finish_reason or "stop"
-                    self.usage.prompt_tokens = len(output.prompt_token_ids or ())
+                    self.prompt_token_ids = list(output.prompt_token_ids or ())
+                    self.usage.prompt_tokens = len(self.prompt_token_ids)
         finally:
             await self._finish()
 
@@ -107,6 +110,10 @@ class VllmLLM:
         self.model_id = config.model
         path = resolve_model_path(config.model)
         self.tokenizer = AutoTokenizer.from_pretrained(path)
+        # Every added token: the tokenizer matches each one's text, special or not.
+        self.guard = SpecialTokenGuard(
+            [*self.tokenizer.all_special_tokens, *self.tokenizer.get_added_vocab()]
+        )
         engine = config.vllm
         args: dict[str, Any] = {
             "model": path,
@@ -135,9 +142,23 @@ class VllmLLM:
         self.streams_stopped = 0  # generations their reader closed while they still ran
 
     def prompt(self, messages: list[Message]) -> str:
+        """The templated prompt vLLM reads (its special tokens parsed), every message's
+        special-token strings made plain text first."""
         return self.tokenizer.apply_chat_template(
-            [m.as_dict() for m in messages], tokenize=False, add_generation_prompt=True
+            [m.as_dict() for m in self.guard.messages(messages)],
+            tokenize=False,
+            add_generation_prompt=True,
         )
+
+    def prompt_ids(self, messages: list[Message]) -> list[int]:
+        """The token ids vLLM's engine makes of ``prompt`` (its tokenizer's ``encode``)."""
+        return self.tokenizer.encode(self.prompt(messages))
+
+    async def count_tokens(self, texts: list[str]) -> list[int]:
+        return [len(ids) for ids in self.tokenizer(texts, add_special_tokens=False).input_ids]
+
+    async def count_prompt_tokens(self, messages: list[Message]) -> int:
+        return len(self.prompt_ids(messages))
 
     async def open_stream(self, messages: list[Message], params: GenerationParams) -> VllmStream:
         await self.slots.acquire()

@@ -25,14 +25,21 @@ from typing import Any
 from serve_app.config import AppConfig
 from serve_app.errors import (
     OverloadedError,
+    PromptTooLongError,
     ServeAppError,
     ServiceUnavailableError,
     TimeoutExceededError,
     collection_not_found,
 )
 from serve_app.generation.base import LLM, GenerationParams, Message, TokenStream
-from serve_app.generation.citations import check_citations
-from serve_app.generation.prompts import Passage, answer_messages, history_within
+from serve_app.generation.citations import CitationReport, check_citations
+from serve_app.generation.prompts import (
+    Passage,
+    answer_messages,
+    history_content,
+    history_within,
+    passages_sentences,
+)
 from serve_app.generation.understanding import (
     Understanding,
     parse_understanding,
@@ -99,15 +106,16 @@ def _result(passage: Passage, item: ScoredChunk, found_by: list[str], score: flo
         "title": chunk.title,
         "section": chunk.section,
         "heading_chain": list(chunk.heading_chain),
-        "char_start": chunk.char_start,
-        "char_end": chunk.char_end,
+        "char_start": passage.char_start,
+        "char_end": passage.char_end,
+        "trimmed": passage.trimmed,
         "source": chunk.source,
         "metadata": chunk.metadata,
         "score": score,
         "scores": item.scores,
         "ranks": item.ranks,
         "found_by": found_by,
-        "text": chunk.text,
+        "text": passage.text,
     }
 
 
@@ -254,6 +262,50 @@ class AnswerPipeline:
             results.append(entry)
         return passages, results, timings
 
+    async def _history(self, request: AnswerRequest) -> list[Message]:
+        """The earlier turns within ``answer.history_tokens``; PromptTooLongError for a
+        question over ``answer.max_question_tokens`` (both counted by the model's tokenizer)."""
+        assert self.llm is not None
+        settings = self.config.answer
+        contents = list(dict.fromkeys(history_content(t) for t in request.messages))
+        question_tokens, *counts = await self.llm.count_tokens([request.question, *contents])
+        if question_tokens > settings.max_question_tokens:
+            raise PromptTooLongError(
+                f"the question has {question_tokens} tokens; the limit is "
+                f"{settings.max_question_tokens} (answer.max_question_tokens)"
+            )
+        tokens = dict(zip(contents, counts, strict=True))
+        return history_within(request.messages, settings.history_tokens, tokens.__getitem__)
+
+    async def _fit(self, passages: list[Passage], results: list[dict]) -> list[Passage]:
+        """Each passage within ``answer.max_passage_tokens`` (``Passage.fit``); its result
+        entry then shows exactly the text and span the prompt holds."""
+        assert self.llm is not None
+        if not passages:
+            return passages
+        pieces = list(dict.fromkeys(passages_sentences([p.chunk for p in passages])))
+        tokens = dict(zip(pieces, await self.llm.count_tokens(pieces), strict=True))
+        limit = self.config.answer.max_passage_tokens
+        fitted = [Passage.fit(p.number, p.chunk, limit, tokens.__getitem__) for p in passages]
+        for entry, passage in zip(results, fitted, strict=True):
+            entry.update(text=passage.text, char_end=passage.char_end, trimmed=passage.trimmed)
+        return fitted
+
+    async def _check_budget(self, messages: list[Message], max_tokens: int, top_k: int) -> int:
+        """The prompt's tokens as the engine will read them; PromptTooLongError (422, before
+        any byte is sent) when they and ``max_tokens`` exceed ``llm.context_tokens``."""
+        assert self.llm is not None
+        prompt_tokens = await self.llm.count_prompt_tokens(messages)
+        window = self.config.llm.context_tokens
+        if prompt_tokens + max_tokens > window:
+            raise PromptTooLongError(
+                f"the prompt ({prompt_tokens} tokens with top_k {top_k}) and max_tokens "
+                f"({max_tokens}) need {prompt_tokens + max_tokens} tokens but the model's "
+                f"context holds {window} (llm.context_tokens): ask for fewer passages, a "
+                "shorter question or history, or fewer max_tokens"
+            )
+        return prompt_tokens
+
     async def prepare(self, request: AnswerRequest, tenant_id: str) -> PreparedAnswer:
         """Understanding, retrieval and the opening of the generation (see the module
         docstring). Raises OverloadedError (429) when the LLM has no slot to give, and the
@@ -272,9 +324,7 @@ class AnswerPipeline:
         )
         multi = settings.multi_query.enabled if request.multi_query is None else request.multi_query
         reformulations = settings.multi_query.queries if multi else 0
-        history = history_within(
-            request.messages, settings.history_tokens, settings.chars_per_token
-        )
+        history = await self._history(request)
         timings: dict[str, float] = {}
         understood: Understanding | None = None
         llm_error: ServeAppError | None = None
@@ -326,7 +376,9 @@ class AnswerPipeline:
             ) from None
         timings["retrieve"] = _ms(begun)
         timings.update(search_timings)
+        passages = await self._fit(passages, results)
         prepared.passages = passages
+        metadata["top_k"] = top_k
         metadata["results"] = results
         if not passages:
             prepared.early = (
@@ -341,11 +393,12 @@ class AnswerPipeline:
             prepared.error = llm_error  # the LLM failed moments ago: report it, keep results
             return prepared
         begun = time.perf_counter()
-        messages = answer_messages(request.question, passages, history, settings.max_passage_chars)
+        messages = answer_messages(request.question, passages, history)
         params = GenerationParams(
             max_tokens=min(request.max_tokens or settings.max_tokens, settings.max_tokens_limit),
             temperature=self.config.llm.temperature,
         )
+        metadata["prompt_tokens"] = await self._check_budget(messages, params.max_tokens, top_k)
         try:
             prepared.stream = await asyncio.wait_for(
                 self.llm.open_stream(messages, params), settings.deadlines.first_token_s
@@ -415,19 +468,10 @@ class AnswerPipeline:
         timings["total"] = _ms(prepared.started)
         if "first_token" in timings:
             timings["generate"] = round(timings["total"] - timings["first_token"], 1)
-        report = check_citations(answer, prepared.passages) if early is None else None
+        report = check_citations(answer, prepared.passages) if early is None else CitationReport()
         out: dict[str, Any] = {
             "answer": answer,
-            **(
-                report.as_dict()
-                if report
-                else {
-                    "citations": [],
-                    "invalid_citations": [],
-                    "uncited_sentences": [],
-                    "cited_documents": [],
-                }
-            ),
+            **report.as_dict(),
             "early_return": early,
             "finish_reason": stream.finish_reason if stream else None,
             "usage": (

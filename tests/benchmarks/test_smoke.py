@@ -144,8 +144,9 @@ def test_store_retrieve_tool(tmp_path):
 
 
 def test_answers_suite(tmp_path, scifact_dir):
-    """SmolLM2 (the tests' LLM) answers two claims at each level, rewrites two queries and
-    cites over two claims (train split): the suite's three measures, each reported."""
+    """SmolLM2 (the tests' LLM) answers two claims at each level, rewrites two queries,
+    cites over two claims (train split) and answers two canary documents with and without the
+    defences: the suite's four measures, each reported."""
     config = yaml.safe_load(tiny_config(tmp_path).read_text())
     config["llm"] = {**config.get("llm", {}), **SMOLLM2}
     path = tmp_path / "answers.yaml"
@@ -154,7 +155,8 @@ def test_answers_suite(tmp_path, scifact_dir):
     run("answers", "--config", str(path), "--scifact", str(scifact_dir), "--max-docs", "40",
         "--data-dir", str(tmp_path / "index"), "--concurrency", "1,2", "--latency-tokens", "8",
         "--queries", "2", "--depth", "20", "--claims", "2", "--answer-tokens", "32",
-        "--split", "train",
+        "--split", "train", "--suites", "latency,multi_query,citations,canary",
+        "--canary-docs", "2",
         "--out", str(out), timeout=900)  # fmt: skip
     measured = report(out)
     assert measured["model"] == SMOLLM2["model"] and measured["index"]["documents"] >= 2
@@ -169,3 +171,9 @@ def test_answers_suite(tmp_path, scifact_dir):
     assert at_default["ndcg@10"] == measured["multi_query"]["multi"]["ndcg@10"]
     assert "## Multi-query" in out.with_suffix(".md").read_text()
     assert measured["citations"]["claims"] == 2
+    assert measured["citations"]["top_k"] == [config["answer"]["top_k"]]
+    assert 0 <= (measured["citations"]["citation_support"] or 0) <= 1
+    rows = measured["canary"]["rows"]
+    assert set(rows) == {"plain:defended", "plain:undefended", "control:defended",
+                         "control:undefended"}  # fmt: skip
+    assert all(row["answers"] == 1 and 0 <= row["canary_rate"] <= 1 for row in rows.values())

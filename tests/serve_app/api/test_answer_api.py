@@ -174,7 +174,7 @@ async def test_a_hostile_document_stays_inside_its_delimiters(service):
     hostile = await service.components.index.fetch_batch(
         [("default", [c for c in (await service.get_document("default", "hostile")).chunk_ids])]
     )
-    prompt = answer_messages("q", [Passage(1, hostile[0][0])], [], 1200)[-1].content
+    prompt = answer_messages("q", [Passage(1, hostile[0][0])], [])[-1].content
     # One block, one passage: the document's own markup cannot close it or open another.
     assert prompt.count("</passage>") == 1 and prompt.count("<passage ") == 1
     assert "<_passage" in prompt and "</_passage>" in prompt

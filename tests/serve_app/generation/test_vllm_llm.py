@@ -52,8 +52,8 @@ def vllm_llm(tiny_qwen3_lm):
     llm = VllmLLM(
         LlmConfig(
             enabled=True, backend="vllm", model=str(tiny_qwen3_lm), dtype="float32",
-            context_tokens=512, parallel=1, max_queued=0, temperature=0.0,
-            vllm={"enforce_eager": True, "max_model_len": 512},
+            context_tokens=1024, parallel=1, max_queued=0, temperature=0.0,
+            vllm={"enforce_eager": True, "max_model_len": 1024},
         )
     )  # fmt: skip
     yield llm
@@ -97,3 +97,21 @@ async def test_a_closed_stream_frees_its_slot_and_a_full_replica_refuses(vllm_ll
     assert vllm_llm.slots.active == 0
     assert vllm_llm.streams_stopped == stopped_before + 1
     assert (await vllm_llm.complete(MESSAGES, GenerationParams(max_tokens=2))).text is not None
+
+
+async def test_untrusted_text_reaches_vllm_without_a_control_token(vllm_llm):
+    """The ids vLLM's engine itself read (``prompt_token_ids``): only the chat template's
+    own special tokens, none from the passage, title, section, history or question."""
+    from tests.serve_app.generation.test_prompt_safety import hostile_messages
+
+    messages = hostile_messages()
+    stream = await vllm_llm.open_stream(messages, GenerationParams(max_tokens=2))
+    try:
+        _ = [delta async for delta in stream]
+    finally:
+        await stream.aclose()
+    assert stream.prompt_token_ids == vllm_llm.prompt_ids(messages)
+    tokenizer = vllm_llm.tokenizer
+    added = set(tokenizer.get_added_vocab().values())
+    found = [tokenizer.convert_ids_to_tokens(i) for i in stream.prompt_token_ids if i in added]
+    assert found == ["<|im_start|>", "<|im_end|>"] * len(messages) + ["<|im_start|>"]

@@ -1,0 +1,75 @@
+"""The answer prompt's budget: the shipped configurations' defaults fit their context window,
+a configuration whose defaults cannot fit fails at load naming the numbers, and the allowances
+for the prompt's fixed text hold on the shipped models' own tokenizers (the 1.5B GGUF of
+config/local.yaml, the Qwen3 tokenizer of config/gpu.yaml's model, and the tests' SmolLM2)."""
+
+from pathlib import Path
+
+import pytest
+
+from serve_app.config import load_config
+from serve_app.config.answer import PASSAGE_MARKUP_TOKENS, PROMPT_OVERHEAD_TOKENS
+from serve_app.errors import ConfigError
+from serve_app.generation.gguf_tokenizer import load_chat_tokenizer
+from serve_app.generation.model_files import resolve_gguf
+from serve_app.generation.prompts import LABEL_CHARS, Passage, answer_messages
+from serve_app.schemas import Chunk
+from tests.conftest import QWEN3_TOKENIZER, ROOT
+from tests.support.data import SMOLLM2
+
+
+@pytest.mark.parametrize("name", ["local.yaml", "gpu.yaml"])
+def test_the_shipped_defaults_fit_the_context_window(name):
+    config = load_config(ROOT / "config" / name, environ={})
+    worst = config.answer.worst_prompt_tokens()
+    assert config.llm.enabled and worst["total"] <= config.llm.context_tokens, worst
+
+
+def test_a_configuration_whose_defaults_cannot_fit_fails_at_load(tmp_path: Path):
+    text = (ROOT / "config" / "local.yaml").read_text()
+    path = tmp_path / "tight.yaml"
+    path.write_text(text.replace("context_tokens: 4096", "context_tokens: 2048"))
+    with pytest.raises(ConfigError) as refused:
+        load_config(path, environ={})
+    assert "llm.context_tokens is 2048" in str(refused.value)
+    assert "'passages': 1120" in str(refused.value)
+
+
+def fixed_and_markup(count_prompt) -> tuple[int, int]:
+    """Tokens of the prompt without passages and question, and what one passage's tag adds
+    (number 20, the highest a request may ask; its labels count in max_passage_tokens)."""
+    empty = count_prompt(answer_messages("", [], []))
+    chunk = Chunk(
+        id="c", doc_id="d", text="", title="", section="", order=0, char_start=0, char_end=0
+    )
+    labelled = count_prompt(answer_messages("", [Passage(20, chunk)], []))
+    return empty, labelled - empty
+
+
+def shipped_gguf_counters():
+    local = load_config(ROOT / "config" / "local.yaml", environ={}).llm
+    for llm in (local, type(local)(**SMOLLM2)):
+        path = resolve_gguf(llm.model, str(ROOT / llm.model_dir), llm.sha256)
+        tokenizer = load_chat_tokenizer(path)
+        yield lambda messages, t=tokenizer: len(t.prompt_ids([m.as_dict() for m in messages]))
+
+
+def qwen3_counter():
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(QWEN3_TOKENIZER))
+
+    def count(messages):  # as VllmLLM.prompt_ids: the template rendered, then encoded
+        dicts = [m.as_dict() for m in messages]
+        text = tokenizer.apply_chat_template(dicts, tokenize=False, add_generation_prompt=True)
+        return len(tokenizer.encode(text))
+
+    return count
+
+
+def test_the_allowances_hold_on_the_shipped_tokenizers():
+    for count_prompt in [*shipped_gguf_counters(), qwen3_counter()]:
+        fixed, markup = fixed_and_markup(count_prompt)
+        assert fixed <= PROMPT_OVERHEAD_TOKENS
+        assert markup <= PASSAGE_MARKUP_TOKENS
+    assert LABEL_CHARS == 120  # the labels' own tokens are inside max_passage_tokens
