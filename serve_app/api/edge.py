@@ -10,13 +10,22 @@ plain-text 500). Here, once per request:
   400 ``INVALID_HEADER`` in the error envelope;
 - ``X-Request-ID`` is made safe (``request_id_from``) and written back into the request, so
   every layer after this one logs and echoes the same safe id;
-- the body is read under ``api.connections``' budget: a chunk stalled past the idle timeout,
-  or a body below the floor rate past the grace period, is answered 408 with
-  ``Connection: close`` and the request handed a disconnect;
+- the body is read under ``api.connections``' budget, on a clock that runs only while the
+  edge waits for the client: a chunk stalled past the idle timeout, or a body below the floor
+  rate past the grace period, is answered 408 with ``Connection: close`` and the request
+  handed a disconnect. The budget is for request bodies only: a response may stream as long
+  as the app streams;
+- an answer that leaves before the declared body was read (a 401, a 413) carries
+  ``Connection: close``: the rest of the body could otherwise trickle into a kept-alive
+  connection for ever;
+- websocket upgrades are refused (close 1008; the app has none), after the header check and
+  the id rewrite, with a WARNING access line;
 - one access line (JSON, ``serve_app.access``) is written when the request ends: method,
   path, route, status, error code, request id, principal (key name or token subject, never a
   secret), tenant and latency. Success at INFO, refusals (4xx) at WARNING, failures (5xx) at
-  ERROR; never a traceback.
+  ERROR; never a traceback. A client gone before the answer is 499 ``CLIENT_CLOSED``; an
+  answer started but not finished keeps its status with code ``INCOMPLETE``. Health checks
+  (``HEALTH_PATHS``) get a line only when they fail.
 
 A second edge inside the first one's request (the app's own, behind Serve's) passes the
 request through: ``CURRENT`` is set.
