@@ -323,3 +323,37 @@ async def test_health_checks_write_no_access_line(path):
     client = Client([])
     assert await run_logged(healthy, client, http_scope(path=path, body_length=None)) == {}
     assert client.start["status"] == 200
+
+
+async def test_uvicorn_closes_the_connection_after_an_early_answer():
+    # The real server: a 401 before the body, then the client keeps trickling; uvicorn must
+    # close the connection rather than keep it alive for the trickle.
+    import socket
+
+    import uvicorn
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(
+            Edge(answer_at_once, BUDGET), host="127.0.0.1", port=port, log_level="warning"
+        )
+    )
+    serving = asyncio.ensure_future(server.serve())
+    try:
+        while not server.started:
+            await asyncio.sleep(0.02)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /v1/documents HTTP/1.1\r\nHost: t\r\nContent-Length: 1000\r\n\r\n{")
+        await writer.drain()
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        assert head.startswith(b"HTTP/1.1 401") and b"connection: close" in head.lower()
+        writer.write(b" ")  # the trickle goes on
+        await writer.drain()
+        rest = await asyncio.wait_for(reader.read(), 5)  # EOF: the server closed
+        assert rest.endswith(b"}")
+        writer.close()
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(serving, 5)
