@@ -161,7 +161,9 @@ def haproxy_header_timeout(template: str, seconds: float) -> str:
             "Ray Serve's HAProxy template has no 'timeout http-request' line as expected: "
             "deployments/instance.py cannot set the header timeout"
         )
-    return template.replace(_HTTP_REQUEST_TIMEOUT, f"timeout http-request {seconds:g}s")
+    # HAProxy's time values are integers with a unit ("2.5s" is refused): milliseconds.
+    milliseconds = max(1, round(seconds * 1000))
+    return template.replace(_HTTP_REQUEST_TIMEOUT, f"timeout http-request {milliseconds}ms")
 
 
 def bind_haproxy_admin_listeners() -> None:

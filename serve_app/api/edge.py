@@ -10,13 +10,22 @@ plain-text 500). Here, once per request:
   400 ``INVALID_HEADER`` in the error envelope;
 - ``X-Request-ID`` is made safe (``request_id_from``) and written back into the request, so
   every layer after this one logs and echoes the same safe id;
-- the body is read under ``api.connections``' budget: a chunk stalled past the idle timeout,
-  or a body below the floor rate past the grace period, is answered 408 with
-  ``Connection: close`` and the request handed a disconnect;
+- the body is read under ``api.connections``' budget, on a clock that runs only while the
+  edge waits for the client: a chunk stalled past the idle timeout, or a body below the floor
+  rate past the grace period, is answered 408 with ``Connection: close`` and the request
+  handed a disconnect. The budget is for request bodies only: a response may stream as long
+  as the app streams;
+- an answer that leaves before the declared body was read (a 401, a 413) carries
+  ``Connection: close``: the rest of the body could otherwise trickle into a kept-alive
+  connection for ever;
+- websocket upgrades are refused (close 1008; the app has none), after the header check and
+  the id rewrite, with a WARNING access line;
 - one access line (JSON, ``serve_app.access``) is written when the request ends: method,
   path, route, status, error code, request id, principal (key name or token subject, never a
   secret), tenant and latency. Success at INFO, refusals (4xx) at WARNING, failures (5xx) at
-  ERROR; never a traceback.
+  ERROR; never a traceback. A client gone before the answer is 499 ``CLIENT_CLOSED``; an
+  answer started but not finished keeps its status with code ``INCOMPLETE``. Health checks
+  (``HEALTH_PATHS``) get a line only when they fail.
 
 A second edge inside the first one's request (the app's own, behind Serve's) passes the
 request through: ``CURRENT`` is set.
@@ -45,6 +54,15 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 ACCESS = logging.getLogger("serve_app.access")
 MAX_LOGGED_PATH = 512
+# Load balancers' checks, every few seconds per replica: an access line only when they fail.
+HEALTH_PATHS = frozenset({"/-/healthz", "/-/routes"})
+# The access line's status and code of a request that did not finish (nginx's 499: the
+# client closed the connection before the answer).
+CLIENT_CLOSED_STATUS, CLIENT_CLOSED = 499, "CLIENT_CLOSED"
+INCOMPLETE = "INCOMPLETE"  # the answer started but did not finish
+INTERNAL = ServeAppError.code
+WEBSOCKET_REFUSED = "WEBSOCKET_REFUSED"
+WS_POLICY_VIOLATION = 1008
 
 
 @dataclass
@@ -82,33 +100,42 @@ def _with_request_id(headers: list[tuple[bytes, bytes]], request_id: str) -> lis
 
 
 class BodyTimer:
-    """When the next body chunk is due under ``budget``: within the idle timeout of the last
-    one, and, past the grace period, soon enough that the body averages the floor rate
-    counted from the end of the grace period."""
+    """The request body's budget, on a clock that runs only while the edge waits for the
+    client (the app's own delays between reads never count): each chunk within the idle
+    timeout, and, past the grace period of waiting, enough bytes for the floor rate."""
 
-    def __init__(self, budget: ConnectionBudget, now: float) -> None:
+    def __init__(self, budget: ConnectionBudget) -> None:
         self.budget = budget
-        self.started = now
-        self.last = now
+        self.waited = 0.0
         self.received = 0
 
-    def arrived(self, size: int, now: float) -> None:
-        self.received += size
-        self.last = now
-
-    def due(self) -> float:
+    def due_in(self) -> float:
+        """How long the next chunk may be waited for."""
         budget = self.budget
-        idle = self.last + budget.body_idle_timeout_s
-        floor = (
-            self.started
-            + budget.body_rate_grace_s
-            + self.received / budget.body_min_rate_bytes_per_s
-        )
-        return min(idle, floor)
+        floor = budget.body_rate_grace_s + self.received / budget.body_min_rate_bytes_per_s
+        return max(0.0, min(budget.body_idle_timeout_s, floor - self.waited))
 
-    def describe(self, now: float) -> str:
+    async def receive(self, receive: Receive) -> Message | None:
+        """The next message from ``receive`` (at once when the server has it buffered),
+        None when the budget runs out first."""
+        pending = asyncio.ensure_future(receive())
+        began = time.monotonic()
+        try:
+            done, _ = await asyncio.wait({pending}, timeout=self.due_in())
+        finally:
+            self.waited += time.monotonic() - began
+            if not pending.done():
+                pending.cancel()
+        if not done:
+            return None
+        message = pending.result()
+        if message["type"] == "http.request":
+            self.received += len(message.get("body", b""))
+        return message
+
+    def describe(self) -> str:
         return (
-            f"request body too slow: {self.received} bytes in {now - self.started:.1f} s "
+            f"request body too slow: {self.received} bytes in {self.waited:.1f} s "
             f"(api.connections: a chunk every {self.budget.body_idle_timeout_s:g} s, "
             f"{self.budget.body_min_rate_bytes_per_s} bytes/s after "
             f"{self.budget.body_rate_grace_s:g} s)"
@@ -138,7 +165,7 @@ class Edge:
         return self._budget() if callable(self._budget) else self._budget
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or CURRENT.get() is not None:
+        if scope["type"] not in ("http", "websocket") or CURRENT.get() is not None:
             await self.app(scope, receive, send)
             return
         began = time.perf_counter()
@@ -149,62 +176,94 @@ class Edge:
         request_id = request_id_from(sent_id)
         scope["headers"] = _with_request_id(list(scope.get("headers", ())), request_id)
         id_token = REQUEST_ID.set(request_id)
-        status = 500
-        started = logged = False
-        refused: ServeAppError | None = None
+        try:
+            if scope["type"] == "websocket":
+                await _refuse_websocket(scope, record, began, bad_header, send)
+            else:
+                await self._http(scope, receive, send, record, began, request_id, bad_header)
+        finally:
+            REQUEST_ID.reset(id_token)
+            CURRENT.reset(record_token)
 
-        def write_line() -> None:
+    async def _http(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        record: RequestRecord,
+        began: float,
+        request_id: str,
+        bad_header: str | None,
+    ) -> None:
+        status = 500
+        started = completed = logged = client_left = False
+        refused: ServeAppError | None = None
+        health_check = _route_path(scope) in HEALTH_PATHS
+
+        def write_line(level: int | None = None) -> None:
             # Before the last byte of the answer leaves: a client that has its answer finds
             # its line, whatever happens to this process next.
             nonlocal logged
-            if not logged and (refused is not None or self.log_passed()):
+            if logged or (health_check and status < 400):
+                return
+            if refused is not None or self.log_passed():
                 logged = True
-                _log_access(scope, record, status, time.perf_counter() - began)
+                _log_access(scope, record, status, time.perf_counter() - began, level)
 
-        async def send_error(error: ServeAppError, close: bool = False) -> None:
-            nonlocal refused, status
-            refused = error
-            status = error.status
-            record.code = error.code
-            write_line()
-            headers = {"x-request-id": request_id, **({"connection": "close"} if close else {})}
-            await error_response(error, headers=headers)({"type": "http"}, _disconnected, send)
-
-        async def guarded_send(message: Message) -> None:
-            nonlocal status, started
-            if refused is not None:
-                return  # the app's answer after the edge answered for it
+        async def out(message: Message) -> None:
+            """Every message to the client, the app's and the edge's own."""
+            nonlocal started, completed, status, client_left
             if message["type"] == "http.response.start":
                 started = True
                 status = message["status"]
+                if not body_done and has_body:  # the rest could trickle in after the answer
+                    message = {**message, "headers": _with_close(message.get("headers", ()))}
             elif message["type"] == "http.response.body" and not message.get("more_body"):
+                completed = True
                 write_line()
-            await send(message)
+            try:
+                await send(message)
+            except OSError:
+                client_left = True
+                raise
 
-        timer = BodyTimer(self.budget(), time.monotonic())
+        async def send_error(error: ServeAppError, close: bool = False) -> None:
+            nonlocal refused
+            refused = error
+            record.code = error.code
+            headers = {"x-request-id": request_id, **({"connection": "close"} if close else {})}
+            await error_response(error, headers=headers)({"type": "http"}, _disconnected, out)
+
+        async def guarded_send(message: Message) -> None:
+            if refused is None:  # else the app's answer after the edge answered for it
+                await out(message)
+
+        timer = BodyTimer(self.budget())
         body_done = False
+        has_body = _declares_body(scope)
 
         async def timed_receive() -> Message:
-            nonlocal body_done
+            nonlocal body_done, client_left
             if refused is not None:
                 return {"type": "http.disconnect"}
             if body_done:
-                return await receive()  # waiting for a disconnect: no budget applies
-            left = timer.due() - time.monotonic()
-            try:
-                message = await asyncio.wait_for(receive(), max(left, 0.0))
-            except TimeoutError:
-                error = RequestTooSlowError(timer.describe(time.monotonic()))
-                if not started:
-                    await send_error(error, close=True)
-                else:  # already answered: the app stops reading; the server closes
-                    record.code = error.code
-                return {"type": "http.disconnect"}
-            if message["type"] == "http.request":
-                timer.arrived(len(message.get("body", b"")), time.monotonic())
-                body_done = not message.get("more_body", False)
+                message = await receive()  # waiting for a disconnect: no budget applies
+            else:
+                message = await timer.receive(receive)
+                if message is None:
+                    error = RequestTooSlowError(timer.describe())
+                    if not started:
+                        await send_error(error, close=True)
+                    else:  # already answered: the app stops reading; the server closes
+                        record.code = error.code
+                    return {"type": "http.disconnect"}
+                if message["type"] == "http.request":
+                    body_done = not message.get("more_body", False)
+            if message["type"] == "http.disconnect":
+                client_left = True
             return message
 
+        failed = False
         try:
             if bad_header is not None:
                 await send_error(
@@ -214,10 +273,49 @@ class Edge:
                 )
             else:
                 await self.app(scope, timed_receive, guarded_send)
+        except asyncio.CancelledError:
+            client_left = True
+            raise
+        except BaseException:
+            failed = True
+            raise
         finally:
-            write_line()  # no complete answer: an error, a disconnect
-            REQUEST_ID.reset(id_token)
-            CURRENT.reset(record_token)
+            # No complete answer: the client left, or the app failed.
+            if not started:
+                status = CLIENT_CLOSED_STATUS if client_left and not failed else 500
+                record.code = CLIENT_CLOSED if status == CLIENT_CLOSED_STATUS else INTERNAL
+                write_line()
+            elif not completed:
+                record.code = record.code or INCOMPLETE
+                write_line(logging.ERROR if failed else logging.WARNING)
+
+
+async def _refuse_websocket(
+    scope: Scope, record: RequestRecord, began: float, bad_header: str | None, send: Send
+) -> None:
+    """The app has no websocket routes: every upgrade is refused here (the server answers
+    403), after the header check and the id rewrite, so Serve never decodes the raw id."""
+    record.code = InvalidHeaderError.code if bad_header else WEBSOCKET_REFUSED
+    await send({"type": "websocket.close", "code": WS_POLICY_VIOLATION})
+    _log_access(scope, record, 403, time.perf_counter() - began, logging.WARNING)
+
+
+def _route_path(scope: Scope) -> str:
+    path, root = str(scope.get("path", "")), str(scope.get("root_path", ""))
+    return path[len(root) :] if root and path.startswith(root) else path
+
+
+def _declares_body(scope: Scope) -> bool:
+    """Whether the request says a body follows (a Content-Length over 0, or chunked)."""
+    length = _raw_header(scope, b"content-length")
+    if length is not None:
+        return length.strip() not in ("", "0")
+    return _raw_header(scope, b"transfer-encoding") is not None
+
+
+def _with_close(headers: Any) -> list[tuple[bytes, bytes]]:
+    kept = [(k, v) for k, v in headers if k.lower() != b"connection"]
+    return [*kept, (b"connection", b"close")]
 
 
 def _raw_header(scope: Scope, name: bytes) -> str | None:
@@ -231,8 +329,11 @@ async def _disconnected() -> Message:
     return {"type": "http.disconnect"}
 
 
-def _log_access(scope: Scope, record: RequestRecord, status: int, seconds: float) -> None:
-    level = logging.INFO if status < 400 else logging.WARNING if status < 500 else logging.ERROR
+def _log_access(
+    scope: Scope, record: RequestRecord, status: int, seconds: float, level: int | None = None
+) -> None:
+    if level is None:
+        level = logging.INFO if status < 400 else logging.WARNING if status < 500 else logging.ERROR
     client = scope.get("client")
     ACCESS.log(
         level,

@@ -12,11 +12,13 @@ import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from starlette.requests import ClientDisconnect
+
 from serve_app.api.auth import Authenticator, Principal
-from serve_app.api.edge import CURRENT
+from serve_app.api.edge import CLIENT_CLOSED, CLIENT_CLOSED_STATUS, CURRENT
 from serve_app.api.errors import ERROR_CODE, error_response, for_status
 from serve_app.api.observability import REQUEST_ID, Metrics, Stopwatch, request_id_from
-from serve_app.errors import PayloadTooLargeError, ServeAppError
+from serve_app.errors import PayloadTooLargeError, RequestTooSlowError, ServeAppError
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -52,7 +54,9 @@ async def _no_body() -> Message:
 class RequestEnvelope:
     """Request id (the edge made it safe), X-Request-ID on the answer, latency and error
     metrics, the route, principal and error code for the edge's access line; an error
-    escaping the app becomes the INTERNAL envelope."""
+    escaping the app becomes the INTERNAL envelope, except a body the client did not finish
+    sending (``ClientDisconnect``): counted 408 when the edge timed it out, else 499, without
+    a traceback."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics, set_request_id_header: bool) -> None:
         self.app = app
@@ -89,6 +93,14 @@ class RequestEnvelope:
 
         try:
             await self.app(scope, receive, send_wrapper)
+        except ClientDisconnect:
+            # Expected, not a failure of ours: the edge timed the body out (its 408 is out)
+            # or the client left mid-upload; the edge's access line says which.
+            record = CURRENT.get()
+            if record is not None and record.code == RequestTooSlowError.code:
+                status, box["code"] = RequestTooSlowError.status, RequestTooSlowError.code
+            elif not started:
+                status, box["code"] = CLIENT_CLOSED_STATUS, CLIENT_CLOSED
         except Exception:
             log.exception("unhandled error")
             if not started:

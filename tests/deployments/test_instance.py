@@ -72,3 +72,12 @@ def test_a_port_the_user_set_is_kept():
         assert "DASHBOARD_METRIC_PORT" not in instance.environment
     finally:
         instance.remove_files()
+
+
+@pytest.mark.parametrize(("seconds", "rendered"), [(2.5, "2500ms"), (5, "5000ms"), (0.0001, "1ms")])
+def test_the_haproxy_header_timeout_is_integer_milliseconds(seconds, rendered):
+    # HAProxy's time values are integers with a unit: "2.5s" stopped it from starting.
+    from deployments.instance import _HTTP_REQUEST_TIMEOUT, haproxy_header_timeout
+
+    template = f"defaults\n  {_HTTP_REQUEST_TIMEOUT}\n"
+    assert f"timeout http-request {rendered}\n" in haproxy_header_timeout(template, seconds)
