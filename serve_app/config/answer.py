@@ -58,8 +58,11 @@ class AnswerConfig(Section):
     """``top_k`` passages (at most ``max_passage_chars`` each) go into the prompt;
     ``max_tokens`` caps an answer (a request may ask for up to ``max_tokens_limit``);
     ``history_tokens`` bounds the earlier turns of ``messages`` kept (newest first, counted
-    as characters / ``chars_per_token``)."""
+    as characters / ``chars_per_token``). ``heartbeat_s``: a streamed answer sends an SSE
+    comment this often while no event is due (understanding, retrieval, the wait for a slot,
+    the prompt's reading), so proxies with an idle timeout above it keep the stream."""
 
+    heartbeat_s: float = Field(default=15.0, gt=0, le=300)
     top_k: int = Field(default=5, ge=1, le=20)
     max_passage_chars: int = Field(default=1200, ge=100)
     max_tokens: int = Field(default=384, ge=1)
