@@ -262,6 +262,10 @@ class LlamaCppLLM:
             "streams_stopped": self.streams_stopped,
         }
 
+    async def check_health(self) -> None:
+        """Raises ServiceUnavailableError once the engine is stopped."""
+        self._check_open()
+
     def close(self) -> None:
         self.closed = True
         self.pool.shutdown(wait=False, cancel_futures=True)

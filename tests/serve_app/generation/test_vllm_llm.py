@@ -97,3 +97,32 @@ async def test_a_closed_stream_frees_its_slot_and_a_full_replica_refuses(vllm_ll
     assert vllm_llm.slots.active == 0
     assert vllm_llm.streams_stopped == stopped_before + 1
     assert (await vllm_llm.complete(MESSAGES, GenerationParams(max_tokens=2))).text is not None
+
+
+async def test_the_llm_deployment_is_unhealthy_once_its_engine_is_dead(tiny_qwen3_lm):
+    """Ray Serve's health check of the LLM deployment asks the backend; a vLLM engine that
+    died (shut down here) must fail it, so Serve replaces the replica."""
+    import inspect
+    from types import SimpleNamespace
+
+    from deployments.llm import LlmDeployment
+    from serve_app.generation.vllm_engine import VllmLLM
+
+    llm = VllmLLM(
+        LlmConfig(
+            enabled=True, backend="vllm", model=str(tiny_qwen3_lm), dtype="float32",
+            context_tokens=512, parallel=1, max_queued=0, temperature=0.0,
+            vllm={"enforce_eager": True, "max_model_len": 512},
+        )
+    )  # fmt: skip
+    replica = SimpleNamespace(llm=llm)
+
+    async def check() -> None:
+        outcome = LlmDeployment.func_or_class.check_health(replica)
+        if inspect.isawaitable(outcome):
+            await outcome
+
+    await check()  # alive: healthy
+    llm.close()  # the engine is dead from here on
+    with pytest.raises(Exception, match="engine"):
+        await check()
