@@ -100,6 +100,13 @@ class RetrievalService:
         # Answers: the LLM in this process or a handle to its deployment (None: answers are
         # refused with 503 naming llm.enabled).
         self.llm = llm
+        # Reported by /readyz but not gating it: without the LLM searches still work and
+        # answers still return their results with an error event (docs/answers.md).
+        self.advisory_checks: set[str] = set()
+        check_llm = getattr(llm, "check_health", None)
+        if check_llm is not None:
+            self.checks = {**self.checks, "llm": check_llm}
+            self.advisory_checks.add("llm")
         self.answer_pipeline = AnswerPipeline(self.config, llm, self.search, self._collection_names)
         self._ingest_slots: asyncio.Semaphore | None = None
         self._uploads = 0

@@ -208,3 +208,18 @@ async def test_the_stream_starts_at_once_and_beats_while_nothing_is_due(app_conf
     finally:
         await http.aclose()
         await service.components.close()
+
+
+async def test_readiness_reports_the_llm_without_gating_on_it(app_config_factory):
+    llm = build_llm(app_config_factory(llm=SMOLLM2).llm)
+    service, http = await serve(app_config_factory, llm)
+    try:
+        body = (await http.get("/readyz")).json()
+        assert body["checks"]["llm"] == "ok" and body["ready"] is True
+        llm.close()
+        response = await http.get("/readyz")
+        assert response.json()["checks"]["llm"] == "failing"
+        assert response.status_code == 200 and response.json()["ready"] is True
+    finally:
+        await http.aclose()
+        await service.components.close()
