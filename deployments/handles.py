@@ -281,6 +281,7 @@ class RemoteLLM:
         self._count_tokens = handle.count_tokens
         self._count_prompt_tokens = handle.count_prompt_tokens
         self._stream = handle.options(stream=True).stream
+        self._ping = handle.ping
         self.model_id = info["model_id"]
         self.retry_after_s = retry_after_s
 
@@ -292,6 +293,10 @@ class RemoteLLM:
                 "every LLM replica is at its limit; retry shortly",
                 retry_after_s=self.retry_after_s,
             ) from None
+
+    async def check_health(self) -> None:
+        """The LLM deployment answers (for /readyz; Serve checks each replica's engine)."""
+        await call("llm", self._ping.remote())
 
     async def complete(self, messages: list[Message], params: GenerationParams) -> Completion:
         return await call("llm", self._admitted(self._complete.remote(messages, params)))

@@ -111,8 +111,8 @@ class IngressDeployment(ConfiguredDeployment):
             checks["splade"] = _ping("splade", splade)
         if reranker is not None:
             checks["reranker"] = _ping("reranker", reranker)
-        # The LLM is not a readiness check: without it searches still work and answers still
-        # return their results (with an error event), so it must not take the ingress out.
+        # The LLM is reported by /readyz but does not gate it (RetrievalService adds it): without
+        # it searches still work and answers still return their results with an error event.
         remote_llm = None
         if "llm" in self.handles:
             llm_handle = self.handles["llm"]

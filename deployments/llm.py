@@ -74,9 +74,8 @@ class LlmDeployment(ConfiguredDeployment):
         finally:
             await stream.aclose()
 
-    def check_health(self) -> None:
-        if getattr(self.llm, "closed", False):
-            raise RuntimeError("LLM engine stopped")
+    async def check_health(self) -> None:
+        await self.llm.check_health()  # type: ignore[attr-defined]
 
     def __del__(self) -> None:
         close = getattr(getattr(self, "llm", None), "close", None)

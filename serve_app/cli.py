@@ -276,11 +276,13 @@ async def _answer(config: AppConfig, args: argparse.Namespace) -> int:
                 print(json.dumps(await client.call("POST", path, json=body), indent=2))
                 return 0
             body = _answer_request(args, stream=True).model_dump(exclude_none=True)
+            failed = False
             async for kind, data in client.events(path, body):
                 _print_event(kind, data)
+                failed = failed or kind == "error"
         finally:
             await client.close()
-        return 0
+        return 1 if failed else 0
     from serve_app.api.service import RetrievalService
     from serve_app.generation import build_llm
     from serve_app.pipelines.components import build_components
@@ -293,17 +295,19 @@ async def _answer(config: AppConfig, args: argparse.Namespace) -> int:
         pipeline = RetrievalService(components, llm=llm).answer_pipeline
         request = _answer_request(args, stream=not args.json)
         if args.json:
-            print(json.dumps(await pipeline.answer(request, args.tenant), indent=2))
-            return 0
-        prepared = await pipeline.prepare(request, args.tenant)
-        async for kind, data in pipeline.events(prepared):
+            answer = await pipeline.answer(request, args.tenant)
+            print(json.dumps(answer, indent=2))
+            return 1 if answer["error"] is not None else 0
+        failed = False
+        async for kind, data in pipeline.stream(request, args.tenant):
             _print_event(kind, data)
+            failed = failed or kind == "error"
     finally:
         close = getattr(llm, "close", None)
         if close is not None:
             close()
         await components.close()
-    return 0
+    return 1 if failed else 0
 
 
 # -- eval ------------------------------------------------------------------------------------

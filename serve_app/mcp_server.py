@@ -166,7 +166,8 @@ def build_server(service: ToolClient) -> MCPServer:
         (with the sub-queries that found each), citations that name no passage and sentences
         without one. ``multi_query``: retrieve reformulations of the question too;
         ``understand``: the query-understanding step (filters, relevance); unset: the
-        service's defaults. If the LLM fails, ``error`` says why and the passages still come."""
+        service's defaults. If the LLM fails (an outage, a deadline), the tool fails with the
+        API's error code and message (``isError``)."""
         body: dict[str, Any] = {"question": question, "stream": False}
         for key, value in (
             ("top_k", top_k),
@@ -181,7 +182,6 @@ def build_server(service: ToolClient) -> MCPServer:
             "question": question,
             "collection": collection,
             "answer": result.get("answer"),
-            "error": result.get("error"),
             "early_return": result.get("early_return"),
             "citations": result.get("citations", []),
             "invalid_citations": result.get("invalid_citations", []),

@@ -14,7 +14,7 @@ from serve_app.errors import (
     collection_not_found,
 )
 from serve_app.generation.base import LLM
-from serve_app.pipelines.answer import AnswerPipeline, Event, PreparedAnswer
+from serve_app.pipelines.answer import AnswerPipeline, Event
 from serve_app.pipelines.components import Components
 from serve_app.pipelines.ingest import ChunkBudget, IngestPipeline
 from serve_app.pipelines.search import SearchPipeline
@@ -100,6 +100,13 @@ class RetrievalService:
         # Answers: the LLM in this process or a handle to its deployment (None: answers are
         # refused with 503 naming llm.enabled).
         self.llm = llm
+        # Reported by /readyz but not gating it: without the LLM searches still work and
+        # answers still return their results with an error event (docs/answers.md).
+        self.advisory_checks: set[str] = set()
+        check_llm = getattr(llm, "check_health", None)
+        if check_llm is not None:
+            self.checks = {**self.checks, "llm": check_llm}
+            self.advisory_checks.add("llm")
         self.answer_pipeline = AnswerPipeline(self.config, llm, self.search, self._collection_names)
         self._ingest_slots: asyncio.Semaphore | None = None
         self._uploads = 0
@@ -171,16 +178,21 @@ class RetrievalService:
             request, scope(tenant_id, collection), confirm=_named(tenant_id, collection)
         )
 
-    async def prepare_answer(self, request: AnswerRequest, tenant_id: str) -> PreparedAnswer:
-        """Everything of an answer before its first byte (``AnswerPipeline.prepare``)."""
-        return await self.answer_pipeline.prepare(request, tenant_id)
+    async def check_answer(self, request: AnswerRequest, tenant_id: str) -> None:
+        """What refuses an answer before its first byte (``AnswerPipeline.check``)."""
+        await self.answer_pipeline.check(request, tenant_id)
 
-    def answer_events(self, prepared: PreparedAnswer) -> AsyncIterator[Event]:
-        return self.answer_pipeline.events(prepared)
+    def answer_stream(
+        self, request: AnswerRequest, tenant_id: str, bound_s: float
+    ) -> AsyncIterator[Event]:
+        """The answer's events, preparation included (``AnswerPipeline.stream``)."""
+        return self.answer_pipeline.stream(request, tenant_id, bound_s)
 
-    async def answer(self, request: AnswerRequest, tenant_id: str) -> dict[str, Any]:
+    async def answer(
+        self, request: AnswerRequest, tenant_id: str, bound_s: float | None = None
+    ) -> dict[str, Any]:
         """The whole answer as one object (the JSON variant)."""
-        return await self.answer_pipeline.answer(request, tenant_id)
+        return await self.answer_pipeline.answer(request, tenant_id, bound_s)
 
     async def get_document(
         self, tenant_id: str, doc_id: str, collection: str = DEFAULT_COLLECTION

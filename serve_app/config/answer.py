@@ -68,8 +68,12 @@ class AnswerConfig(Section):
     ``history_tokens`` (newest first), a question of at most ``max_question_tokens``, and
     ``max_tokens`` for the answer (a request may ask for up to ``max_tokens_limit``). A
     request whose prompt and ``max_tokens`` exceed the window is refused (422
-    PROMPT_TOO_LONG); the defaults always fit (checked when the configuration loads)."""
+    PROMPT_TOO_LONG); the defaults always fit (checked when the configuration loads).
+    ``heartbeat_s``: a streamed answer sends an SSE comment this often while no event is due
+    (understanding, retrieval, the wait for a slot, the prompt's reading), so proxies with an
+    idle timeout above it keep the stream."""
 
+    heartbeat_s: float = Field(default=15.0, gt=0, le=300)
     top_k: int = Field(default=5, ge=1, le=20)
     max_passage_tokens: int = Field(default=256, ge=32)
     max_question_tokens: int = Field(default=512, ge=16)

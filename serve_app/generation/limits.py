@@ -18,9 +18,8 @@ class GenerationSlots:
         self.active = 0
         self.waiting = 0
 
-    async def acquire(self) -> None:
-        """Take a slot, waiting behind at most ``max_queued`` others; OverloadedError when
-        that queue is full. A cancelled wait leaves the counts as they were."""
+    def check(self) -> None:
+        """OverloadedError when a request arriving now would be refused."""
         if self.active + self.waiting >= self.parallel + self.max_queued:
             raise OverloadedError(
                 f"{self.active} generations are running and {self.waiting} waiting on this "
@@ -28,6 +27,11 @@ class GenerationSlots:
                 f"retry in {self.retry_after_s:g}s",
                 retry_after_s=self.retry_after_s,
             )
+
+    async def acquire(self) -> None:
+        """Take a slot, waiting behind at most ``max_queued`` others; OverloadedError when
+        that queue is full. A cancelled wait leaves the counts as they were."""
+        self.check()
         self.waiting += 1
         try:
             await self._free.acquire()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -49,6 +50,10 @@ def request_body(messages: list[Message], params: GenerationParams, stream: bool
         body["seed"] = params.seed
     if params.stop:
         body["stop"] = list(params.stop)
+    if stream:
+        # A chunk after each prompt batch: the stream's callback can stop a generation while
+        # llama.cpp still reads its prompt (llm.prompt_batch_tokens bounds how long that takes).
+        body["return_progress"] = True
     if params.json_schema is not None:
         body["response_format"] = {
             "type": "json_schema",
@@ -71,11 +76,30 @@ def _raise_for_error(answer: dict) -> None:
 
 
 def _usage(timings: dict | None, usage: dict | None) -> Usage:
+    """The whole prompt's tokens: llama.cpp's ``prompt_n`` counts only those it did not take
+    from its prompt cache (``cache_n``)."""
     if usage:
         return Usage(int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)))
     if timings:
-        return Usage(int(timings.get("prompt_n", 0)), int(timings.get("predicted_n", 0)))
+        prompt = int(timings.get("cache_n", 0)) + int(timings.get("prompt_n", 0))
+        return Usage(prompt, int(timings.get("predicted_n", 0)))
     return Usage()
+
+
+class _Calls:
+    """How many pool threads are inside llama.cpp right now (a context manager)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.inside = 0
+
+    def __enter__(self) -> None:
+        with self._lock:
+            self.inside += 1
+
+    def __exit__(self, *_: object) -> None:
+        with self._lock:
+            self.inside -= 1
 
 
 class LlamaCppStream:
@@ -96,7 +120,7 @@ class LlamaCppStream:
 
     def _on_chunk(self, chunk: dict) -> bool | None:
         if self._stopped.is_set():
-            return True  # llama.cpp stops this generation here
+            return True  # llama.cpp stops this generation here, also while reading the prompt
         if "error" in chunk or ("code" in chunk and "choices" not in chunk):
             self._put(chunk)
             return True
@@ -113,7 +137,10 @@ class LlamaCppStream:
 
     def _run(self, body: dict) -> None:
         try:
-            self.owner.server.handle_chat_completions(body, self._on_chunk)
+            with self.owner.calls:
+                self.owner.server.handle_chat_completions(body, self._on_chunk)
+            if self._stopped.is_set():
+                self.owner.wait_until_let_go()
         except Exception as error:  # the engine's own failure, reported to the reader
             self._put({"error": {"message": f"{type(error).__name__}: {error}"}})
         finally:
@@ -164,6 +191,7 @@ class LlamaCppLLM:
         # llama.cpp divides the context among its slots: each generation gets context_tokens.
         params.n_ctx = config.context_tokens * config.parallel
         params.n_parallel = config.parallel
+        params.n_batch = params.n_ubatch = config.prompt_batch_tokens
         params.cpuparams.n_threads = config.threads
         params.cpuparams_batch.n_threads = config.threads
         # No busy-waiting between a step's threads: on shared cores a spinning thread steals
@@ -173,9 +201,11 @@ class LlamaCppLLM:
         params.cpuparams_batch.poll = 0
         params.verbosity = -1
         params.warmup = False
+        params.endpoint_metrics = True  # the engine's own count of requests: engine_requests
         self.server = xllamacpp.Server(params)
         self.pool = ThreadPoolExecutor(config.parallel, thread_name_prefix="llama.cpp")
         self.slots = GenerationSlots(config.parallel, config.max_queued, config.retry_after_s)
+        self.calls = _Calls()
         self.tokens_generated = 0  # every token handed to a reader, over the engine's life
         self.streams_stopped = 0  # generations their reader closed while they still ran
         self.closed = False
@@ -198,20 +228,14 @@ class LlamaCppLLM:
         return len(self.tokenizer.prompt_ids(guarded))
 
     async def complete(self, messages: list[Message], params: GenerationParams) -> Completion:
-        self._check_open()
-        await self.slots.acquire()
+        """A stream read to its end: a caller that gives up (a deadline, a cancellation)
+        stops the generation, and the slot is free only once llama.cpp has let go of it."""
+        stream = await self.open_stream(messages, params)
         try:
-            body = self._body(messages, params, stream=False)
-            answer = await asyncio.get_running_loop().run_in_executor(
-                self.pool, self.server.handle_chat_completions, body
-            )
+            text = "".join([delta async for delta in stream])
         finally:
-            self.slots.release()
-        _raise_for_error(answer)
-        choice = answer["choices"][0]
-        usage = _usage(answer.get("timings"), answer.get("usage"))
-        self.tokens_generated += usage.completion_tokens
-        return Completion(choice["message"].get("content") or "", choice["finish_reason"], usage)
+            await stream.aclose()
+        return Completion(text, stream.finish_reason or "stop", stream.usage)
 
     async def open_stream(
         self, messages: list[Message], params: GenerationParams
@@ -224,12 +248,37 @@ class LlamaCppLLM:
             self.slots.release()
             raise
 
+    def _engine_requests(self) -> int:
+        text = self.server.handle_metrics()
+        return sum(
+            int(float(line.split()[-1]))
+            for line in text.splitlines()
+            if line.startswith(("llamacpp:requests_processing", "llamacpp:requests_deferred"))
+        )
+
+    async def engine_requests(self) -> int:
+        """Requests llama.cpp itself is processing or has deferred (its own metrics), to
+        check that the slots held here never drift from what the engine does."""
+        return await asyncio.get_running_loop().run_in_executor(None, self._engine_requests)
+
+    def wait_until_let_go(self, limit_s: float = 2.0) -> None:
+        """After a stopped call returned: leaving it only queues the cancel in llama.cpp's
+        loop, so wait (on the pool thread) until the engine processes no more requests than
+        the calls still inside it, and only then give the slot back."""
+        until = time.monotonic() + limit_s
+        while self._engine_requests() > self.calls.inside and time.monotonic() < until:
+            time.sleep(0.01)
+
     def stats(self) -> dict[str, int]:
         return {
             **self.slots.stats(),
             "tokens_generated": self.tokens_generated,
             "streams_stopped": self.streams_stopped,
         }
+
+    async def check_health(self) -> None:
+        """Raises ServiceUnavailableError once the engine is stopped."""
+        self._check_open()
 
     def close(self) -> None:
         self.closed = True

@@ -19,6 +19,7 @@ from typing import Any
 
 from serve_app.config import LlmConfig, resolve_model_path
 from serve_app.encoders.vllm_runtime import check_vllm_device, set_cpu_kv_cache
+from serve_app.errors import ServiceUnavailableError
 from serve_app.generation.base import (
     Completion,
     GenerationParams,
@@ -184,6 +185,13 @@ class VllmLLM:
             "tokens_generated": self.tokens_generated,
             "streams_stopped": self.streams_stopped,
         }
+
+    async def check_health(self) -> None:
+        """Raises ServiceUnavailableError once vLLM's engine is dead or shut down (Ray Serve's
+        health check of the LLM deployment, which then replaces the replica)."""
+        if self.engine.errored or not self.engine.is_running:
+            raise ServiceUnavailableError("the vLLM engine is dead")
+        await self.engine.check_health()
 
     def close(self) -> None:
         self.engine.shutdown()

@@ -8,9 +8,12 @@ usage, timings) or ``error`` (the generation failed or ran out of time; the resu
 already sent). An irrelevant question, or one no document matches, ends early with one
 ``delta`` carrying a helpful message and ``done`` marked ``early_return``.
 
-Everything up to the opening of the generation runs in ``prepare``, before any byte is sent,
-so a full LLM replica (OverloadedError) is a 429 and a failed retrieval an error status;
-after that, failures of the LLM become ``error`` events.
+``check`` runs before any byte is sent (no LLM, an unknown collection, a replica whose slots
+and queue are full: error statuses); ``stream`` then runs everything else (understanding,
+retrieval, the wait for a slot, the generation), so a server-sent-events response can start
+at once and keep the connection alive meanwhile. Every failure after ``check`` is an
+``error`` event, an unexpected exception included; every generation opened is closed on every
+way out (the end, an error, a deadline, the reader closing the iterator at any event).
 """
 
 from __future__ import annotations
@@ -129,6 +132,11 @@ class PreparedAnswer:
     stream: TokenStream | None = None
     error: ServeAppError | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)
+    deadline: float = float("inf")  # perf_counter time the whole answer must end by
+    first_token_by: float = float("inf")  # perf_counter time of the first token's deadline
+
+    def remaining_s(self, until: float | None = None) -> float:
+        return max(0.0, min(self.deadline, until or self.deadline) - time.perf_counter())
 
 
 class AnswerPipeline:
@@ -148,6 +156,7 @@ class AnswerPipeline:
         reformulations: int,
         with_filters: bool,
         tenant_id: str,
+        timeout_s: float,
     ) -> tuple[Understanding, ServeAppError | None]:
         settings = self.config.answer
         assert self.llm is not None
@@ -171,9 +180,7 @@ class AnswerPipeline:
             ),
         )
         try:
-            completion = await asyncio.wait_for(
-                self.llm.complete(messages, params), settings.deadlines.understand_s
-            )
+            completion = await asyncio.wait_for(self.llm.complete(messages, params), timeout_s)
         except OverloadedError:
             raise
         except TimeoutError:
@@ -203,6 +210,7 @@ class AnswerPipeline:
         filters: SearchFilters | None,
         collection: str,
         top_k: int,
+        timeout_s: float,
     ) -> tuple[list[Passage], list[dict], dict[str, float]]:
         multi = self.config.answer.multi_query
         per_query = max(multi.per_query_top_k, top_k) if len(sub_queries) > 1 else top_k
@@ -221,9 +229,7 @@ class AnswerPipeline:
             )
             for query in sub_queries
         ]
-        responses = await asyncio.wait_for(
-            asyncio.gather(*searches), self.config.answer.deadlines.retrieve_s
-        )
+        responses = await asyncio.wait_for(asyncio.gather(*searches), timeout_s)
         timings = {
             f"search.{stage}": max(r.timings_ms.get(stage, 0.0) for r in responses)
             for stage in ("encode", "retrieve", "rerank", "total")
@@ -262,9 +268,10 @@ class AnswerPipeline:
             results.append(entry)
         return passages, results, timings
 
-    async def _history(self, request: AnswerRequest) -> list[Message]:
-        """The earlier turns within ``answer.history_tokens``; PromptTooLongError for a
-        question over ``answer.max_question_tokens`` (both counted by the model's tokenizer)."""
+    async def _history(self, request: AnswerRequest) -> tuple[list[Message], int]:
+        """The earlier turns within ``answer.history_tokens`` and the tokens that question and
+        turns take; PromptTooLongError for a question over ``answer.max_question_tokens``
+        (all counted by the model's tokenizer)."""
         assert self.llm is not None
         settings = self.config.answer
         contents = list(dict.fromkeys(history_content(t) for t in request.messages))
@@ -275,7 +282,29 @@ class AnswerPipeline:
                 f"{settings.max_question_tokens} (answer.max_question_tokens)"
             )
         tokens = dict(zip(contents, counts, strict=True))
-        return history_within(request.messages, settings.history_tokens, tokens.__getitem__)
+        kept = history_within(request.messages, settings.history_tokens, tokens.__getitem__)
+        return kept, question_tokens + sum(tokens[history_content(t)] for t in kept)
+
+    def _check_allowance(self, request: AnswerRequest, asked_tokens: int) -> None:
+        """Before any byte: the request's question and history (``asked_tokens``, counted),
+        ``top_k`` passages at their allowance (``answer.max_passage_tokens`` and markup) and
+        its ``max_tokens`` must fit ``llm.context_tokens``, else PromptTooLongError (422)
+        naming the numbers. Passages are packed within the allowance, so a request that
+        passes fits (the exact prompt is counted again before generation)."""
+        settings = self.config.answer
+        top_k = request.top_k or settings.top_k
+        max_tokens = min(request.max_tokens or settings.max_tokens, settings.max_tokens_limit)
+        worst = settings.worst_prompt_tokens(top_k, max_tokens)
+        need = worst["total"] - worst["history"] - worst["question"] + asked_tokens
+        window = self.config.llm.context_tokens
+        if need > window:
+            raise PromptTooLongError(
+                f"top_k {top_k} passages (up to {worst['passages']} tokens), the question and "
+                f"history ({asked_tokens}), the prompt's own text ({worst['fixed']}) and "
+                f"max_tokens ({max_tokens}) need up to {need} tokens but the model's context "
+                f"holds {window} (llm.context_tokens): ask for fewer passages, a shorter "
+                "question or history, or fewer max_tokens"
+            )
 
     async def _fit(self, passages: list[Passage], results: list[dict]) -> list[Passage]:
         """Each passage within ``answer.max_passage_tokens`` (``Passage.fit``); its result
@@ -306,32 +335,59 @@ class AnswerPipeline:
             )
         return prompt_tokens
 
-    async def prepare(self, request: AnswerRequest, tenant_id: str) -> PreparedAnswer:
-        """Understanding, retrieval and the opening of the generation (see the module
-        docstring). Raises OverloadedError (429) when the LLM has no slot to give, and the
-        search's own errors."""
+    async def check(self, request: AnswerRequest, tenant_id: str) -> list[Message]:
+        """What can refuse an answer before any byte or generation: no LLM (503), a
+        collection the tenant lacks (404), a prompt that cannot fit the model's context
+        (422, ``_check_allowance``), a replica in this process whose slots and queue are full
+        (429; through Ray Serve the replica's refusal comes as an error event). Returns the
+        earlier turns the prompt keeps."""
         if self.llm is None:
             raise ServiceUnavailableError(
                 "answers need an LLM and this deployment has none (llm.enabled: false)"
             )
-        started = time.perf_counter()
-        settings = self.config.answer
         named = request.collection != DEFAULT_COLLECTION
         if named and request.collection not in await self.collections(tenant_id):
-            raise collection_not_found(request.collection)  # before any model call
+            raise collection_not_found(request.collection)
+        history, asked_tokens = await self._history(request)
+        self._check_allowance(request, asked_tokens)
+        slots = getattr(self.llm, "slots", None)
+        if slots is not None:
+            slots.check()
+        return history
+
+    async def prepare(
+        self, request: AnswerRequest, tenant_id: str, bound_s: float | None = None
+    ) -> PreparedAnswer:
+        """``check``, understanding, retrieval and the opening of the generation, all within
+        ``bound_s`` (the request's bound, at most ``answer.deadlines.total_s``). Raises the
+        errors of ``check`` and of the search."""
+        started = time.perf_counter()
+        history = await self.check(request, tenant_id)
+        assert self.llm is not None
+        settings = self.config.answer
+        total_s = min(settings.deadlines.total_s, bound_s or settings.deadlines.total_s)
+        deadlines = settings.deadlines
+
+        def within(stage_s: float) -> float:
+            return max(0.0, min(stage_s, started + total_s - time.perf_counter()))
+
         understand = (
             settings.understanding.enabled if request.understand is None else request.understand
         )
         multi = settings.multi_query.enabled if request.multi_query is None else request.multi_query
         reformulations = settings.multi_query.queries if multi else 0
-        history = await self._history(request)
         timings: dict[str, float] = {}
         understood: Understanding | None = None
         llm_error: ServeAppError | None = None
         if understand or multi:
             begun = time.perf_counter()
             understood, llm_error = await self._understand(
-                request, history, reformulations, understand, tenant_id
+                request,
+                history,
+                reformulations,
+                understand,
+                tenant_id,
+                within(deadlines.understand_s),
             )
             timings["understand"] = _ms(begun)
         query = understood.semantic_query if understood and understand else request.question
@@ -357,7 +413,9 @@ class AnswerPipeline:
             "history_turns": len(history),
             "model": self.llm.model_id,
         }
-        prepared = PreparedAnswer(request, started, metadata, timings_ms=timings)
+        prepared = PreparedAnswer(
+            request, started, metadata, timings_ms=timings, deadline=started + total_s
+        )
         if understand and understood and understood.valid and not understood.is_relevant:
             corpus = settings.understanding.corpus
             prepared.early = ("irrelevant", IRRELEVANT.format(corpus=corpus))
@@ -365,14 +423,21 @@ class AnswerPipeline:
             return prepared
         begun = time.perf_counter()
         top_k = request.top_k or settings.top_k
+        retrieve_s = within(deadlines.retrieve_s)
         try:
             passages, results, search_timings = await self._retrieve(
-                request, tenant_id, sub_queries, filters, collection or DEFAULT_COLLECTION, top_k
+                request,
+                tenant_id,
+                sub_queries,
+                filters,
+                collection or DEFAULT_COLLECTION,
+                top_k,
+                retrieve_s,
             )
         except TimeoutError:
             raise TimeoutExceededError(
-                f"retrieval did not finish within {settings.deadlines.retrieve_s:g}s "
-                "(answer.deadlines.retrieve_s)"
+                f"retrieval did not finish within {retrieve_s:g}s "
+                "(answer.deadlines.retrieve_s, or the answer's bound)"
             ) from None
         timings["retrieve"] = _ms(begun)
         timings.update(search_timings)
@@ -393,6 +458,8 @@ class AnswerPipeline:
             prepared.error = llm_error  # the LLM failed moments ago: report it, keep results
             return prepared
         begun = time.perf_counter()
+        # One deadline for the first token, the wait for a slot included: it runs from here.
+        prepared.first_token_by = begun + settings.deadlines.first_token_s
         messages = answer_messages(request.question, passages, history)
         params = GenerationParams(
             max_tokens=min(request.max_tokens or settings.max_tokens, settings.max_tokens_limit),
@@ -401,14 +468,16 @@ class AnswerPipeline:
         metadata["prompt_tokens"] = await self._check_budget(messages, params.max_tokens, top_k)
         try:
             prepared.stream = await asyncio.wait_for(
-                self.llm.open_stream(messages, params), settings.deadlines.first_token_s
+                self.llm.open_stream(messages, params),
+                prepared.remaining_s(prepared.first_token_by),
             )
         except OverloadedError:
             raise
         except TimeoutError:
             prepared.error = TimeoutExceededError(
-                f"no generation slot within {settings.deadlines.first_token_s:g}s "
-                "(answer.deadlines.first_token_s)"
+                "no generation slot before the deadline ("
+                + _deadline_name(prepared, settings.deadlines.first_token_s)
+                + ")"
             )
         except ServeAppError as error:
             prepared.error = error
@@ -416,9 +485,44 @@ class AnswerPipeline:
         return prepared
 
     # -- the stream ---------------------------------------------------------------------------
+    async def stream(
+        self, request: AnswerRequest, tenant_id: str, bound_s: float | None = None
+    ) -> AsyncIterator[Event]:
+        """The whole answer as events, preparation included; a failure before the metadata
+        is one ``error`` event (its body as the error status would carry it)."""
+        prepared: PreparedAnswer | None = None
+        events: AsyncIterator[Event] | None = None
+        try:
+            try:
+                prepared = await self.prepare(request, tenant_id, bound_s)
+            except ServeAppError as error:
+                yield "error", _error_body(error)
+                return
+            except Exception as error:  # the stream must end with an event
+                log.exception("an answer failed before its results")
+                yield "error", _unexpected(error)
+                return
+            events = self.events(prepared)
+            async for event in events:
+                yield event
+        finally:
+            if events is not None:
+                await events.aclose()  # type: ignore[attr-defined]
+            if prepared is not None and prepared.stream is not None:
+                await prepared.stream.aclose()  # never iterated: still opened, still closed
+
     async def events(self, prepared: PreparedAnswer) -> AsyncIterator[Event]:
-        """The events of a prepared answer; closing this iterator stops the generation."""
-        settings = self.config.answer
+        """The events of a prepared answer; closing this iterator at any event (the metadata
+        included) stops the generation."""
+        stream = prepared.stream
+        try:
+            async for event in self._events(prepared):
+                yield event
+        finally:
+            if stream is not None:
+                await stream.aclose()
+
+    async def _events(self, prepared: PreparedAnswer) -> AsyncIterator[Event]:
         timings = prepared.timings_ms
         timings["metadata"] = _ms(prepared.started)
         yield "metadata", {**prepared.metadata, "timings_ms": dict(timings)}
@@ -432,18 +536,13 @@ class AnswerPipeline:
             return
         stream = prepared.stream
         assert stream is not None
-        loop = asyncio.get_running_loop()
-        deadline = (
-            loop.time() + settings.deadlines.total_s - (time.perf_counter() - prepared.started)
-        )
-        first_by = loop.time() + settings.deadlines.first_token_s
         parts: list[str] = []
         tokens = aiter(stream)
         try:
             while True:
-                limit = min(deadline, first_by) if not parts else deadline
+                until = prepared.deadline if parts else prepared.first_token_by
                 try:
-                    delta = await asyncio.wait_for(anext(tokens), max(0.0, limit - loop.time()))
+                    delta = await asyncio.wait_for(anext(tokens), prepared.remaining_s(until))
                 except StopAsyncIteration:
                     break
                 if not parts:
@@ -451,15 +550,18 @@ class AnswerPipeline:
                 parts.append(delta)
                 yield "delta", {"text": delta}
         except TimeoutError:
-            stage = "answer.deadlines.total_s" if parts else "answer.deadlines.first_token_s"
+            first_token_s = self.config.answer.deadlines.first_token_s
+            stage = _deadline_name(prepared, None if parts else first_token_s)
             yield "error", TimeoutExceededError(f"the generation ran past {stage}").to_dict()
             return
         except ServeAppError as error:
             log.warning("generation failed after %d deltas: %s", len(parts), error.message)
             yield "error", error.to_dict()
             return
-        finally:
-            await stream.aclose()
+        except Exception as error:  # only an event can say it now
+            log.exception("generation failed after %d deltas", len(parts))
+            yield "error", _unexpected(error)
+            return
         yield "done", self._done(prepared, "".join(parts))
 
     def _done(self, prepared: PreparedAnswer, answer: str, early: str | None = None) -> dict:
@@ -486,12 +588,15 @@ class AnswerPipeline:
         }
         return out
 
-    async def answer(self, request: AnswerRequest, tenant_id: str) -> dict[str, Any]:
+    async def answer(
+        self, request: AnswerRequest, tenant_id: str, bound_s: float | None = None
+    ) -> dict[str, Any]:
         """The non-streaming answer: the metadata and the ``done`` (or ``error``) event's
-        fields in one object."""
-        prepared = await self.prepare(request, tenant_id)
+        fields in one object (``error`` null, or the error event's body and ``answer``
+        null). The errors of ``check`` are raised."""
+        await self.check(request, tenant_id)
         out: dict[str, Any] = {"error": None}
-        async for kind, data in self.events(prepared):
+        async for kind, data in self.stream(request, tenant_id, bound_s):
             if kind == "metadata":
                 out.update(data)
             elif kind in ("done", "error"):
@@ -503,3 +608,24 @@ class AnswerPipeline:
                     out.update(data)
                     out["timings_ms"] = {**metadata_timings, **data["timings_ms"]}
         return out
+
+
+def _deadline_name(prepared: PreparedAnswer, stage_s: float | None) -> str:
+    """Which bound ran out: the stage's own (``stage_s`` seconds) or the whole answer's."""
+    if stage_s is not None and prepared.first_token_by <= prepared.deadline:
+        return f"answer.deadlines.first_token_s, {stage_s:g}s"
+    bound = prepared.deadline - prepared.started
+    return f"the answer's bound of {bound:g}s (answer.deadlines.total_s or X-Request-Timeout-Ms)"
+
+
+def _error_body(error: ServeAppError) -> dict[str, Any]:
+    body = error.to_dict()
+    if isinstance(error, OverloadedError):
+        body["retry_after_s"] = error.retry_after_s
+    return body
+
+
+def _unexpected(error: Exception) -> dict[str, Any]:
+    return ServeAppError(
+        f"the answer failed unexpectedly ({type(error).__name__}); the server log has it"
+    ).to_dict()

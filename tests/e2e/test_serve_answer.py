@@ -31,8 +31,10 @@ DOCS = [
 def events_of(body: str) -> list[tuple[str, dict]]:
     out = []
     for block in body.strip().split("\n\n"):
-        fields = dict(line.split(": ", 1) for line in block.splitlines())
-        out.append((fields["event"], json.loads(fields["data"])))
+        # Heartbeat comments (": ...") and the retry hint carry no event.
+        fields = dict(line.split(": ", 1) for line in block.splitlines() if line[:1] != ":")
+        if "event" in fields:
+            out.append((fields["event"], json.loads(fields["data"])))
     return out
 
 

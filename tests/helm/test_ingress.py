@@ -45,10 +45,15 @@ def test_changed_api_limits_move_the_proxy_limits():
         "config.api.max_request_bytes=1000000",
         "--set",
         "config.api.ingest_timeout_s=120",
+        "--set",
+        "config.answer.deadlines.total_s=60",
     )
     annotations = ingress(None, *sets)["metadata"]["annotations"]
     assert annotations[NGINX + "proxy-body-size"] == "1000000"
     assert annotations[NGINX + "proxy-read-timeout"] == "150"
+    assert annotations[NGINX + "proxy-buffering"] == "off"  # answers stream as written
+    longer = ingress(None, *sets[:-1], "config.answer.deadlines.total_s=600")
+    assert longer["metadata"]["annotations"][NGINX + "proxy-read-timeout"] == "630"
 
 
 def test_values_annotations_win_and_other_controllers_get_none():

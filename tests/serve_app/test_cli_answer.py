@@ -46,3 +46,19 @@ def test_answer_without_an_llm_names_the_switch(tmp_path, capsys):
     path = config_file(tmp_path, {"enabled": False})
     assert main(["--config", str(path), "answer", "anything?"]) == 2
     assert "set llm.enabled" in capsys.readouterr().err
+
+
+def test_an_answer_ending_in_an_error_exits_non_zero(tmp_path, capsys):
+    path = config_file(tmp_path, SMOLLM2)
+    config = yaml.safe_load(path.read_text())
+    config.setdefault("answer", {}).setdefault("deadlines", {})["first_token_s"] = 0.001
+    path.write_text(yaml.safe_dump(config))
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "plasmids.txt").write_text("Plasmids carry antibiotic resistance genes.")
+    assert main(["--config", str(path), "ingest", str(docs)]) == 0
+    question = ["answer", "What carries resistance genes?", "--no-understand"]
+    assert main(["--config", str(path), *question]) == 1
+    assert "error [TIMEOUT]" in capsys.readouterr().err
+    assert main(["--config", str(path), *question, "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["error"]["code"] == "TIMEOUT"

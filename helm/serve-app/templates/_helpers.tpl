@@ -698,13 +698,20 @@ streams to the API, which authenticates and counts bytes before reading the body
 {{- define "serve-app.ingressAnnotations" -}}
 {{- $config := include "serve-app.config" . | fromYaml -}}
 {{- $api := $config.api | default dict -}}
+{{- $answer := $config.answer | default dict -}}
+{{- $answerDeadlines := $answer.deadlines | default dict -}}
 {{- $out := dict -}}
+{{- $deadline := max (int ($api.ingest_timeout_s | default 900)) (int ($api.request_timeout_s | default 30)) (int ($answerDeadlines.total_s | default 180)) -}}
+{{- if contains "alb" (.Values.ingress.className | default "") -}}
+{{- /* ALB's idle timeout (60 s by default) cuts a stream between answer heartbeats otherwise */ -}}
+{{- $_ := set $out "alb.ingress.kubernetes.io/load-balancer-attributes" (printf "idle_timeout.timeout_seconds=%d" (add $deadline 30)) -}}
+{{- end -}}
 {{- if contains "nginx" (.Values.ingress.className | default "") -}}
-{{- $deadline := max (int ($api.ingest_timeout_s | default 900)) (int ($api.request_timeout_s | default 30)) -}}
 {{- $_ := set $out "nginx.ingress.kubernetes.io/proxy-body-size" (printf "%d" (int64 ($api.max_request_bytes | default 50000000))) -}}
 {{- $_ := set $out "nginx.ingress.kubernetes.io/proxy-read-timeout" (printf "%d" (add $deadline 30)) -}}
 {{- $_ := set $out "nginx.ingress.kubernetes.io/proxy-send-timeout" (printf "%d" (add $deadline 30)) -}}
 {{- $_ := set $out "nginx.ingress.kubernetes.io/proxy-request-buffering" "off" -}}
+{{- $_ := set $out "nginx.ingress.kubernetes.io/proxy-buffering" "off" -}}
 {{- end -}}
 {{- $out = mergeOverwrite $out (.Values.ingress.annotations | default dict) -}}
 {{- if $out }}{{ toYaml $out }}{{ end -}}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -16,8 +17,10 @@ from starlette.types import Receive, Scope, Send
 
 from serve_app.api import deps
 from serve_app.api.auth import Principal
+from serve_app.api.errors import error_classes, error_response
 from serve_app.api.observability import Metrics
 from serve_app.api.service import RetrievalService
+from serve_app.errors import ServeAppError
 from serve_app.pipelines.answer import Event
 from serve_app.schemas import AnswerRequest
 
@@ -28,31 +31,78 @@ DESCRIPTION = (
 )
 
 
-def encode(kind: str, data: dict[str, Any]) -> bytes:
-    return f"event: {kind}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+HEARTBEAT = b": keep-alive\n\n"
+
+
+def encode(kind: str, data: dict[str, Any], event_id: int | None = None) -> bytes:
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{head}event: {kind}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+async def with_heartbeats(
+    events: AsyncIterator[Event], every_s: float
+) -> AsyncIterator[Event | None]:
+    """``events``, with None whenever ``every_s`` passes without one (a heartbeat is due).
+    The events are produced by a task of their own, so waiting for the next one never
+    cancels it; closing this iterator cancels that task and closes ``events``."""
+    queue: asyncio.Queue[Event | None] = asyncio.Queue()
+
+    async def produce() -> None:
+        try:
+            async for event in events:
+                await queue.put(event)
+        finally:
+            await events.aclose()  # type: ignore[attr-defined]
+            await queue.put(None)
+
+    producing = asyncio.ensure_future(produce())
+    try:
+        while True:
+            try:
+                event = await asyncio.wait_for(queue.get(), every_s)
+            except TimeoutError:
+                yield None
+                continue
+            if event is None:
+                break
+            yield event
+        await producing  # its exception, if any, is the response's
+    finally:
+        producing.cancel()
+        await asyncio.gather(producing, return_exceptions=True)
 
 
 class EventStreamResponse(Response):
-    """Server-Sent Events from ``events``. The client's disconnect is watched for while the
-    events are sent: on it, the sending stops and ``events`` is closed at once (which closes
-    the generation), instead of when the next write fails or the iterator is collected."""
+    """Server-Sent Events from ``events``: the headers and a ``retry:`` hint at once, an SSE
+    comment for each None (a heartbeat), each event with its ``id:``. The client's disconnect
+    is watched for while the events are sent: on it, the sending stops and ``events`` is
+    closed at once (which closes the generation), instead of when the next write fails or
+    the iterator is collected."""
 
     media_type = "text/event-stream"
 
-    def __init__(self, events: AsyncIterator[Event]) -> None:
+    def __init__(self, events: AsyncIterator[Event | None], retry_ms: int = 3000) -> None:
         # Not Response.__init__: that would announce a Content-Length of its empty body.
         self.status_code = 200
         self.background = None
         self.init_headers({"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         self.events = events
+        self.retry_ms = retry_ms
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def body(chunk: bytes) -> None:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+
         async def pump() -> None:
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-            async for kind, data in self.events:
-                await send(
-                    {"type": "http.response.body", "body": encode(kind, data), "more_body": True}
-                )
+            await body(f"retry: {self.retry_ms}\n\n".encode())
+            number = 0
+            async for event in self.events:
+                if event is None:
+                    await body(HEARTBEAT)
+                    continue
+                number += 1
+                await body(encode(*event, event_id=number))
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
         async def disconnected() -> None:
@@ -83,13 +133,15 @@ async def run_answer(
 ) -> Response:
     who.require("read")
     if not request.stream:
-        answer = await deps.within(seconds, service.answer(request, who.tenant_id))
+        answer = await deps.within(seconds, service.answer(request, who.tenant_id, seconds))
         metrics.observe_stages("answer", answer.get("timings_ms", {}))
+        if answer["error"] is not None:
+            return failed_answer(answer)
         return JSONResponse(answer)
-    prepared = await deps.within(seconds, service.prepare_answer(request, who.tenant_id))
+    await deps.within(seconds, service.check_answer(request, who.tenant_id))
 
     async def observed() -> AsyncIterator[Event]:
-        events = service.answer_events(prepared)
+        events = service.answer_stream(request, who.tenant_id, seconds)
         try:
             async for kind, data in events:
                 if kind == "done":
@@ -98,7 +150,27 @@ async def run_answer(
         finally:
             await events.aclose()
 
-    return EventStreamResponse(observed())
+    settings = service.config
+    return EventStreamResponse(
+        with_heartbeats(observed(), settings.answer.heartbeat_s),
+        retry_ms=round(settings.llm.retry_after_s * 1000),
+    )
+
+
+def failed_answer(answer: dict[str, Any]) -> Response:
+    """A JSON answer whose generation failed: the error's own status and envelope (with the
+    request id), the results and whatever else was found beside it."""
+    error = answer["error"]
+    mapped = ServeAppError(error["message"])
+    cls = next((c for c in error_classes() if c.code == error["code"]), ServeAppError)
+    mapped.code, mapped.status = cls.code, cls.status
+    response = error_response(mapped)
+    body = json.loads(bytes(response.body))
+    body["error"].update({k: v for k, v in error.items() if k not in body["error"]})
+    headers = {}
+    if "retry_after_s" in error:
+        headers["Retry-After"] = str(max(1, math.ceil(error["retry_after_s"])))
+    return JSONResponse({**answer, **body}, status_code=response.status_code, headers=headers)
 
 
 def add_answer_routes(router: APIRouter, collection: Callable[..., Any]) -> None:

@@ -25,9 +25,10 @@ async def healthz() -> dict[str, str]:
 @router.get("/readyz", response_model=ReadyResponse, responses={503: {"model": ReadyResponse}})
 async def readyz(service: RetrievalService = Depends(deps.service)) -> JSONResponse:
     """Each check's name and state (``ok``, ``failing`` or ``timeout``); the reasons are in
-    the server log only."""
+    the server log only. The LLM's check is reported but does not gate readiness."""
     checks = await service.readiness()
-    ready = all(v == "ok" for v in checks.values())
+    gating = {k: v for k, v in checks.items() if k not in service.advisory_checks}
+    ready = all(v == "ok" for v in gating.values())
     body = {"ready": ready, "checks": checks, "instance": os.environ.get(INSTANCE_ENV)}
     return JSONResponse(body, status_code=200 if ready else 503)
 

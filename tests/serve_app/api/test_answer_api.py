@@ -123,10 +123,12 @@ async def client(service):
 
 
 def parse_sse(body: str) -> list[tuple[str, dict]]:
+    """The events of an SSE body; comments (heartbeats), ``id:`` and ``retry:`` aside."""
     events = []
     for block in body.strip().split("\n\n"):
-        lines = dict(line.split(": ", 1) for line in block.splitlines())
-        events.append((lines["event"], json.loads(lines["data"])))
+        lines = dict(line.split(": ", 1) for line in block.splitlines() if not line.startswith(":"))
+        if "event" in lines:
+            events.append((lines["event"], json.loads(lines["data"])))
     return events
 
 

@@ -115,3 +115,32 @@ async def test_untrusted_text_reaches_vllm_without_a_control_token(vllm_llm):
     added = set(tokenizer.get_added_vocab().values())
     found = [tokenizer.convert_ids_to_tokens(i) for i in stream.prompt_token_ids if i in added]
     assert found == ["<|im_start|>", "<|im_end|>"] * len(messages) + ["<|im_start|>"]
+
+
+async def test_the_llm_deployment_is_unhealthy_once_its_engine_is_dead(tiny_qwen3_lm):
+    """Ray Serve's health check of the LLM deployment asks the backend; a vLLM engine that
+    died (shut down here) must fail it, so Serve replaces the replica."""
+    import inspect
+    from types import SimpleNamespace
+
+    from deployments.llm import LlmDeployment
+    from serve_app.generation.vllm_engine import VllmLLM
+
+    llm = VllmLLM(
+        LlmConfig(
+            enabled=True, backend="vllm", model=str(tiny_qwen3_lm), dtype="float32",
+            context_tokens=512, parallel=1, max_queued=0, temperature=0.0,
+            vllm={"enforce_eager": True, "max_model_len": 512},
+        )
+    )  # fmt: skip
+    replica = SimpleNamespace(llm=llm)
+
+    async def check() -> None:
+        outcome = LlmDeployment.func_or_class.check_health(replica)
+        if inspect.isawaitable(outcome):
+            await outcome
+
+    await check()  # alive: healthy
+    llm.close()  # the engine is dead from here on
+    with pytest.raises(Exception, match="engine"):
+        await check()
