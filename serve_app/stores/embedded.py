@@ -60,7 +60,9 @@ from serve_app.stores.base import (
     legacy_records,
     registry_fields,
     registry_key,
+    revisions_warning,
     states_from_payloads,
+    unrecorded_revisions,
 )
 from serve_app.stores.index import StoreIndex
 from serve_app.stores.ownership import IndexOwnership
@@ -188,7 +190,10 @@ class EdgeBackend:
         meta_path = self.path / META_FILE
         if meta_path.exists():
             stored = json.loads(meta_path.read_text())
-            if stored != models.as_dict():
+            missing = unrecorded_revisions(stored, models.as_dict())
+            if missing:  # recorded below, with the rest of the binding
+                log.warning(revisions_warning(f"the index at {self.path}", missing))
+            elif missing is None:
                 raise ModelMismatchError(
                     f"the index at {self.path} was built with other models "
                     f"({binding_changes(stored, models.as_dict())}); configure the models it "
