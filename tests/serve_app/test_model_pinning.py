@@ -127,6 +127,21 @@ async def test_an_index_recorded_before_revisions_opens_and_then_records_the_pin
     assert "recorded no dense_revision" in caplog.text
 
 
+def test_a_revision_on_a_hub_id_that_is_not_a_fetched_folder_is_refused():
+    """(was: recorded unchecked, while the loader took whatever the HF cache's refs/main held)
+    A revision is checked against the fetch manifest of a folder; on a bare Hub id there is
+    none, so the revision is refused, saying how to pin it."""
+    from serve_app.model_manifest import loaded_revision
+
+    pin = "1" * 40
+    with pytest.raises(ModelMismatchError) as refused:
+        loaded_revision("sentence-transformers/all-MiniLM-L6-v2", pin, "dense.revision")
+    assert refused.value.code == "STORE_MODEL_MISMATCH"
+    assert "is a Hub id, not a fetched folder" in refused.value.message
+    assert loaded_revision("sentence-transformers/all-MiniLM-L6-v2", None, "x") is None
+    assert loaded_revision("/models/absent/here", pin, "dense.revision") == pin  # another machine's
+
+
 def test_an_unpinned_id_is_refused_where_pins_are_required(hub, tmp_path):
     done = run_fetch(hub, tmp_path, "--pinned", REPO, f"{REPO}@main")
     assert done.returncode == 2
