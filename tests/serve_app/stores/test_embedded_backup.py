@@ -158,3 +158,21 @@ def test_a_restore_that_fails_between_moves_leaves_the_old_index(
     monkeypatch.undo()
     assert served(ingested, capsys) == before
     assert not list(index_dir(ingested).glob(".restore*"))  # nothing left aside
+
+
+def test_a_restore_killed_midway_is_named_not_opened_as_an_empty_index(ingested, tmp_path, capsys):
+    """A kill after the old index was set aside and before the new metadata moved in leaves no
+    index_meta.json: the store refuses to open (rather than start a fresh shard beside the old
+    one) and a restore refuses to run over it, both naming the folder that holds the old index."""
+    from serve_app.stores.embedded import META_FILE, RESTORE_ASIDE
+
+    archive = tmp_path / "index.tar"
+    assert run(ingested, "backup", str(archive)) == 0
+    capsys.readouterr()
+    index = index_dir(ingested)
+    (index / RESTORE_ASIDE).mkdir()
+    (index / META_FILE).rename(index / RESTORE_ASIDE / META_FILE)  # the state a kill leaves
+    assert run(ingested, "search", "plasmids", "--json") != 0
+    assert RESTORE_ASIDE in capsys.readouterr().err
+    assert run(ingested, "restore", "--replace", str(archive)) == 2
+    assert "an interrupted restore set aside" in capsys.readouterr().err
