@@ -111,16 +111,17 @@ def strip_containers(line: str) -> str:
     return split_containers(line)[0]
 
 
-def _strip_quotes(line: str, depth: int) -> str:
-    """``line`` without up to ``depth`` block-quote markers: a line of code fenced inside a
-    quote keeps everything but the quote's own markers."""
+def _strip_quotes(line: str, depth: int) -> str | None:
+    """``line`` without ``depth`` block-quote markers (a line of code fenced inside a quote keeps
+    everything but the quote's own markers); None when it has fewer: the quote, and with it
+    the fence, has ended (CommonMark)."""
     position = 0
     for _ in range(depth):
         start = position
         while start < len(line) and line[start] in " \t":
             start += 1
         if not line.startswith(">", start):
-            break
+            return None
         position = start + 1
         if line.startswith((" ", "\t"), position):
             position += 1
@@ -150,13 +151,14 @@ def load_markdown(data: bytes, name: str) -> dict:
     i = 0
     while i < len(lines):
         line = lines[i]
-        if fence_quotes is not None:
-            content = _strip_quotes(line, fence_quotes)
-            builder.add_line(content)
-            if _is_fence(content):
+        fenced = None if fence_quotes is None else _strip_quotes(line, fence_quotes)
+        if fenced is not None:
+            builder.add_line(fenced)
+            if _is_fence(fenced):
                 fence_quotes = None
             i += 1
             continue
+        fence_quotes = None  # not in a fence, or its quote ended
         after_blank = i == 0 or not lines[i - 1].strip()
         in_code = _indent_columns(line) >= 4 and (in_code or after_blank) and bool(line.strip())
         if in_code:

@@ -144,11 +144,14 @@ class TestMarkdown:
         and fenced code inside a quote keep every character but the quote's own markers."""
         text = (
             "Run it:\n\n    cat in.txt > out.txt\n    > out.txt\n    - not a bullet\n\n"
-            "> ```python\n> - x\n> > y\n> ```\n> - quoted item\n"
+            "> ```python\n> - x\n> > y\n> ```\n> - quoted item\n\n"
+            "> ```\n> unclosed\n\n- after the quote\n\n## Heading\n\nBody.\n"
         )
-        [(_, body)] = load_bytes(text.encode(), "code.md").iter_blocks()
+        [(_, body), heading] = load_bytes(text.encode(), "code.md").iter_blocks()
         assert "    > out.txt\n    - not a bullet" in body
         assert "```python\n- x\n> y\n```\nquoted item" in body
+        assert body.endswith("```\nunclosed\n\nafter the quote")  # the quote closed the fence
+        assert heading == (("Heading",), "Body.")
 
     def test_markers_nested_100_000_deep_cost_linear_time(self):
         started = time.perf_counter()
