@@ -13,7 +13,7 @@ would cost the chunker and the encoders several times what plain text of its siz
 number; a year that wraps to a line's start looks the same): the last one of a line is kept.
 
 Code is never rewritten: a fenced block keeps its lines (a fence opened inside a quote loses
-only the quote's markers), and so does an indented block (4+ columns after a blank line; a
+only the quote's markers), and so does an indented block (4+ columns, not within a paragraph; a
 list item's own indented continuation after a blank line is kept as it is too, markers and
 all: a simplification of CommonMark that only ever keeps text).
 """
@@ -147,7 +147,7 @@ def load_markdown(data: bytes, name: str) -> dict:
     builder = SectionBuilder()
     title = ""
     fence_quotes: int | None = None  # inside a fence: the quotes it was opened in
-    in_code = False  # an indented code block (CommonMark: after a blank line, 4+ columns)
+    in_code = False  # in an indented code block (4+ columns)
     i = 0
     while i < len(lines):
         line = lines[i]
@@ -159,8 +159,10 @@ def load_markdown(data: bytes, name: str) -> dict:
             i += 1
             continue
         fence_quotes = None  # not in a fence, or its quote ended
-        after_blank = i == 0 or not lines[i - 1].strip()
-        in_code = _indent_columns(line) >= 4 and (in_code or after_blank) and bool(line.strip())
+        # Indented code cannot interrupt a paragraph (CommonMark): it starts after a blank
+        # line, a heading or the document's start, and goes on while lines stay indented.
+        starts = not builder.pending_paragraph()
+        in_code = _indent_columns(line) >= 4 and (in_code or starts) and bool(line.strip())
         if in_code:
             builder.add_line(line)  # code: every character is text
             i += 1

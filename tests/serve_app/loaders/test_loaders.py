@@ -152,6 +152,8 @@ class TestMarkdown:
         assert "```python\n- x\n> y\n```\nquoted item" in body
         assert body.endswith("```\nunclosed\n\nafter the quote")  # the quote closed the fence
         assert heading == (("Heading",), "Body.")
+        [(_, code)] = load_bytes(b"# Run\n    > out.txt\n", "h.md").iter_blocks()
+        assert code == "> out.txt"  # code right after a heading keeps its ">"
 
     def test_markers_nested_100_000_deep_cost_linear_time(self):
         started = time.perf_counter()
