@@ -73,10 +73,31 @@ def _local_folder(spec: str) -> Path | None:
     return folder if folder.is_dir() else None
 
 
+def _is_hub_id(spec: str) -> bool:
+    """``owner/name`` that the loaders would resolve on the Hub (or in its cache), rather than
+    a path (which may exist only on another machine: the chart's ``/models/...``)."""
+    if not spec or spec.startswith(("package:", "catalog:", "/", ".", "~")):
+        return False
+    return _local_folder(spec) is None
+
+
 def loaded_revision(spec: str, configured: str | None, field: str) -> str | None:
     """The revision of the weights a process loading ``spec`` loads: the manifest's where the
-    folder has one (refusing a configured revision that differs), else ``configured``."""
+    folder has one (refusing a configured revision that differs), else ``configured``.
+
+    A revision on a bare Hub id is refused: the loaders take the id's default branch (the
+    HF cache's ``refs/main`` offline), so nothing here could make them load the pinned commit
+    or check that they did; the model fetch writes the pinned commit to a folder with a
+    manifest, which is what a pin is checked against."""
     folder = _local_folder(spec)
+    if configured is not None and _is_hub_id(spec):
+        raise ModelMismatchError(
+            f"{field} is {configured} but the model {spec!r} is a Hub id, not a fetched folder: "
+            "the loader would take whatever the Hub (or its cache) holds for the default "
+            f"branch. Fetch it (python -m serve_app.model_fetch --cache DIR "
+            f"{spec}@{configured}) and configure the folder it lands in, "
+            "or drop the revision"
+        )
     manifest = read_manifest(folder) if folder is not None else None
     if manifest is None:
         return configured

@@ -441,10 +441,13 @@ async def _check_store(config, backend, dense, checks, index_models) -> None:  #
             checks.not_run("binding", "dense.revision", "the model cache disagrees (revision)")
             _check_payload_indexes(backend, described, alias_field, checks)
             return
+        # An index built before revisions were recorded opens and records them (the stores'
+        # model guard, stores/base.py: unrecorded_revisions): not a difference.
+        unrecorded = [k for k in expected if k.endswith("_revision") and k not in stored]
         differ = {
             key: (stored.get(key), value)
             for key, value in expected.items()
-            if key != "dense_dim" and stored.get(key) != value
+            if key != "dense_dim" and key not in unrecorded and stored.get(key) != value
         }
         fields = sorted({_BINDING_FIELDS.get(key, key) for key in differ})
         checks.add(
@@ -452,6 +455,12 @@ async def _check_store(config, backend, dense, checks, index_models) -> None:  #
             ", ".join(fields) or "dense.model",
             not differ,
             f"{backend.name} index {place} was built with the configured models"
+            + (
+                f" (it records no {', '.join(unrecorded)}: built before revisions were "
+                "recorded; the service records the configured one at its next start)"
+                if unrecorded
+                else ""
+            )
             if not differ
             else f"{backend.name} index {place} was built with other models: "
             + "; ".join(f"{k} is {a!r} there, {b!r} here" for k, (a, b) in differ.items())

@@ -151,6 +151,36 @@ def binding_changes(recorded: Any, configured: Any) -> str:
     return "; ".join(changes)
 
 
+def unrecorded_revisions(recorded: Any, configured: Any) -> list[str] | None:
+    """The ``*_revision`` fields ``configured`` has and ``recorded`` lacks (an index built
+    before revisions were recorded), when that is all that differs; None when anything else
+    differs (a recorded revision that differs included), ``[]`` when nothing does."""
+    if recorded == configured:
+        return []
+    if not isinstance(recorded, dict) or not isinstance(configured, dict):
+        return None
+    missing: list[str] = []
+    for key in [*configured, *(k for k in recorded if k not in configured)]:
+        old, new = recorded.get(key), configured.get(key)
+        if old == new:
+            continue
+        if key.endswith("_revision") and key not in recorded:
+            missing.append(key)
+            continue
+        nested = unrecorded_revisions(old, new)
+        if nested is None:
+            return None
+        missing.extend(nested)
+    return missing
+
+
+def revisions_warning(where: str, missing: list[str]) -> str:
+    return (
+        f"{where} recorded no {', '.join(missing)} (built before revisions were recorded): "
+        "opened with the configured models, whose revisions it records from now on"
+    )
+
+
 @dataclass
 class EncodedChunk:
     chunk: Chunk

@@ -60,7 +60,9 @@ from serve_app.stores.base import (
     legacy_records,
     registry_fields,
     registry_key,
+    revisions_warning,
     states_from_payloads,
+    unrecorded_revisions,
 )
 from serve_app.stores.index import StoreIndex
 from serve_app.stores.ownership import IndexOwnership
@@ -68,6 +70,7 @@ from serve_app.stores.ownership import IndexOwnership
 log = logging.getLogger(__name__)
 
 META_FILE = "index_meta.json"
+RESTORE_ASIDE = ".restore-previous"  # the old index while a restore moves the new one in
 REGISTRY_FILE = "collections.json"
 SHARD_DIR = "shard"
 _SCROLL_PAGE = 1000
@@ -186,9 +189,18 @@ class EdgeBackend:
 
     def _open_owned(self, models: IndexModels) -> None:
         meta_path = self.path / META_FILE
+        if not meta_path.exists() and (self.path / RESTORE_ASIDE).exists():
+            raise ServiceUnavailableError(
+                f"a restore into {self.path} was interrupted: the previous index is in "
+                f"{self.path / RESTORE_ASIDE}; move its entries back (or run the restore again "
+                "after deleting it)"
+            )
         if meta_path.exists():
             stored = json.loads(meta_path.read_text())
-            if stored != models.as_dict():
+            missing = unrecorded_revisions(stored, models.as_dict())
+            if missing:  # recorded below, with the rest of the binding
+                log.warning(revisions_warning(f"the index at {self.path}", missing))
+            elif missing is None:
                 raise ModelMismatchError(
                     f"the index at {self.path} was built with other models "
                     f"({binding_changes(stored, models.as_dict())}); configure the models it "

@@ -9,9 +9,13 @@ backup of an index a service holds is refused with the lock's message (stop the 
 scale the store to 0, then back up).
 
 A restore unpacks into a stores.embedded.path that holds no index (or, with ``replace``, whose
-index it removes), also under the lock, and checks every file against ``backup.json`` before
-the index files are moved into place; the restored index opens with the models recorded in
-it, so the model guard applies to it as to any other.
+index it replaces), also under the lock, and checks every file against ``backup.json`` (which
+must list the metadata and the shard) before anything there is touched. Then the old entries
+are renamed aside (into ``RESTORE_ASIDE``), the new ones moved in with the metadata last, and
+the old ones deleted after: a move that fails puts the old index back; a restore killed midway
+leaves the old index aside and no metadata, which the store refuses to open and the next
+restore refuses to run over (both name the folder). The restored index opens with the models
+recorded in it, so the model guard applies to it as to any other.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from typing import Any
 
 from serve_app.errors import ConflictError, IndexInUseError, InvalidInputError, NotFoundError
 from serve_app.model_manifest import sha256_file
-from serve_app.stores.embedded import META_FILE, REGISTRY_FILE, SHARD_DIR
+from serve_app.stores.embedded import META_FILE, REGISTRY_FILE, RESTORE_ASIDE, SHARD_DIR
 from serve_app.stores.ownership import IndexOwnership
 
 BACKUP_FILE = "backup.json"
@@ -110,21 +114,52 @@ def restore(source: Path, directory: Path, replace: bool = False) -> dict[str, A
                 f"{directory} holds an index already: restore into an empty "
                 "stores.embedded.path, or pass --replace to remove that index first"
             )
+        aside = directory / RESTORE_ASIDE
+        if aside.exists():
+            raise ConflictError(
+                f"{aside} holds the index an interrupted restore set aside: move its entries "
+                f"back into {directory} (or delete it) and run the restore again"
+            )
         with tempfile.TemporaryDirectory(dir=directory, prefix=".restore-") as tmp:
             staged = Path(tmp)
             record = _unpack(source, staged)
-            for entry in _INDEX_ENTRIES:  # the old index goes only once the new one checked
-                target = directory / entry
-                if target.is_dir():
-                    shutil.rmtree(target)
-                elif target.exists():
-                    target.unlink()
-            for entry in _INDEX_ENTRIES:
-                if (staged / entry).exists():
-                    os.replace(staged / entry, directory / entry)
+            _swap_in(staged, directory, aside)
     finally:
         ownership.release()
     return {"restored": str(directory), "files": len(record["files"]), "models": record["models"]}
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
+
+
+def _swap_in(staged: Path, directory: Path, aside: Path) -> None:
+    """Move the checked index in ``staged`` into ``directory``: the old entries aside first,
+    the new ones in with the metadata last (a shard without its metadata is never taken for a
+    whole index), the old ones deleted after; a failing move puts the old index back."""
+    aside.mkdir()
+    set_aside: list[str] = []
+    moved_in: list[str] = []
+    try:
+        for entry in _INDEX_ENTRIES:
+            if (directory / entry).exists():
+                os.replace(directory / entry, aside / entry)
+                set_aside.append(entry)
+        for entry in (SHARD_DIR, REGISTRY_FILE, META_FILE):
+            if (staged / entry).exists():
+                os.replace(staged / entry, directory / entry)
+                moved_in.append(entry)
+    except BaseException:
+        for entry in moved_in:
+            _remove(directory / entry)
+        for entry in set_aside:
+            os.replace(aside / entry, directory / entry)
+        aside.rmdir()
+        raise
+    shutil.rmtree(aside)
 
 
 def _unpack(source: Path, staged: Path) -> dict[str, Any]:
@@ -147,6 +182,11 @@ def _unpack(source: Path, staged: Path) -> dict[str, Any]:
         record = json.loads((staged / BACKUP_FILE).read_text())
     except (FileNotFoundError, ValueError):
         raise InvalidInputError(f"{source} is not a serve-app backup: no {BACKUP_FILE}") from None
+    listed = record.get("files") or {}
+    if META_FILE not in listed or not any(name.startswith(f"{SHARD_DIR}/") for name in listed):
+        raise InvalidInputError(
+            f"{source} holds no index: a backup lists {META_FILE} and the files of {SHARD_DIR}/"
+        )
     unpacked = {str(PurePosixPath(p)) for p in _index_files(staged)}
     if unpacked != set(record["files"]):
         raise InvalidInputError(f"{source}: its files differ from its {BACKUP_FILE}")

@@ -145,6 +145,9 @@ class OpenSearchBackend:
         meta = mapping[name]["mappings"].get("_meta", {})
         return {"models": meta.get("models"), "mapping_version": meta.get("mapping_version")}
 
+    async def record_binding(self, name: str, models: IndexModels) -> None:
+        await self.client.indices.put_mapping(index=name, body={"_meta": self.binding(models)})
+
     async def create_version(self, name: str, models: IndexModels) -> None:
         try:
             await self.client.indices.create(

@@ -157,6 +157,10 @@ class QdrantBackend:
         info = await self.client.get_collection(name)
         return (info.config.metadata or {}).get("models")
 
+    async def record_binding(self, name: str, models: IndexModels) -> None:
+        # Qdrant merges metadata keys: the strategies and the registry stay as they are.
+        await self.client.update_collection(name, metadata={"models": self.binding(models)})
+
     async def create_version(self, name: str, models: IndexModels) -> None:
         quantization = (
             qm.ScalarQuantization(

@@ -3,7 +3,8 @@ OpenSearch, over a few primitives each implements.
 
 The name in the configuration is an alias in front of ``{alias}-v{n}``. Each version records
 what built its vectors (the models, and for OpenSearch the mapping version). Opening with
-the same binding uses the version behind the alias; with another one it is refused
+the same binding uses the version behind the alias (one built before revisions were recorded
+matches any revision, with a WARNING, and records it from then on); with another one it is refused
 (``ModelMismatchError``) unless ``stores.migrate`` is set, which creates ``-v{n+1}`` and
 moves the alias in one atomic request (the old version stays for rollback).
 
@@ -26,6 +27,8 @@ from serve_app.stores.base import (
     IndexModels,
     binding_changes,
     next_version_name,
+    revisions_warning,
+    unrecorded_revisions,
     versioned_names,
 )
 
@@ -66,6 +69,11 @@ class VersionedStore(Protocol):
         """What a version built now with ``models`` would record."""
         ...
 
+    async def record_binding(self, name: str, models: IndexModels) -> None:
+        """Record ``models`` as what built ``name`` (an index built before revisions were
+        recorded gets them)."""
+        ...
+
     async def point_alias(self, name: str, previous: str | None) -> None:
         """Move the alias to ``name`` (from ``previous``) in one atomic request, leaving it
         on ``name`` alone whatever it pointed to meanwhile."""
@@ -79,6 +87,13 @@ async def open_versioned(store: VersionedStore, models: IndexModels, migrate: bo
         if target is not None:
             stored, wanted = await store.stored_binding(target), store.binding(models)
             if stored == wanted:
+                return target
+            missing = unrecorded_revisions(stored, wanted)
+            if missing:
+                log.warning(
+                    revisions_warning(f"{store.kind} {target} (alias {store.alias})", missing)
+                )
+                await store.record_binding(target, models)
                 return target
             if not migrate:
                 raise _mismatch(store, target, stored, wanted)

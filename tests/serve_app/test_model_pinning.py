@@ -107,6 +107,41 @@ async def test_a_pinned_fetch_builds_an_index_that_records_the_pin(hub, tmp_path
     assert recorded["dense_revision"] == pin and recorded["dense_dim"] == 32
 
 
+async def test_an_index_recorded_before_revisions_opens_and_then_records_the_pin(
+    hub, tmp_path, caplog
+):
+    """(was: refused with "dense_revision: recorded None") An index_meta.json of the previous
+    release records no revision: a configuration that pins one opens it with a WARNING, and the
+    index records the pin from then on."""
+    pin = hub.repos[REPO].sha
+    assert run_fetch(hub, tmp_path, "--pinned", f"{REPO}@{pin}").returncode == 0
+    config = app_config(tmp_path, revision=pin)
+    await open_and_close(config)
+    meta = config.data_path / "qdrant" / "index_meta.json"
+    recorded = json.loads(meta.read_text())
+    del recorded["dense_revision"]  # what the previous release wrote
+    meta.write_text(json.dumps(recorded))
+
+    await open_and_close(config)
+    assert json.loads(meta.read_text())["dense_revision"] == pin
+    assert "recorded no dense_revision" in caplog.text
+
+
+def test_a_revision_on_a_hub_id_that_is_not_a_fetched_folder_is_refused():
+    """(was: recorded unchecked, while the loader took whatever the HF cache's refs/main held)
+    A revision is checked against the fetch manifest of a folder; on a bare Hub id there is
+    none, so the revision is refused, saying how to pin it."""
+    from serve_app.model_manifest import loaded_revision
+
+    pin = "1" * 40
+    with pytest.raises(ModelMismatchError) as refused:
+        loaded_revision("sentence-transformers/all-MiniLM-L6-v2", pin, "dense.revision")
+    assert refused.value.code == "STORE_MODEL_MISMATCH"
+    assert "is a Hub id, not a fetched folder" in refused.value.message
+    assert loaded_revision("sentence-transformers/all-MiniLM-L6-v2", None, "x") is None
+    assert loaded_revision("/models/absent/here", pin, "dense.revision") == pin  # another machine's
+
+
 def test_an_unpinned_id_is_refused_where_pins_are_required(hub, tmp_path):
     done = run_fetch(hub, tmp_path, "--pinned", REPO, f"{REPO}@main")
     assert done.returncode == 2

@@ -421,6 +421,18 @@ def test_no_load_reports_an_index_built_with_another_revision(store_config, caps
     assert not failed(checks, "dimension")
 
 
+def test_no_load_accepts_an_index_built_before_revisions_were_recorded(store_config, capsys):
+    """(was: failed "dense_revision is None there") An index that records no revision opens
+    under a pinned configuration (and records it then): validate says so, and passes."""
+    path = store_config("embedded")
+    build_index(path)  # no dense.revision configured: the index records none
+    edit(path, dense={"revision": "b" * 40})
+    _, checks = validate_no_load(path, capsys)
+    assert not failed(checks, "binding")
+    (binding,) = [c for c in checks if c["name"] == "binding"]
+    assert "records no dense_revision" in binding["message"]
+
+
 def test_no_load_reports_a_model_cache_at_another_revision(store_config, tmp_path, capsys):
     """A model folder whose fetch manifest records another commit than the configured one."""
     from serve_app.model_manifest import write_manifest

@@ -118,11 +118,42 @@ class TestMarkdown:
         )
         [(_, body)] = load_bytes(text.encode(), "q.md").iter_blocks()
         assert body.split("\n\n") == [
-            "quoted\ndeeper\nlisted",
-            "item\nsub-item\nsecond",
+            "quoted\ndeeper\n1. listed",  # an ordered item's number is text
+            "item\nsub-item\n2) second",
             "*emphasis* stays, 1.5 mg stays, -5 stays",
             "```\n> code keeps its markers\n- too\n```\n# quoted hash\nitem\n---",
         ]
+
+    def test_ordered_numbers_and_digits_of_ordinary_text_are_kept(self):
+        """(was: "2024." and "12." deleted) Only quote and bullet markers are structure; an
+        ordered item's number is text (a clause number, a year that wraps to a line's start)."""
+        text = (
+            "Revenue grew in\n2024. After that it fell.\n\n"
+            "12. The tenant shall pay rent.\n3) Notice is given in writing.\n\n"
+            "> - 7. quoted clause\n- 1. 2. nested numbers\n"
+        )
+        blocks = [body for _, body in load_bytes(text.encode(), "lease.md").iter_blocks()]
+        assert blocks == [
+            "Revenue grew in\n2024. After that it fell.\n\n"
+            "12. The tenant shall pay rent.\n3) Notice is given in writing.\n\n"
+            "7. quoted clause\n2. nested numbers"
+        ]
+
+    def test_code_blocks_are_never_rewritten(self):
+        """(was: "    > out.txt" lost its ">", a quoted fence lost its "- ") Indented code
+        and fenced code inside a quote keep every character but the quote's own markers."""
+        text = (
+            "Run it:\n\n    cat in.txt > out.txt\n    > out.txt\n    - not a bullet\n\n"
+            "> ```python\n> - x\n> > y\n> ```\n> - quoted item\n\n"
+            "> ```\n> unclosed\n\n- after the quote\n\n## Heading\n\nBody.\n"
+        )
+        [(_, body), heading] = load_bytes(text.encode(), "code.md").iter_blocks()
+        assert "    > out.txt\n    - not a bullet" in body
+        assert "```python\n- x\n> y\n```\nquoted item" in body
+        assert body.endswith("```\nunclosed\n\nafter the quote")  # the quote closed the fence
+        assert heading == (("Heading",), "Body.")
+        [(_, code)] = load_bytes(b"# Run\n    > out.txt\n", "h.md").iter_blocks()
+        assert code == "> out.txt"  # code right after a heading keeps its ">"
 
     def test_markers_nested_100_000_deep_cost_linear_time(self):
         started = time.perf_counter()

@@ -112,3 +112,67 @@ def test_a_damaged_backup_or_an_occupied_path_is_refused(ingested, tmp_path, cap
     assert run(ingested, "restore", "--replace", str(damaged)) == 2
     assert "index_meta.json does not match its SHA-256" in capsys.readouterr().err
     assert served(ingested, capsys) == before  # the index there is untouched
+
+
+def test_an_empty_or_partial_backup_is_refused_before_the_index_is_touched(
+    ingested, tmp_path, capsys
+):
+    """(was: an archive listing no files passed, and --replace wiped the index) A backup must
+    hold the index's metadata and its shard."""
+    before = served(ingested, capsys)
+    empty = tmp_path / "empty.tar"
+    body = json.dumps({"version": 1, "models": {}, "files": {}}).encode()
+    with tarfile.open(empty, "w") as archive:
+        info = tarfile.TarInfo("backup.json")
+        info.size = len(body)
+        archive.addfile(info, io.BytesIO(body))
+    assert run(ingested, "restore", "--replace", str(empty)) == 2
+    assert "holds no index" in capsys.readouterr().err
+    assert served(ingested, capsys) == before
+
+
+def test_a_restore_that_fails_between_moves_leaves_the_old_index(
+    ingested, tmp_path, capsys, monkeypatch
+):
+    """(was: the old index deleted first, a failure between the moves left metadata without
+    a shard) The old entries are set aside, the new ones moved in with the metadata last;
+    a move that fails (the test double of a crash: os.replace raising on the metadata's move)
+    puts the old index back, and it opens as before."""
+    from serve_app.stores import embedded_backup
+
+    before = served(ingested, capsys)
+    archive = tmp_path / "index.tar"
+    assert run(ingested, "backup", str(archive)) == 0
+    capsys.readouterr()
+    real_replace = embedded_backup.os.replace
+
+    def failing_replace(source, target):
+        moving_in = Path(source).parent.name != embedded_backup.RESTORE_ASIDE
+        if Path(target).name == "index_meta.json" and moving_in:
+            raise OSError("simulated failure while moving the metadata in")
+        return real_replace(source, target)
+
+    monkeypatch.setattr(embedded_backup.os, "replace", failing_replace)
+    with pytest.raises(OSError, match="simulated failure"):
+        embedded_backup.restore(archive, index_dir(ingested), replace=True)
+    monkeypatch.undo()
+    assert served(ingested, capsys) == before
+    assert not list(index_dir(ingested).glob(".restore*"))  # nothing left aside
+
+
+def test_a_restore_killed_midway_is_named_not_opened_as_an_empty_index(ingested, tmp_path, capsys):
+    """A kill after the old index was set aside and before the new metadata moved in leaves no
+    index_meta.json: the store refuses to open (rather than start a fresh shard beside the old
+    one) and a restore refuses to run over it, both naming the folder that holds the old index."""
+    from serve_app.stores.embedded import META_FILE, RESTORE_ASIDE
+
+    archive = tmp_path / "index.tar"
+    assert run(ingested, "backup", str(archive)) == 0
+    capsys.readouterr()
+    index = index_dir(ingested)
+    (index / RESTORE_ASIDE).mkdir()
+    (index / META_FILE).rename(index / RESTORE_ASIDE / META_FILE)  # the state a kill leaves
+    assert run(ingested, "search", "plasmids", "--json") != 0
+    assert RESTORE_ASIDE in capsys.readouterr().err
+    assert run(ingested, "restore", "--replace", str(archive)) == 2
+    assert "an interrupted restore set aside" in capsys.readouterr().err

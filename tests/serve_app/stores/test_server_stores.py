@@ -200,3 +200,29 @@ async def test_each_store_records_the_revision_and_refuses_another(
     await refused.close()
     assert error.value.code == "STORE_MODEL_MISMATCH"
     assert f"dense_revision: recorded {built!r}, configured {configured!r}" in error.value.message
+
+
+@pytest.mark.parametrize("topology", ["qdrant", "opensearch+qdrant"])
+async def test_an_index_built_before_revisions_is_accepted_and_then_records_one(
+    topology, tmp_path, opensearch_url, caplog
+):
+    """(was: refused, every deployment re-indexing after the upgrade) A version that records
+    no dense revision (built before revisions were recorded) opens with a configuration that
+    pins one, with a WARNING, and records the revision from then on."""
+    from dataclasses import replace
+
+    from store_helpers import opensearch_config
+
+    pinned = "c" * 40
+    os_config = opensearch_config(opensearch_url)
+    old = make_store(topology, tmp_path, opensearch_url, qdrant_local="q", os_config=os_config)
+    await old.open(MODELS)  # MODELS records no revision: an index of the previous release
+    await old.close()
+
+    upgraded = make_store(topology, tmp_path, opensearch_url, qdrant_local="q", os_config=os_config)
+    await upgraded.open(replace(MODELS, dense_revision=pinned))
+    for backend in upgraded.backends:
+        binding = await backend.stored_binding(backend.physical)
+        assert binding.get("models", binding)["dense_revision"] == pinned, backend.name
+    await upgraded.close()
+    assert "recorded no dense_revision" in caplog.text
