@@ -84,7 +84,7 @@ def broken_paths(text: str, base: Path) -> list[str]:
 
 
 # A section named in prose: see "Upgrades", ("Node disk")
-NAMED_SECTION = re.compile(r'(?:\bsee |\()"([^"\n]{3,80})"')
+NAMED_SECTION = re.compile(r'(?:\bsee |\()"([A-Z][^"\n]{2,79})"')
 
 
 def broken_section_names(text: str) -> list[str]:
