@@ -22,7 +22,7 @@ EXTRAS = (
     "prometheus_client",
 )
 
-SCRIPT = """
+BLOCK_EXTRAS = """
 import importlib.abc, sys
 
 class Blocked(importlib.abc.MetaPathFinder):
@@ -32,6 +32,9 @@ class Blocked(importlib.abc.MetaPathFinder):
         return None
 
 sys.meta_path.insert(0, Blocked())
+"""
+
+SCRIPT = BLOCK_EXTRAS + """
 from deployments.cli import main
 config, docs = sys.argv[1:3]
 assert main(["--config", config, "ingest", docs]) == 0
@@ -67,16 +70,8 @@ def test_cli_runs_the_embedded_topology_without_extras(tmp_path):
 
 # Each command on the base install: one that needs an extra is refused before it does
 # anything, naming the extra; the others run.
-COMMANDS_SCRIPT = """
-import contextlib, importlib.abc, io, json, sys
-
-class Blocked(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in {blocked!r}:
-            raise ImportError(f"{{name}} is an extra, not in the base install")
-        return None
-
-sys.meta_path.insert(0, Blocked())
+COMMANDS_SCRIPT = BLOCK_EXTRAS + """
+import contextlib, io, json
 from deployments.cli import main
 config = sys.argv[1]
 out = {{}}

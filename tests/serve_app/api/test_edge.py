@@ -6,9 +6,7 @@ secret never); refusals are WARNING lines without a traceback."""
 from __future__ import annotations
 
 import asyncio
-import io
 import json
-import logging
 import time
 
 import httpx
@@ -16,9 +14,9 @@ import pytest
 
 from serve_app.api.app import create_app
 from serve_app.api.auth import hash_api_key
-from serve_app.api.observability import JsonFormatter
 from serve_app.api.service import RetrievalService
 from serve_app.pipelines.components import build_components
+from tests.support.access_log import captured_access_lines
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -117,28 +115,18 @@ async def test_a_body_at_a_fair_pace_is_answered_normally(app):
 
 
 async def test_one_access_line_per_request_with_who_and_never_the_secret(app):
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(JsonFormatter())
-    access = logging.getLogger("serve_app.access")
-    access.addHandler(handler)
-    previous = access.level
-    access.setLevel(logging.INFO)
     sent = {
         "ok": ("GET", "/v1/search?q=x", {"X-API-Key": WRITER}),
         "bad-key": ("GET", "/v1/search?q=x", {"X-API-Key": "not-a-key"}),
         "no-key": ("GET", "/v1/documents/x", {}),
         "read-only": ("DELETE", "/v1/documents/x", {"X-API-Key": READER}),
     }
-    try:
+    with captured_access_lines() as access:
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
             for request_id, (method, path, headers) in sent.items():
                 await client.request(method, path, headers={**headers, "X-Request-ID": request_id})
-    finally:
-        access.removeHandler(handler)
-        access.setLevel(previous)
-    text = stream.getvalue()
+    text = access.text()
     assert WRITER not in text and READER not in text and "not-a-key" not in text
     lines = {line["request_id"]: line for line in map(json.loads, text.splitlines())}
     assert set(lines) == set(sent)

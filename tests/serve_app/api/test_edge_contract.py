@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
-import json
 import logging
 
 import pytest
@@ -19,8 +17,9 @@ from fastapi.responses import JSONResponse
 
 from serve_app.api.edge import Edge
 from serve_app.api.middleware import RequestEnvelope
-from serve_app.api.observability import JsonFormatter, Metrics
+from serve_app.api.observability import Metrics
 from serve_app.config import ConnectionBudget
+from tests.support.access_log import captured_access_lines
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -150,27 +149,19 @@ async def test_a_websocket_is_refused_with_1008_after_the_header_check(sent_id):
     ("sent_id", "code"), [(b'q"uote', "WEBSOCKET_REFUSED"), (b"\xff", "INVALID_HEADER")]
 )
 async def test_the_websocket_access_line_says_refused(sent_id, code):
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(JsonFormatter())
-    access = logging.getLogger("serve_app.access")
-    access.addHandler(handler)
-    try:
+    async def receive() -> dict:
+        return {"type": "websocket.connect"}
 
-        async def receive() -> dict:
-            return {"type": "websocket.connect"}
+    async def send(message: dict) -> None:
+        pass
 
-        async def send(message: dict) -> None:
-            pass
-
-        scope = {
-            "type": "websocket", "path": "/ws", "root_path": "", "client": ("127.0.0.1", 1),
-            "headers": [(b"x-request-id", sent_id)],
-        }  # fmt: skip
+    scope = {
+        "type": "websocket", "path": "/ws", "root_path": "", "client": ("127.0.0.1", 1),
+        "headers": [(b"x-request-id", sent_id)],
+    }  # fmt: skip
+    with captured_access_lines() as access:
         await Edge(answer_at_once, BUDGET)(scope, receive, send)
-    finally:
-        access.removeHandler(handler)
-    [line] = map(json.loads, stream.getvalue().splitlines())
+    [line] = access.entries()
     assert line["level"] == "WARNING" and line["status"] == 403, line
     assert line["code"] == code and line["path"] == "/ws", line
     assert line["request_id"] not in (sent_id.decode("latin-1"), None)
@@ -219,20 +210,10 @@ async def test_a_stalled_upload_is_counted_408_not_500(caplog):
 
 
 async def run_logged(app, client: Client, scope: dict) -> dict:
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(JsonFormatter())
-    access = logging.getLogger("serve_app.access")
-    access.addHandler(handler)
-    previous = access.level
-    access.setLevel(logging.INFO)
-    try:
-        with contextlib.suppress(RuntimeError):  # the app's own failure, re-raised
-            await asyncio.wait_for(Edge(app, BUDGET)(scope, client.receive, client.send), 5)
-    finally:
-        access.removeHandler(handler)
-        access.setLevel(previous)
-    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    with captured_access_lines() as access, contextlib.suppress(RuntimeError):
+        # RuntimeError: the app's own failure, re-raised
+        await asyncio.wait_for(Edge(app, BUDGET)(scope, client.receive, client.send), 5)
+    lines = access.entries()
     assert len(lines) <= 1, lines
     return lines[0] if lines else {}
 

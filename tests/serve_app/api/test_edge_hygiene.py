@@ -5,17 +5,15 @@ HTML nested past the parser's depth, and the offline ``/docs`` page."""
 
 from __future__ import annotations
 
-import io
 import json
-import logging
 
 import httpx
 import pytest
 
 from serve_app.api.app import create_app
-from serve_app.api.observability import JsonFormatter
 from serve_app.api.service import RetrievalService
 from serve_app.pipelines.components import build_components
+from tests.support.access_log import captured_access_lines
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -69,19 +67,9 @@ async def test_a_safe_request_id_is_kept(client):
 
 
 async def test_every_access_log_line_is_json_with_its_own_fields(client):
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(JsonFormatter())
-    access = logging.getLogger("serve_app.access")
-    access.addHandler(handler)
-    previous = access.level
-    access.setLevel(logging.INFO)
-    try:
+    with captured_access_lines() as access:
         await client.get('/healthz?x=", "status": 999', headers={"X-Request-ID": 'a", "b'})
-    finally:
-        access.removeHandler(handler)
-        access.setLevel(previous)
-    lines = stream.getvalue().splitlines()
+    lines = access.text().splitlines()
     assert len(lines) == 1
     entry = json.loads(lines[0])
     assert entry["status"] == 200 and entry["path"] == "/healthz"
