@@ -114,6 +114,7 @@ async def test_search_graph_end_to_end_on_vllm(
         "dim": 64,
         "backend": "vllm",
         "encoder": "VllmDenseEncoder",
+        "revision": None,  # a folder of its own, not a pinned fetch
     }
     assert metric_lines(metrics, "serve_app_model_queue_seconds_count", 'model="dense"')
     assert metric_lines(metrics, "serve_app_model_batch_tokens_count", 'model="dense"')
