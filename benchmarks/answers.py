@@ -1,9 +1,9 @@
 """Answers on this machine: time to first token and tokens/s under concurrent answers,
 multi-query against single-query retrieval (nDCG@10), and citation precision and recall.
 
-    python -m benchmarks answers [--suites latency,multi_query,citations,canary]
-        [--queries 100] [--claims 100] [--canary-docs 20] [--concurrency 1,4,16]
-        [--max-docs 2000] [--model catalog:...]
+    python -m benchmarks answers [--suites latency,bound,multi_query,citations,canary]
+        [--queries 100] [--claims 100] [--canary-docs 20] [--concurrency 1,4] [--waves 5]
+        [--threads 1,2] [--max-docs 2000] [--model catalog:...] [--lift-limits]
 
 Everything runs in process on ``config/local.yaml``'s pipeline (the real small encoders, the
 embedded store, llama.cpp with the configured model, 1.5B by default) over SciFact
@@ -11,18 +11,27 @@ embedded store, llama.cpp with the configured model, 1.5B by default) over SciFa
 under ``--data-dir`` (unchanged documents are skipped on later runs), limited to the judged
 documents plus others up to ``--max-docs``.
 
-- latency: for each concurrency c, c answers (different claims, no understanding, one query)
-  start together; time to first token is from the request's start (retrieval and the wait for
-  a generation slot included), a stream's decode rate is its tokens over the time from its
-  first token to its last, the aggregate rate all tokens over the wave's wall time. The
-  replica's queue (``llm.max_queued``) is raised to the largest c so no answer is refused.
+- latency: for each concurrency c, ``--waves`` waves of c answers (different claims, the
+  default path: understanding as configured) start together; time to first token is from the
+  request's start (understanding, retrieval and the wait for a generation slot included), a
+  stream's decode rate is its tokens over the time from its first token to its last, the
+  aggregate rate all tokens over the waves' wall time. The shipped limits apply (queue,
+  deadlines): refusals (429 before the stream, OVERLOADED events in it) and other errors are
+  counted. ``--lift-limits`` raises the queue to the largest c and the deadlines to 15-60
+  minutes (the report says so).
+- bound: the engine's prompt-processing rate (a fresh ~900-token prompt, one output token)
+  with each ``--threads`` setting, then one lone answer on the default path with each: the
+  ratio of its first-token time to (its prompt tokens, the understanding call's included, over
+  the fastest rate measured: the physical bound on this machine's cores).
 - multi_query: per query, nDCG@10 of the documents ranked by the question alone against
   the question plus the model's reformulations (one schema-constrained call), aggregated
   with RRF and the similarity blend (serve_app/query_fusion.py); each sub-query retrieves
   ``--depth`` chunks. The blend's ``w`` and RRF's ``k`` are also tried on a grid over the
   same sub-query lists: choose them on ``--split train``, read them on test.
 - citations: per claim, an answer on the default path (understanding and multi-query as
-  configured, the configured ``top_k``, stated in the report); citation precision =
+  configured, the configured ``top_k`` and ``max_tokens``, stated in the report); answers
+  the relevance gate refused are counted (every SciFact claim is answerable by its corpus,
+  so each is a false refusal); citation precision =
   citations whose document the qrels judge relevant / all valid citations; citation recall =
   relevant documents among the passages that are cited / relevant documents among the
   passages (both micro-averaged over the claims); citation support = valid citations whose
@@ -63,13 +72,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--split", default="test", help="train: choose the aggregation there")
     parser.add_argument("--max-docs", type=int, default=1000)
     parser.add_argument("--data-dir", type=Path, default=Path(".data") / "bench-answers")
-    parser.add_argument("--concurrency", default="1,4,16")
+    parser.add_argument("--concurrency", default="1,4")
+    parser.add_argument("--waves", type=int, default=5, help="latency: waves per concurrency")
     parser.add_argument("--latency-tokens", type=int, default=128)
+    parser.add_argument("--threads", default="1,2", help="bound: llm.threads settings")
+    parser.add_argument(
+        "--lift-limits", action="store_true", help="raise the queue and deadlines (reported)"
+    )
     parser.add_argument("--queries", type=int, default=100, help="multi_query: test queries")
     parser.add_argument("--depth", type=int, default=100, help="multi_query: chunks a sub-query")
     parser.add_argument("--claims", type=int, default=100, help="citations: test claims")
     parser.add_argument("--canary-docs", type=int, default=20, help="canary: hostile documents")
-    parser.add_argument("--answer-tokens", type=int, default=192)
+    parser.add_argument(
+        "--answer-tokens", type=int, default=None, help="citations/canary: max_tokens (configured)"
+    )
 
 
 def load(args: argparse.Namespace, concurrency: list[int]) -> Any:
@@ -78,11 +94,11 @@ def load(args: argparse.Namespace, concurrency: list[int]) -> Any:
     data = load_config(args.config).model_dump()
     data["data_dir"] = str(args.data_dir)
     data["llm"]["enabled"] = True
-    data["llm"]["max_queued"] = max(data["llm"]["max_queued"], max(concurrency))
-    # Queueing is what is measured under concurrency: no stage deadline cuts an answer short.
-    data["answer"]["deadlines"] = {
-        "understand_s": 900, "retrieve_s": 900, "first_token_s": 1800, "total_s": 3600,
-    }  # fmt: skip
+    if args.lift_limits:
+        data["llm"]["max_queued"] = max(data["llm"]["max_queued"], max(concurrency))
+        data["answer"]["deadlines"] = {
+            "understand_s": 900, "retrieve_s": 900, "first_token_s": 1800, "total_s": 3600,
+        }  # fmt: skip
     if args.model:
         data["llm"]["model"] = args.model
     return config_from_dict(data, "benchmark")
@@ -122,23 +138,34 @@ def claims(dataset: Any, count: int) -> list[tuple[str, str]]:
 LATENCY_QUESTION = "Explain in detail what the passages report about this claim: {claim}"
 
 
-async def one_answer(pipeline: Any, question: str, max_tokens: int) -> dict[str, Any]:
+async def one_answer(
+    pipeline: Any, question: str, max_tokens: int | None, understand: bool | None = None
+) -> dict[str, Any]:
+    """One streamed answer on the default path (``understand`` None: as configured); a
+    refusal before the stream (429) comes back as its error, as a client would see it."""
+    from serve_app.errors import ServeAppError
     from serve_app.schemas import AnswerRequest
 
     request = AnswerRequest(
-        question=question, understand=False, multi_query=False, max_tokens=max_tokens
+        question=question, understand=understand, multi_query=None, max_tokens=max_tokens
     )
     started = time.perf_counter()
-    prepared = await pipeline.prepare(request, TENANT)
     first = last = None
     done: dict[str, Any] = {}
-    async for kind, data in pipeline.events(prepared):
-        now = time.perf_counter()
-        if kind == "delta":
-            first = first or now
-            last = now
-        elif kind in ("done", "error"):
-            done = data if kind == "done" else {"error": data}
+    metadata: dict[str, Any] = {}
+    try:
+        prepared = await pipeline.prepare(request, TENANT)
+        async for kind, data in pipeline.events(prepared):
+            now = time.perf_counter()
+            if kind == "metadata":
+                metadata = data
+            elif kind == "delta":
+                first = first or now
+                last = now
+            elif kind in ("done", "error"):
+                done = data if kind == "done" else {"error": data}
+    except ServeAppError as error:
+        done = {"error": error.to_dict(), "refused_before_stream": True}
     tokens = (done.get("usage") or {}).get("completion_tokens", 0)
     decode_s = (last - first) if first and last and last > first else None
     return {
@@ -146,31 +173,57 @@ async def one_answer(pipeline: Any, question: str, max_tokens: int) -> dict[str,
         "total_s": time.perf_counter() - started,
         "tokens": tokens,
         "prompt_tokens": (done.get("usage") or {}).get("prompt_tokens", 0),
+        "timings_ms": {**(metadata.get("timings_ms") or {}), **(done.get("timings_ms") or {})},
+        "early_return": done.get("early_return"),
         "decode_tokens_per_s": (tokens - 1) / decode_s if decode_s and tokens > 1 else None,
         "error": done.get("error"),
+        "refused_before_stream": bool(done.get("refused_before_stream")),
     }
 
 
-async def latency(service: Any, dataset: Any, levels: list[int], max_tokens: int) -> list[dict]:
+def percentile(values: list[float], share: float) -> float | None:
+    """The nearest-rank percentile (no interpolation between the few samples)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, min(len(ordered) - 1, round(share * len(ordered) + 0.5) - 1))]
+
+
+async def latency(
+    service: Any, dataset: Any, levels: list[int], waves: int, max_tokens: int
+) -> list[dict]:
     pipeline = service.answer_pipeline
-    questions = [LATENCY_QUESTION.format(claim=t) for _, t in claims(dataset, max(levels) + 3)]
+    needed = max(levels) * waves + 1
+    questions = [LATENCY_QUESTION.format(claim=t) for _, t in claims(dataset, needed)]
     await one_answer(pipeline, questions[-1], 8)  # warm: the engine's first call
     rows = []
     for level in levels:
+        answers: list[dict[str, Any]] = []
         started = time.perf_counter()
-        answers = await asyncio.gather(
-            *(one_answer(pipeline, q, max_tokens) for q in questions[:level])
-        )
+        for wave in range(waves):
+            batch = questions[wave * level : (wave + 1) * level]
+            answers += await asyncio.gather(*(one_answer(pipeline, q, max_tokens) for q in batch))
         wall = time.perf_counter() - started
         ttft = [a["ttft_s"] for a in answers if a["ttft_s"] is not None]
         rates = [a["decode_tokens_per_s"] for a in answers if a["decode_tokens_per_s"]]
         tokens = sum(a["tokens"] for a in answers)
+        codes = [a["error"]["code"] for a in answers if a["error"]]
         row = {
             "concurrency": level,
             "answers": len(answers),
-            "errors": sum(1 for a in answers if a["error"]),
-            "error_codes": sorted({a["error"]["code"] for a in answers if a["error"]}),
+            "refused_429": sum(1 for a in answers if a["refused_before_stream"]),
+            "overloaded_events": sum(
+                1
+                for a in answers
+                if a["error"]
+                and not a["refused_before_stream"]
+                and a["error"]["code"] == "OVERLOADED"
+            ),
+            "errors": len(codes),
+            "error_codes": sorted(set(codes)),
+            "early_returns": sum(1 for a in answers if a["early_return"]),
             "ttft_p50_s": round(statistics.median(ttft), 2) if ttft else None,
+            "ttft_p95_s": round(percentile(ttft, 0.95), 2) if ttft else None,
             "ttft_max_s": round(max(ttft), 2) if ttft else None,
             "decode_tokens_per_s_per_stream": round(statistics.mean(rates), 1) if rates else None,
             "aggregate_tokens_per_s": round(tokens / wall, 1),
@@ -181,6 +234,83 @@ async def latency(service: Any, dataset: Any, levels: list[int], max_tokens: int
         print(f"latency: {row}", file=sys.stderr)
         rows.append(row)
     return rows
+
+
+# -- bound --------------------------------------------------------------------------------------
+# A prompt of about 900 tokens the engine has never seen (a fresh number first: no prompt cache).
+BOUND_TEXT = (
+    "Coral reefs recover from bleaching when water temperatures fall and herbivorous fish keep "
+    "algae in check; surveys on protected reefs found recovery within a decade. "
+)
+
+
+async def prompt_rate(llm: Any, salt: int) -> dict[str, float]:
+    """The engine's prompt-processing rate: one ~900-token prompt, one output token."""
+    from serve_app.generation import GenerationParams
+    from serve_app.generation.base import Message
+
+    text = f"Run {salt}-{time.time_ns()}. " + BOUND_TEXT * 28
+    messages = [Message("user", text + "\nSay OK.")]
+    started = time.perf_counter()
+    completion = await llm.complete(messages, GenerationParams(max_tokens=1, temperature=0.0))
+    seconds = time.perf_counter() - started
+    tokens = completion.usage.prompt_tokens
+    return {"prompt_tokens": tokens, "seconds": round(seconds, 2),
+            "tokens_per_s": round(tokens / seconds, 1)}  # fmt: skip
+
+
+class CountingLLM:
+    """The engine, counting the prompt tokens of its whole-answer calls (the understanding
+    call is one): what an answer's first token waited for besides its own prompt."""
+
+    def __init__(self, llm: Any) -> None:
+        self._llm = llm
+        self.complete_prompt_tokens = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._llm, name)
+
+    async def complete(self, messages: Any, params: Any) -> Any:
+        completion = await self._llm.complete(messages, params)
+        self.complete_prompt_tokens += completion.usage.prompt_tokens
+        return completion
+
+
+async def bound(config: Any, args: argparse.Namespace, service: Any, dataset: Any) -> dict:
+    """For each llm.threads setting: the prompt rate, then one lone answer's first token
+    against the bound (the tokens it read, the understanding call's included, over the
+    fastest rate measured in this run)."""
+    from serve_app.api.service import RetrievalService
+    from serve_app.generation import build_llm
+
+    question = LATENCY_QUESTION.format(claim=claims(dataset, 1)[0][1])
+    rows = []
+    for n, threads in enumerate(int(t) for t in args.threads.split(",")):
+        llm = CountingLLM(build_llm(config.llm.model_copy(update={"threads": threads})))
+        try:
+            answers = RetrievalService(service.components, llm=llm).answer_pipeline
+            await prompt_rate(llm, -1 - n)  # warm: the engine's first call
+            rates = [await prompt_rate(llm, 10 * n + i) for i in range(3)]
+            llm.complete_prompt_tokens = 0
+            answer = await one_answer(answers, question, args.latency_tokens)
+            answer["understanding_prompt_tokens"] = llm.complete_prompt_tokens
+        finally:
+            llm.close()
+        rows.append({
+            "threads": threads,
+            "prompt_tokens_per_s": max(r["tokens_per_s"] for r in rates),
+            "rate_samples": rates,
+            "answer": {k: answer[k] for k in ("ttft_s", "prompt_tokens",
+                       "understanding_prompt_tokens", "timings_ms", "error")},
+        })  # fmt: skip
+        print(f"bound: {rows[-1]}", file=sys.stderr)
+    fastest = max(row["prompt_tokens_per_s"] for row in rows)
+    for row in rows:
+        answer = row["answer"]
+        read = answer["prompt_tokens"] + answer["understanding_prompt_tokens"]
+        row["bound_s"] = round(read / fastest, 2)
+        row["ratio"] = round(answer["ttft_s"] / row["bound_s"], 2) if answer["ttft_s"] else None
+    return {"fastest_prompt_tokens_per_s": fastest, "cores": os.cpu_count(), "rows": rows}
 
 
 # -- multi-query ------------------------------------------------------------------------------
@@ -273,7 +403,9 @@ def aggregated(
 
 
 # -- citations --------------------------------------------------------------------------------
-async def citations(service: Any, dataset: Any, count: int, max_tokens: int) -> dict[str, Any]:
+async def citations(
+    service: Any, dataset: Any, count: int, max_tokens: int | None
+) -> dict[str, Any]:
     from serve_app.schemas import AnswerRequest
 
     pipeline = service.answer_pipeline
@@ -281,6 +413,7 @@ async def citations(service: Any, dataset: Any, count: int, max_tokens: int) -> 
     relevant_shown = relevant_cited = 0
     top_k: set[int] = set()
     uncited = sentences_flagged_answers = no_citation = errors = 0
+    early: dict[str, int] = {}
     seconds: list[float] = []
     selected = claims(dataset, count)
     for i, (query_id, claim) in enumerate(selected, 1):
@@ -294,6 +427,8 @@ async def citations(service: Any, dataset: Any, count: int, max_tokens: int) -> 
         if answer.get("error"):
             errors += 1
             continue
+        if answer.get("early_return"):
+            early[answer["early_return"]] = early.get(answer["early_return"], 0) + 1
         shown = {r["doc_id"] for r in answer["results"]}
         cited_docs = [c["doc_id"] for c in answer["citations"]]
         if "top_k" in answer:  # an early return (irrelevant) retrieves nothing
@@ -314,6 +449,10 @@ async def citations(service: Any, dataset: Any, count: int, max_tokens: int) -> 
     return {
         "claims": len(selected),
         "errors": errors,
+        "early_returns": early,
+        "gate_false_refusal_rate": round(early.get("irrelevant", 0) / answered, 3)
+        if answered
+        else None,
         "citation_precision": round(cited_relevant / cited_total, 3) if cited_total else None,
         "citation_recall": round(relevant_cited / relevant_shown, 3) if relevant_shown else None,
         "citation_support": round(cited_supported / cited_total, 3) if cited_total else None,
@@ -339,20 +478,43 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         f"Model `{report['model']}` on llama.cpp ({report['llm']['threads']} thread, "
         f"{report['llm']['parallel']} slots); SciFact {split}, "
-        f"{report['index']['documents']} documents indexed (judged + others). "
+        f"{report['index']['documents']} documents indexed (judged + others); top_k "
+        f"{report['answer']['top_k']}, max_tokens {report['answer']['max_tokens']}; limits "
+        f"{report.get('limits', 'lifted (queue and deadlines)')}. "
         "Load average over the run: "
         f"{report['load_average']['start']} at the start, {report['load_average']['end']} at "
         "the end (2 shared cores).",
         "",
     ]
+    if "bound" in report:
+        b = report["bound"]
+        lines += [
+            "## First token against the engine's bound",
+            "",
+            f"One lone answer on the default path per `llm.threads`; the bound is the tokens it "
+            f"read (its prompt and the understanding call's) over the fastest prompt rate "
+            f"measured in this run ({b['fastest_prompt_tokens_per_s']} tokens/s, "
+            f"{b['cores']} cores).",
+            "",
+        ]
+        lines += table(
+            ["llm.threads", "prompt tokens/s", "answer prompt tokens", "understanding prompt "
+             "tokens", "first token (s)", "bound (s)", "ratio"],
+            [[row["threads"], row["prompt_tokens_per_s"], row["answer"]["prompt_tokens"],
+              row["answer"]["understanding_prompt_tokens"], round(row["answer"]["ttft_s"] or 0, 2),
+              row["bound_s"], row["ratio"]] for row in b["rows"]],
+        )  # fmt: skip
+        lines.append("")
     if "latency" in report:
         lines += ["## Time to first token and tokens/s", ""]
         lines += table(
-            ["concurrent answers", "TTFT p50 (s)", "TTFT max (s)", "decode tokens/s per stream",
-             "aggregate tokens/s", "prompt tokens (mean)", "errors"],
-            [[row["concurrency"], row["ttft_p50_s"], row["ttft_max_s"],
-              row["decode_tokens_per_s_per_stream"], row["aggregate_tokens_per_s"],
-              row["prompt_tokens_mean"], row["errors"]] for row in report["latency"]],
+            ["concurrent answers", "answers", "TTFT p50 (s)", "TTFT p95 (s)", "TTFT max (s)",
+             "decode tokens/s per stream", "aggregate tokens/s", "prompt tokens (mean)",
+             "429 refusals", "OVERLOADED events", "errors"],
+            [[row["concurrency"], row.get("answers"), row["ttft_p50_s"], row.get("ttft_p95_s"),
+              row["ttft_max_s"], row["decode_tokens_per_s_per_stream"],
+              row["aggregate_tokens_per_s"], row["prompt_tokens_mean"], row.get("refused_429"),
+              row.get("overloaded_events"), row["errors"]] for row in report["latency"]],
         )  # fmt: skip
         lines.append("")
     if "multi_query" in report:
@@ -404,6 +566,8 @@ def markdown(report: dict[str, Any]) -> str:
             f"- invalid citations: {c['invalid_citations']}; answers without a citation: "
             f"{c['answers_without_citation']}; answers with an uncited sentence: "
             f"{c['answers_with_uncited_sentences']}",
+            f"- relevance gate: false refusal rate {c.get('gate_false_refusal_rate')} "
+            f"(early returns {c.get('early_returns')}; every claim is answerable)",
             f"- answer time p50: {c['answer_s_p50']} s",
             "",
         ]
@@ -456,11 +620,21 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         "llm": config.llm.model_dump(include={"parallel", "threads", "context_tokens"}),
         "answer": config.answer.model_dump(include={"top_k", "max_passage_tokens", "max_tokens"}),
         "index": index,
+        "limits": "lifted: llm.max_queued >= the largest concurrency, deadlines 15-60 min"
+        if args.lift_limits
+        else "shipped (llm.max_queued, answer.deadlines as configured)",
+        "deadlines": config.answer.deadlines.model_dump(),
+        "max_queued": config.llm.max_queued,
         "load_average": {"start": load_start},
     }
     try:
+        if "bound" in suites:
+            report["bound"] = await bound(config, args, service, dataset)
+            save(report, args)
         if "latency" in suites:
-            report["latency"] = await latency(service, dataset, levels, args.latency_tokens)
+            report["latency"] = await latency(
+                service, dataset, levels, args.waves, args.latency_tokens
+            )
             save(report, args)
         if "multi_query" in suites:
             report["multi_query"] = await multi_query(service, dataset, args.queries, args.depth)
