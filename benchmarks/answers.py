@@ -404,8 +404,9 @@ def aggregated(
 
 # -- citations --------------------------------------------------------------------------------
 async def citations(
-    service: Any, dataset: Any, count: int, max_tokens: int | None
+    service: Any, dataset: Any, count: int, max_tokens: int | None, progress: Any = None
 ) -> dict[str, Any]:
+    """``progress(figures so far)`` every 10 claims: a long run keeps what it measured."""
     from serve_app.schemas import AnswerRequest
 
     pipeline = service.answer_pipeline
@@ -416,6 +417,33 @@ async def citations(
     early: dict[str, int] = {}
     seconds: list[float] = []
     selected = claims(dataset, count)
+
+    def figures(done: int) -> dict[str, Any]:
+        answered = done - errors
+        return {
+            "claims": done,
+            "errors": errors,
+            "early_returns": early,
+            "gate_false_refusal_rate": round(early.get("irrelevant", 0) / answered, 3)
+            if answered
+            else None,
+            "citation_precision": round(cited_relevant / cited_total, 3) if cited_total else None,
+            "citation_recall": round(relevant_cited / relevant_shown, 3)
+            if relevant_shown
+            else None,
+            "citation_support": round(cited_supported / cited_total, 3) if cited_total else None,
+            "unsupported_sentences": unsupported,
+            "top_k": sorted(top_k),
+            "citations": cited_total,
+            "invalid_citations": invalid,
+            "answers_without_citation": no_citation,
+            "answers_with_uncited_sentences": sentences_flagged_answers,
+            "uncited_sentences": uncited,
+            "relevant_passages_shown": relevant_shown,
+            "answered": answered,
+            "answer_s_p50": round(statistics.median(seconds), 1) if seconds else None,
+        }
+
     for i, (query_id, claim) in enumerate(selected, 1):
         relevant = {d for d, grade in dataset.qrels[query_id].items() if grade > 0}
         started = time.perf_counter()
@@ -445,28 +473,9 @@ async def citations(
         no_citation += not cited_docs
         if i % 10 == 0:
             print(f"citations: {i}/{len(selected)}", file=sys.stderr)
-    answered = len(selected) - errors
-    return {
-        "claims": len(selected),
-        "errors": errors,
-        "early_returns": early,
-        "gate_false_refusal_rate": round(early.get("irrelevant", 0) / answered, 3)
-        if answered
-        else None,
-        "citation_precision": round(cited_relevant / cited_total, 3) if cited_total else None,
-        "citation_recall": round(relevant_cited / relevant_shown, 3) if relevant_shown else None,
-        "citation_support": round(cited_supported / cited_total, 3) if cited_total else None,
-        "unsupported_sentences": unsupported,
-        "top_k": sorted(top_k),
-        "citations": cited_total,
-        "invalid_citations": invalid,
-        "answers_without_citation": no_citation,
-        "answers_with_uncited_sentences": sentences_flagged_answers,
-        "uncited_sentences": uncited,
-        "relevant_passages_shown": relevant_shown,
-        "answered": answered,
-        "answer_s_p50": round(statistics.median(seconds), 1) if seconds else None,
-    }
+            if progress is not None and i < len(selected):
+                progress(figures(i))
+    return figures(len(selected))
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -641,7 +650,14 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             print(f"multi_query: {report['multi_query']}", file=sys.stderr)
             save(report, args)
         if "citations" in suites:
-            report["citations"] = await citations(service, dataset, args.claims, args.answer_tokens)
+
+            def partial(figures: dict[str, Any]) -> None:
+                report["citations"] = figures
+                save(report, args)
+
+            report["citations"] = await citations(
+                service, dataset, args.claims, args.answer_tokens, partial
+            )
             print(f"citations: {report['citations']}", file=sys.stderr)
             save(report, args)
         if "canary" in suites:
