@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from ray import serve
 
 from deployments.options import ConfiguredDeployment
 from deployments.replica_logging import configure_replica_logging
-from deployments.settings import serve_settings
+from deployments.settings import ServiceConfig
 from deployments.tokenizer_threads import tokenize_on_reserved_cpus
-from serve_app.config import config_from_dict
 from serve_app.pipelines.components import build_chunker
 from serve_app.schemas import Chunk, Document
 
@@ -19,10 +16,10 @@ from serve_app.schemas import Chunk, Document
 class ChunkerDeployment(ConfiguredDeployment):
     settings_name = "chunker"
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: ServiceConfig) -> None:
         configure_replica_logging()
-        self.config = config_from_dict(config, "serve args")
-        tokenize_on_reserved_cpus(serve_settings(self.config).chunker.num_cpus)
+        self.config = config
+        tokenize_on_reserved_cpus(config.serve.chunker.num_cpus)
         # Semantic IMRaD splitting embeds sentences: the chunker then loads the dense model too.
         dense = None
         if self.config.chunker.semantic_split:

@@ -9,13 +9,12 @@ from ray import serve
 
 from deployments.options import ConfiguredDeployment
 from deployments.replica_logging import configure_replica_logging
-from deployments.settings import serve_settings
+from deployments.settings import ServiceConfig
 from deployments.tokenizer_threads import tokenize_on_reserved_cpus
-from serve_app.config import config_from_dict
 from serve_app.encoders.base import DENSE_BACKENDS, LaneDenseEncoder
 from serve_app.encoders.queue import Lane
 from serve_app.errors import ConfigError
-from serve_app.pipelines.components import dense_model_revision, register_builtins
+from serve_app.pipelines.components import dense_model_revision
 
 
 @serve.deployment(name="dense")
@@ -27,11 +26,10 @@ class DenseDeployment(ConfiguredDeployment):
     encoder's queue, queries first, so a search never waits behind more than one document
     batch. Returns the vectors and the batch's statistics."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: ServiceConfig) -> None:
         configure_replica_logging()
-        self.config = config_from_dict(config, "serve args")
-        tokenize_on_reserved_cpus(serve_settings(self.config).dense.num_cpus)
-        register_builtins()
+        self.config = config
+        tokenize_on_reserved_cpus(config.serve.dense.num_cpus)
         # A model cache holding another commit than configured: refused before loading.
         self.revision = dense_model_revision(self.config)
         encoder = DENSE_BACKENDS.create(self.config.dense.backend, self.config.dense)

@@ -17,7 +17,7 @@ from ray import serve
 
 from deployments.options import ConfiguredDeployment
 from deployments.replica_logging import configure_replica_logging
-from serve_app.config import config_from_dict
+from deployments.settings import ServiceConfig
 from serve_app.generation import GenerationParams, Message, build_llm
 from serve_app.generation.base import Completion
 from serve_app.model_manifest import loaded_revision
@@ -29,9 +29,9 @@ ADMITTED = {"admitted": True}
 class LlmDeployment(ConfiguredDeployment):
     settings_name = "llm"
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: ServiceConfig) -> None:
         configure_replica_logging()
-        self.config = config_from_dict(config, "serve args")
+        self.config = config
         llm = self.config.llm  # a model cache at another commit: refused before loading
         loaded_revision(llm.model, llm.revision, "llm.revision")
         self.llm = build_llm(self.config.llm)

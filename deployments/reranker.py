@@ -9,24 +9,21 @@ from ray import serve
 
 from deployments.options import ConfiguredDeployment
 from deployments.replica_logging import configure_replica_logging
-from deployments.settings import serve_settings
+from deployments.settings import ServiceConfig
 from deployments.tokenizer_threads import tokenize_on_reserved_cpus
-from serve_app.config import config_from_dict
 from serve_app.encoders.base import RERANKER_BACKENDS, ServedReranker
 from serve_app.errors import ConfigError
 from serve_app.model_manifest import loaded_revision
-from serve_app.pipelines.components import register_builtins
 
 
 @serve.deployment(name="reranker")
 class RerankerDeployment(ConfiguredDeployment):
     settings_name = "reranker"
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: ServiceConfig) -> None:
         configure_replica_logging()
-        self.config = config_from_dict(config, "serve args")
-        tokenize_on_reserved_cpus(serve_settings(self.config).reranker.num_cpus)
-        register_builtins()
+        self.config = config
+        tokenize_on_reserved_cpus(config.serve.reranker.num_cpus)
         section = self.config.reranker  # a model cache at another commit: refused before loading
         loaded_revision(section.model, section.revision, "reranker.revision")
         reranker = RERANKER_BACKENDS.create(self.config.reranker.backend, self.config.reranker)

@@ -8,9 +8,8 @@ from ray import serve
 
 from deployments.options import ConfiguredDeployment
 from deployments.replica_logging import configure_replica_logging
-from deployments.settings import serve_settings
+from deployments.settings import ServiceConfig
 from deployments.tokenizer_threads import tokenize_on_reserved_cpus
-from serve_app.config import config_from_dict
 from serve_app.encoders.queue import Lane
 from serve_app.encoders.splade import SpladeEncoder
 from serve_app.model_manifest import loaded_revision
@@ -21,10 +20,10 @@ from serve_app.schemas import SparseVector
 class SpladeDeployment(ConfiguredDeployment):
     settings_name = "splade"
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: ServiceConfig) -> None:
         configure_replica_logging()
-        self.config = config_from_dict(config, "serve args")
-        tokenize_on_reserved_cpus(serve_settings(self.config).splade.num_cpus)
+        self.config = config
+        tokenize_on_reserved_cpus(config.serve.splade.num_cpus)
         splade = self.config.splade  # a model cache at another commit: refused before loading
         loaded_revision(splade.model, splade.revision, "splade.revision")
         self.encoder = SpladeEncoder(self.config.splade)

@@ -62,3 +62,8 @@ class ServedReranker(Reranker, Protocol):
 
 DENSE_BACKENDS: Registry[DenseEncoder] = Registry("dense backend", "dense.backend")
 RERANKER_BACKENDS: Registry[Reranker] = Registry("reranker backend", "reranker.backend")
+DENSE_BACKENDS.register_lazy("transformers", "serve_app.encoders.dense_transformers:build")
+DENSE_BACKENDS.register_lazy("vllm", "serve_app.encoders.dense_vllm:build")
+DENSE_BACKENDS.register_lazy("vllm-http", "serve_app.encoders.dense_vllm_http:build")
+RERANKER_BACKENDS.register_lazy("transformers", "serve_app.encoders.reranker:build")
+RERANKER_BACKENDS.register_lazy("vllm", "serve_app.encoders.reranker_vllm:build")

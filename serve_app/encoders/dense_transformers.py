@@ -7,7 +7,6 @@ import torch
 from transformers import AutoModel, AutoTokenizer
 
 from serve_app.config import DenseConfig, resolve_model_path
-from serve_app.encoders.base import DENSE_BACKENDS
 from serve_app.encoders.batching import (
     padded_width,
     padding_ratio,
@@ -142,6 +141,5 @@ class TransformersDenseEncoder:
         self.queue.close()
 
 
-@DENSE_BACKENDS.register("transformers")
-def _build(config: DenseConfig) -> TransformersDenseEncoder:
+def build(config: DenseConfig) -> TransformersDenseEncoder:
     return TransformersDenseEncoder(config)

@@ -8,7 +8,6 @@ import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from serve_app.config import RerankerConfig, resolve_model_path
-from serve_app.encoders.base import RERANKER_BACKENDS
 from serve_app.encoders.batching import filler_token_id, padding_ratio, token_budget_batches
 from serve_app.encoders.queue import PairQueue
 from serve_app.encoders.torch_runtime import (
@@ -106,6 +105,5 @@ class CrossEncoderReranker:
         self.queue.close()
 
 
-@RERANKER_BACKENDS.register("transformers")
-def _build(config: RerankerConfig) -> CrossEncoderReranker:
+def build(config: RerankerConfig) -> CrossEncoderReranker:
     return CrossEncoderReranker(config)
