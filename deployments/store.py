@@ -16,8 +16,7 @@ from typing import Any
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from deployments.options import ConfiguredDeployment
-from deployments.replica_logging import configure_replica_logging
+from deployments.replica import Replica
 from deployments.settings import ServiceConfig
 from serve_app.batching import Coalescer, concatenating
 from serve_app.errors import InvalidInputError, ModelMismatchError, ServiceUnavailableError
@@ -35,12 +34,12 @@ FORWARDED = tuple(
 
 
 @serve.deployment(name="store")
-class StoreDeployment(ConfiguredDeployment):
+class StoreDeployment(Replica):
     settings_name = "store"
+    tokenizes = False
 
     async def __init__(self, config: ServiceConfig, models: DeploymentHandle | dict) -> None:
-        configure_replica_logging()
-        self.config = config
+        super().__init__(config)
         self.index: ChunkIndex = TOPOLOGIES.create(self.config.stores.topology, self.config)
         self.retriever = IndexRetriever(self.index, self.config.search.retrieve_batch)
         # The calls of every ingress replica, merged: what arrives while a batch runs goes

@@ -32,6 +32,13 @@ class LaneDenseEncoder(DenseEncoder, Protocol):
 
     async def encode_lane(self, lane: Lane, texts: list[str]) -> tuple[np.ndarray, dict]: ...
 
+    async def check_health(self) -> None:
+        """ServiceUnavailableError once the model cannot answer (its queue closed, a worker
+        thread gone)."""
+        ...
+
+    def close(self) -> None: ...
+
 
 @runtime_checkable
 class SparseEncoder(Protocol):
@@ -58,6 +65,10 @@ class ServedReranker(Reranker, Protocol):
     async def score_with_stats(
         self, query: str, passages: list[str]
     ) -> tuple[list[float], dict]: ...
+
+    async def check_health(self) -> None: ...
+
+    def close(self) -> None: ...
 
 
 DENSE_BACKENDS: Registry[DenseEncoder] = Registry("dense backend", "dense.backend")

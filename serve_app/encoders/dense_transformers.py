@@ -137,6 +137,9 @@ class TransformersDenseEncoder:
     async def embed_queries(self, texts: list[str]) -> np.ndarray:
         return (await self.encode_lane("query", texts))[0]
 
+    async def check_health(self) -> None:
+        self.queue.check_health()
+
     def close(self) -> None:
         self.queue.close()
 

@@ -116,6 +116,9 @@ class VllmDenseEncoder:
     async def embed_queries(self, texts: list[str]) -> np.ndarray:
         return (await self.encode_lane("query", texts))[0]
 
+    async def check_health(self) -> None:
+        self.queue.check_health()
+
     def close(self) -> None:
         """Stop the queue and the engine (its worker process included)."""
         self.queue.close()

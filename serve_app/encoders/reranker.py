@@ -101,6 +101,9 @@ class CrossEncoderReranker:
     async def score(self, query: str, passages: list[str]) -> list[float]:
         return (await self.queue.score(query, passages))[0]
 
+    async def check_health(self) -> None:
+        self.queue.check_health()
+
     def close(self) -> None:
         self.queue.close()
 

@@ -63,6 +63,9 @@ class VllmReranker:
     async def score(self, query: str, passages: list[str]) -> list[float]:
         return (await self.queue.score(query, passages))[0]
 
+    async def check_health(self) -> None:
+        self.queue.check_health()
+
     def close(self) -> None:
         self.queue.close()
         engine = getattr(self.llm, "llm_engine", None)
