@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -15,9 +15,6 @@ from serve_app.errors import (
 )
 from serve_app.registry import Registry
 from serve_app.schemas import DEFAULT_TENANT, Document
-
-# A loader parses raw bytes into Document fields; ``name`` is the file name (for titles/ids).
-LoaderFn = Callable[[bytes, str], dict]
 
 EXTENSIONS = {
     ".txt": "text",
@@ -31,7 +28,8 @@ EXTENSIONS = {
     ".pdf": "pdf",
 }
 SUPPORTED_FORMATS = ("text", "markdown", "html", "jats", "pdf")
-# Imported on first use: pypdf and lxml are only needed for the formats that use them.
+# A loader parses raw bytes into Document fields (``loader(data, name)``; ``name`` is the file
+# name, for titles and ids). Imported on first use: pypdf and lxml serve only their formats.
 LOADERS: Registry[dict] = Registry("document format", "format")
 LOADERS.register_lazy("text", "serve_app.loaders.text:load_text")
 LOADERS.register_lazy("markdown", "serve_app.loaders.markdown:load_markdown")
