@@ -32,14 +32,14 @@ class AutoscalingSettings(Section):
 
 class BatchingSettings(Section):
     """How concurrent calls share one call (natural batching, ``serve_app/batching.py``): an
-    idle caller sends at once, a busy one sends what arrived during its previous call."""
+    idle caller sends at once, a busy one sends what arrived during its previous call. The
+    queries in one call to the store are the library's ``search.retrieve_batch``."""
 
     # Calls kept running at once towards one deployment: with one replica, one batch runs
     # while the next gathers; more replicas each take one (the replica's queue re-batches).
     calls_in_flight: int = Field(default=2, ge=1)
     query_batch: int = Field(default=64, ge=1)  # queries an ingress sends an encoder at once
     rerank_batch: int = Field(default=16, ge=1)  # rerank requests in one reranker call
-    # Queries in one call to the store: the library's search.retrieve_batch.
     # The store replica merges the calls of every ingress replica: at most this many a batch
     # (a batch of the embedded engine runs inline, so its size bounds how long the replica's
     # loop is held; a query alone costs 1.3-1.6x its share of a batch of 4:
