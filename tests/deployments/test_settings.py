@@ -23,6 +23,17 @@ def test_the_serve_section_is_typed_once_and_bound_as_an_object():
     assert isinstance(load_config(LOCAL, environ={}).serve, dict)
 
 
+def test_the_bound_object_travels_to_a_replica_whole():
+    """Ray pickles a deployment's init arguments: the replica gets the parsed object back,
+    its defaults filled and its rules already checked."""
+    import pickle
+
+    config = load_service_config(ROOT / "config" / "gpu.yaml", environ={})
+    travelled = pickle.loads(pickle.dumps(config))
+    assert travelled == config and isinstance(travelled.serve, ServeConfig)
+    assert travelled.serve.ingress.access_log is True and travelled.serve.store.access_log is False
+
+
 def test_a_changed_bind_is_validated_again():
     config = load_service_config(LOCAL, environ={})
     assert service_config(config, port=8123).serve.port == 8123
