@@ -2,7 +2,8 @@
 
 ``args["config"]`` is either a path to the YAML configuration or the configuration itself
 (a mapping, as in generated Serve configs and the Helm chart). Environment overrides
-(``SERVE_APP__...``) apply on top in both cases.
+(``SERVE_APP__...``) apply on top in both cases. It is parsed here, once, into a
+``ServiceConfig`` that every deployment is bound to.
 """
 
 from __future__ import annotations
@@ -18,41 +19,39 @@ from deployments.dense import DenseDeployment
 from deployments.ingress import IngressDeployment
 from deployments.llm import LlmDeployment
 from deployments.reranker import RerankerDeployment
-from deployments.settings import serve_settings
+from deployments.settings import ServiceConfig, load_service_config, service_config
 from deployments.splade import SpladeDeployment
 from deployments.store import StoreDeployment
-from serve_app.config import AppConfig, config_from_dict, env_overrides, load_config
-from serve_app.config import merge_dicts as merge_config
-from serve_app.pipelines.components import check_config
+from serve_app.config import AppConfig, env_overrides, merge_dicts
 
 
-def resolve_config(args: dict[str, Any]) -> AppConfig:
+def resolve_config(args: dict[str, Any]) -> ServiceConfig:
     source = args.get("config")
     if source is None or isinstance(source, str | Path):
-        return load_config(source)
+        return load_service_config(source)
     if isinstance(source, dict):
-        return config_from_dict(merge_config(source, env_overrides()), "serve args")
+        overrides = env_overrides(model=ServiceConfig)
+        return service_config(merge_dicts(source, overrides), "serve args")
     raise TypeError("args['config'] must be a path or a mapping")
 
 
-def bind(deployment: Deployment, config: AppConfig, *args: Any) -> Application:
-    """``deployment`` with the options its class supplies for ``config``, bound to ``args``."""
+def bind(deployment: Deployment, config: ServiceConfig, *handles: Any) -> Application:
+    """``deployment`` with the options its class supplies for ``config``, bound to the
+    parsed ``config`` itself (no replica parses it again) and to ``handles``."""
     options = deployment.func_or_class.get_deployment_options(config)
-    return deployment.options(**options).bind(*args)
+    return deployment.options(**options).bind(config, *handles)
 
 
 def build_app_from_config(config: AppConfig) -> Application:
-    check_config(config)
-    serve_settings(config)  # the serve: section and its rules, before anything is bound
-    data = config.model_dump(mode="json")
-    chunker = bind(ChunkerDeployment, config, data)
-    dense = bind(DenseDeployment, config, data)
-    splade = bind(SpladeDeployment, config, data) if config.splade.enabled else None
-    reranker = bind(RerankerDeployment, config, data) if config.reranker.enabled else None
+    config = service_config(config)
+    chunker = bind(ChunkerDeployment, config)
+    dense = bind(DenseDeployment, config)
+    splade = bind(SpladeDeployment, config) if config.splade.enabled else None
+    reranker = bind(RerankerDeployment, config) if config.reranker.enabled else None
     # Every store replica opens its index itself, for the dense model's id and dimension.
-    store = bind(StoreDeployment, config, data, dense)
-    llm = bind(LlmDeployment, config, data) if config.llm.enabled else None
-    return bind(IngressDeployment, config, data, chunker, dense, splade, reranker, store, llm)
+    store = bind(StoreDeployment, config, dense)
+    llm = bind(LlmDeployment, config) if config.llm.enabled else None
+    return bind(IngressDeployment, config, chunker, dense, splade, reranker, store, llm)
 
 
 def build_app(args: dict[str, Any]) -> Application:

@@ -2,40 +2,33 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from ray import serve
 
-from deployments.options import ConfiguredDeployment
-from deployments.replica_logging import configure_replica_logging
-from deployments.settings import serve_settings
-from deployments.tokenizer_threads import tokenize_on_reserved_cpus
-from serve_app.config import config_from_dict
+from deployments.replica import Replica
+from deployments.settings import ServiceConfig
 from serve_app.pipelines.components import build_chunker
 from serve_app.schemas import Chunk, Document
 
 
 @serve.deployment(name="chunker")
-class ChunkerDeployment(ConfiguredDeployment):
+class ChunkerDeployment(Replica):
+    """No model of its own to lose (a tokenizer, spaCy): Serve's own check of the replica's
+    process is its health check; with semantic IMRaD splitting it embeds in process."""
+
     settings_name = "chunker"
 
-    def __init__(self, config: dict[str, Any]) -> None:
-        configure_replica_logging()
-        self.config = config_from_dict(config, "serve args")
-        tokenize_on_reserved_cpus(serve_settings(self.config).chunker.num_cpus)
+    def __init__(self, config: ServiceConfig) -> None:
+        super().__init__(config)
         # Semantic IMRaD splitting embeds sentences: the chunker then loads the dense model too.
         dense = None
-        if self.config.chunker.semantic_split:
+        if config.chunker.semantic_split:
             from serve_app.encoders.base import DENSE_BACKENDS
 
-            dense = DENSE_BACKENDS.create(self.config.dense.backend, self.config.dense)
-        self.chunker = build_chunker(self.config, dense)
+            dense = DENSE_BACKENDS.create(config.dense.backend, config.dense)
+        self.chunker = build_chunker(config, dense)
 
     def fingerprint(self) -> dict:
         return self.chunker.fingerprint()
-
-    def ping(self) -> str:
-        return "ok"
 
     async def chunk_many(self, documents: list[Document]) -> list[list[Chunk]]:
         return await self.chunker.chunk_many(documents)

@@ -10,10 +10,10 @@ from serve_app import cli as core
 
 def _serve(config, args: argparse.Namespace) -> int:
     from deployments.local import existing, serve_forever
-    from deployments.settings import with_serve
+    from deployments.settings import service_config
 
-    config = with_serve(config, port=args.port, host=args.host)
-    return serve_forever(config, existing(args.ingest) if args.ingest else None)
+    served = service_config(config, "serve-app serve", port=args.port, host=args.host)
+    return serve_forever(served, existing(args.ingest) if args.ingest else None)
 
 
 def _cluster(_config, args: argparse.Namespace) -> int:

@@ -182,12 +182,17 @@ class RemoteReranker:
 class RemoteRetriever:
     """Search, fusion and fetch in the store replica: one round trip per batch of queries."""
 
-    def __init__(self, handle: DeploymentHandle, batching: BatchingSettings | None = None) -> None:
+    def __init__(
+        self,
+        handle: DeploymentHandle,
+        batching: BatchingSettings | None = None,
+        max_queries: int = 64,  # search.retrieve_batch
+    ) -> None:
         batching = batching or BatchingSettings()
         self._retrieve_many_handle = handle.retrieve_many  # made once: see _RemoteLanes
         self._specs: Coalescer[RetrieveSpec, Retrieved] = Coalescer(
             self._retrieve_many,
-            max_items=batching.retrieve_batch,
+            max_items=max_queries,
             max_in_flight=batching.calls_in_flight,
         )
 

@@ -24,11 +24,10 @@ from deployments.handles import (
 from deployments.metrics import RayInstruments
 from deployments.options import ConfiguredDeployment
 from deployments.replica_logging import configure_replica_logging
-from deployments.settings import serve_settings
+from deployments.settings import ServiceConfig
 from serve_app.api.app import create_app
 from serve_app.api.observability import Metrics
 from serve_app.api.service import ReadinessCheck, RetrievalService
-from serve_app.config import config_from_dict
 from serve_app.encoders.bm25 import Bm25Encoder
 from serve_app.pipelines.components import build_components
 
@@ -47,7 +46,7 @@ class IngressDeployment(ConfiguredDeployment):
 
     async def __init__(
         self,
-        config: dict[str, Any],
+        config: ServiceConfig,
         chunker: DeploymentHandle,
         dense: DeploymentHandle,
         splade: DeploymentHandle | None,
@@ -74,11 +73,11 @@ class IngressDeployment(ConfiguredDeployment):
         }
         chunker, dense, store = (self.handles[n] for n in ("chunker", "dense", "store"))
         splade, reranker = self.handles.get("splade"), self.handles.get("reranker")
-        self.config = config_from_dict(config, "serve args")
+        self.config = config
         use_budget(self.config.api.connections)  # for the edge on Serve's server (deployments.edge)
         self.metrics = Metrics(RayInstruments())  # every replica's counts, summed by Prometheus
         observe = self.metrics.observe_batch
-        batching = serve_settings(self.config).batching
+        batching = config.serve.batching
         sparse: dict[str, Any] = {}
         if self.config.bm25.enabled:
             sparse["bm25"] = Bm25Encoder(self.config.bm25)  # tokenising only: no model to serve
@@ -95,7 +94,7 @@ class IngressDeployment(ConfiguredDeployment):
             if reranker
             else None,
             index=RemoteIndex(store, await store.info.remote()),
-            retriever=RemoteRetriever(store, batching),
+            retriever=RemoteRetriever(store, batching, self.config.search.retrieve_batch),
         )
 
         async def store_ready() -> None:
@@ -130,5 +129,5 @@ class IngressDeployment(ConfiguredDeployment):
             self.service,
             self.metrics,
             set_request_id_header=False,
-            host=serve_settings(self.config).host,
+            host=self.config.serve.host,
         )

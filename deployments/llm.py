@@ -15,53 +15,51 @@ from typing import Any
 
 from ray import serve
 
-from deployments.options import ConfiguredDeployment
-from deployments.replica_logging import configure_replica_logging
-from serve_app.config import config_from_dict
+from deployments.replica import ModelReplica
+from serve_app.errors import ConfigError
 from serve_app.generation import GenerationParams, Message, build_llm
-from serve_app.generation.base import Completion
+from serve_app.generation.base import Completion, ServedLLM
 from serve_app.model_manifest import loaded_revision
 
 ADMITTED = {"admitted": True}
 
 
 @serve.deployment(name="llm")
-class LlmDeployment(ConfiguredDeployment):
+class LlmDeployment(ModelReplica[ServedLLM]):
     settings_name = "llm"
+    tokenizes = False  # the engine sizes its own threads
 
-    def __init__(self, config: dict[str, Any]) -> None:
-        configure_replica_logging()
-        self.config = config_from_dict(config, "serve args")
+    def load(self) -> ServedLLM:
         llm = self.config.llm  # a model cache at another commit: refused before loading
         loaded_revision(llm.model, llm.revision, "llm.revision")
-        self.llm = build_llm(self.config.llm)
+        engine = build_llm(llm)
+        if not isinstance(engine, ServedLLM):
+            raise ConfigError(f"llm.backend {llm.backend!r} cannot be served")
+        return engine
 
     def info(self) -> dict[str, Any]:
         return {
-            "model_id": self.llm.model_id,
+            "model_id": self.model.model_id,
             "backend": self.config.llm.backend,
             "parallel": self.config.llm.parallel,
         }
 
-    def ping(self) -> str:
-        return "ok"
-
     def stats(self) -> dict[str, int]:
-        return self.llm.stats()  # type: ignore[attr-defined]
+        return self.model.stats()
 
     async def complete(self, messages: list[Message], params: GenerationParams) -> Completion:
-        return await self.llm.complete(messages, params)
+        return await self.model.complete(messages, params)
 
     async def count_tokens(self, texts: list[str]) -> list[int]:
-        return await self.llm.count_tokens(texts)
+        return await self.model.count_tokens(texts)
 
     async def count_prompt_tokens(self, messages: list[Message]) -> int:
-        return await self.llm.count_prompt_tokens(messages)
+        return await self.model.count_prompt_tokens(messages)
 
     async def stream(
         self, messages: list[Message], params: GenerationParams
     ) -> AsyncIterator[dict[str, Any]]:
-        stream = await self.llm.open_stream(messages, params)
+        stream = await self.model.open_stream(messages, params)
         try:
             yield ADMITTED
             async for delta in stream:
@@ -73,11 +71,3 @@ class LlmDeployment(ConfiguredDeployment):
             }
         finally:
             await stream.aclose()
-
-    async def check_health(self) -> None:
-        await self.llm.check_health()  # type: ignore[attr-defined]
-
-    def __del__(self) -> None:
-        close = getattr(getattr(self, "llm", None), "close", None)
-        if close is not None:
-            close()

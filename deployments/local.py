@@ -16,7 +16,7 @@ import httpx
 import psutil
 
 from deployments.instance import HEADER_TIMEOUT_ENV, INSTANCE_ENV, SETUP_HOOK, Instance, isolate
-from deployments.settings import serve_settings
+from deployments.settings import service_config
 from serve_app.api.observability import METRICS_URL_ENV
 from serve_app.config import AppConfig
 from serve_app.errors import ConfigError
@@ -37,12 +37,13 @@ _started: list[Instance] = []
 
 def start(config: AppConfig, num_cpus: int | None = None) -> str:
     """Start Ray and the application; returns the base URL once every deployment is up."""
+    config = service_config(config)
     instance = start_serve(config, num_cpus)
     from ray import serve
 
     from deployments.app import build_app_from_config
 
-    settings = serve_settings(config)
+    settings = config.serve
     serve.run(
         build_app_from_config(config),
         name=settings.app_name,
@@ -80,7 +81,7 @@ def start_serve(config: AppConfig, num_cpus: int | None = None) -> Instance:
     a program that imported Ray Serve earlier still runs the configured transport."""
     from serve_app.api.auth import check_exposure
 
-    settings = serve_settings(config)
+    settings = service_config(config).serve
     check_exposure(config.api.auth, settings.host)  # before Ray: refuse an open API now
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     # Ray Serve reads its switches when its processes start: they inherit this environment.

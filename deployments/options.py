@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from deployments.settings import DeploymentSettings, serve_settings
-from serve_app.config import AppConfig
+from deployments.settings import DeploymentSettings, ServiceConfig
 
 
 class ConfiguredDeployment:
@@ -18,8 +17,8 @@ class ConfiguredDeployment:
     settings_name: ClassVar[str]
 
     @classmethod
-    def get_deployment_options(cls, config: AppConfig) -> dict[str, Any]:
-        return deployment_options(getattr(serve_settings(config), cls.settings_name))
+    def get_deployment_options(cls, config: ServiceConfig) -> dict[str, Any]:
+        return deployment_options(getattr(config.serve, cls.settings_name))
 
 
 def deployment_options(settings: DeploymentSettings) -> dict[str, Any]:

@@ -1,19 +1,19 @@
 """The ``serve:`` section: what the Ray Serve layer owns (the HTTP bind, each deployment's
-replicas, resources and drain, Ray Serve's transport switches), and the rules that tie it to
-the library's configuration. ``serve_app`` carries the section unread; ``serve_settings``
-validates it."""
+replicas, resources and drain, Ray Serve's transport switches), and ``ServiceConfig``: the
+library's ``AppConfig`` with that section typed and every rule between the layers checked.
+It is parsed once, where the application starts (the graph builder, the local run), and
+bound to each deployment as the object itself: no replica parses it again."""
 
 from __future__ import annotations
 
-import logging
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
-from serve_app.config import AppConfig, Section, is_loopback
+from serve_app.config import AppConfig, Section, check_bind, config_from_dict, load_config
 from serve_app.errors import ConfigError
-
-log = logging.getLogger(__name__)
 
 
 class AutoscalingSettings(Section):
@@ -30,19 +30,16 @@ class AutoscalingSettings(Section):
         return self
 
 
-RETIRED_BATCHING = {"max_batch_size", "batch_wait_timeout_s"}
-
-
 class BatchingSettings(Section):
     """How concurrent calls share one call (natural batching, ``serve_app/batching.py``): an
-    idle caller sends at once, a busy one sends what arrived during its previous call."""
+    idle caller sends at once, a busy one sends what arrived during its previous call. The
+    queries in one call to the store are the library's ``search.retrieve_batch``."""
 
     # Calls kept running at once towards one deployment: with one replica, one batch runs
     # while the next gathers; more replicas each take one (the replica's queue re-batches).
     calls_in_flight: int = Field(default=2, ge=1)
     query_batch: int = Field(default=64, ge=1)  # queries an ingress sends an encoder at once
     rerank_batch: int = Field(default=16, ge=1)  # rerank requests in one reranker call
-    retrieve_batch: int = Field(default=64, ge=1)  # queries in one call to the store
     # The store replica merges the calls of every ingress replica: at most this many a batch
     # (a batch of the embedded engine runs inline, so its size bounds how long the replica's
     # loop is held; a query alone costs 1.3-1.6x its share of a batch of 4:
@@ -122,94 +119,79 @@ class ServeConfig(Section):
     )
     batching: BatchingSettings = Field(default_factory=BatchingSettings)
 
-    @model_validator(mode="before")
-    @classmethod
-    def _drop_retired_batching(cls, data: Any) -> Any:
-        """``max_batch_size`` / ``batch_wait_timeout_s`` configured Serve's ``@serve.batch``,
-        which the model queues replaced; older files still load, with one warning."""
-        if not isinstance(data, dict):
-            return data
-        retired = [
-            name
-            for name, settings in data.items()
-            if isinstance(settings, dict) and RETIRED_BATCHING & settings.keys()
-        ]
-        if retired:
-            data = {
-                name: {k: v for k, v in data[name].items() if k not in RETIRED_BATCHING}
-                if name in retired
-                else settings
-                for name, settings in data.items()
-            }
-            log.warning(
-                "serve.%s: max_batch_size and batch_wait_timeout_s are no longer used "
-                "(batching is the model queue's: dense.queue, splade.queue, reranker.queue)",
-                "/".join(retired),
-            )
-        return data
-
     @field_validator("env")
     @classmethod
     def _default_transport(cls, env: dict[str, str]) -> dict[str, str]:
-        return {**SERVE_TRANSPORT_ENV, **SERVE_EDGE_ENV, **env}
+        # Upper case: an override from the environment (SERVE_APP__SERVE__ENV__RAY_...)
+        # arrives lower-cased, as every variable name is read case-insensitively.
+        return {**SERVE_TRANSPORT_ENV, **SERVE_EDGE_ENV, **{k.upper(): v for k, v in env.items()}}
 
     @model_validator(mode="after")
     def _default_access_logs(self) -> ServeConfig:
         for name in ("chunker", "dense", "splade", "reranker", "store", "llm", "ingress"):
             settings: DeploymentSettings = getattr(self, name)
-            if settings.access_log is None:
+            if settings.access_log is None:  # a default, not a setting: kept out of dumps
                 settings.access_log = name == "ingress"
+                settings.model_fields_set.discard("access_log")
         return self
 
 
-def check_layers(config: AppConfig, serve: ServeConfig) -> None:
-    """The rules between the library's sections and this one (ConfigError naming both)."""
-    auth = config.api.auth
-    if auth.mode == "none" and not is_loopback(serve.host):
-        raise ConfigError(
-            f"api.auth.mode 'none' on serve.host {serve.host!r}: unauthenticated serving is "
-            "allowed only on a loopback bind (127.0.0.1)"
-        )
-    jwt = auth.jwt
-    if jwt.enabled and not is_loopback(serve.host) and not (jwt.audience and jwt.issuer):
-        raise ConfigError(
-            f"api.auth.jwt.audience and issuer are required when serving on {serve.host!r}: "
-            "a token minted for another service must not pass"
-        )
-    store = serve.store
-    if config.stores.topology == "embedded" and (
-        store.num_replicas != 1 or store.autoscaling is not None
-    ):
-        # The server topologies hold no data in the replica and may scale out.
-        raise ConfigError(
-            "serve.store: the embedded store has one owning replica (num_replicas: 1)"
-        )
+class ServiceConfig(AppConfig):
+    """The configuration the Ray Serve application runs: the library's sections and the
+    ``serve:`` section typed, with the rules between them (ConfigError naming both)."""
 
-    llm = config.llm
-    admitted = llm.parallel + llm.max_queued
-    if llm.enabled and serve.llm.max_ongoing_requests <= admitted:
-        # Serve would hold the excess at the caller, unbounded, before the replica's own
-        # admission can refuse it with 429; one more for the health pings.
-        raise ConfigError(
-            f"serve.llm.max_ongoing_requests ({serve.llm.max_ongoing_requests}) must exceed "
-            f"llm.parallel + llm.max_queued ({admitted}) so every replica answers its own "
-            "overload with 429"
-        )
+    serve: ServeConfig = Field(default_factory=ServeConfig)
 
+    @model_validator(mode="after")
+    def _layers_agree(self) -> ServiceConfig:
+        serve = self.serve
+        check_bind(self.api.auth, serve.host)
+        if self.stores.topology == "embedded" and (
+            serve.store.num_replicas != 1 or serve.store.autoscaling is not None
+        ):
+            # The server topologies hold no data in the replica and may scale out.
+            raise ConfigError(
+                "serve.store: the embedded store has one owning replica (num_replicas: 1)"
+            )
+        llm = self.llm
+        admitted = llm.parallel + llm.max_queued
+        if llm.enabled and serve.llm.max_ongoing_requests <= admitted:
+            # Serve would hold the excess at the caller, unbounded, before the replica's own
+            # admission can refuse it with 429; one more for the health pings.
+            raise ConfigError(
+                f"serve.llm.max_ongoing_requests ({serve.llm.max_ongoing_requests}) must "
+                f"exceed llm.parallel + llm.max_queued ({admitted}) so every replica answers "
+                "its own overload with 429"
+            )
+        return self
 
-def serve_settings(config: AppConfig) -> ServeConfig:
-    """The ``serve:`` section of ``config``, validated (ConfigError naming the field)."""
-    try:
-        serve = ServeConfig.model_validate(config.serve)
-    except ValidationError as error:
-        fields = "; ".join(
-            f"serve.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors()
-        )
-        raise ConfigError(f"invalid configuration: {fields}") from None
-    check_layers(config, serve)
-    return serve
+    def as_args(self) -> dict[str, Any]:
+        """The configuration as a Serve config's ``args`` carry it: the library's sections
+        in full, the ``serve:`` section as the file gave it (its defaults stay this code's)."""
+        return {
+            **self.model_dump(mode="json", exclude={"serve"}),
+            "serve": self.serve.model_dump(mode="json", exclude_unset=True),
+        }
 
 
-def with_serve(config: AppConfig, **changes: Any) -> AppConfig:
-    """``config`` with fields of its ``serve:`` section changed (the local run's port)."""
-    return config.model_copy(update={"serve": {**config.serve, **changes}})
+def service_config(
+    source: AppConfig | Mapping[str, Any], origin: str = "<config>", **serve_changes: Any
+) -> ServiceConfig:
+    """``source`` as the configuration the application runs (ConfigError naming each field
+    that is wrong); ``serve_changes`` replace fields of its ``serve:`` section (the local
+    run's bind), and the whole is checked again with them. A ServiceConfig and no changes:
+    ``source`` itself (the application's entry points take either and parse once)."""
+    if isinstance(source, ServiceConfig) and not serve_changes:
+        return source
+    data = source.model_dump() if isinstance(source, BaseModel) else dict(source)
+    if serve_changes:
+        serve = data.get("serve") or {}
+        data["serve"] = {**serve, **serve_changes}
+    return config_from_dict(data, origin, ServiceConfig)
+
+
+def load_service_config(
+    path: str | Path | None = None, environ: Mapping[str, str] | None = None
+) -> ServiceConfig:
+    """The YAML file with the environment's ``SERVE_APP__`` overrides, as ``ServiceConfig``."""
+    return load_config(path, environ, ServiceConfig)

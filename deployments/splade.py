@@ -6,11 +6,7 @@ from typing import Any
 
 from ray import serve
 
-from deployments.options import ConfiguredDeployment
-from deployments.replica_logging import configure_replica_logging
-from deployments.settings import serve_settings
-from deployments.tokenizer_threads import tokenize_on_reserved_cpus
-from serve_app.config import config_from_dict
+from deployments.replica import ModelReplica
 from serve_app.encoders.queue import Lane
 from serve_app.encoders.splade import SpladeEncoder
 from serve_app.model_manifest import loaded_revision
@@ -18,31 +14,16 @@ from serve_app.schemas import SparseVector
 
 
 @serve.deployment(name="splade")
-class SpladeDeployment(ConfiguredDeployment):
+class SpladeDeployment(ModelReplica[SpladeEncoder]):
     settings_name = "splade"
 
-    def __init__(self, config: dict[str, Any]) -> None:
-        configure_replica_logging()
-        self.config = config_from_dict(config, "serve args")
-        tokenize_on_reserved_cpus(serve_settings(self.config).splade.num_cpus)
+    def load(self) -> SpladeEncoder:
         splade = self.config.splade  # a model cache at another commit: refused before loading
         loaded_revision(splade.model, splade.revision, "splade.revision")
-        self.encoder = SpladeEncoder(self.config.splade)
+        return SpladeEncoder(splade)
 
     def info(self) -> dict[str, Any]:
-        return {"model_id": self.encoder.model_id}
-
-    def ping(self) -> str:
-        return "ok"
+        return {"model_id": self.model.model_id}
 
     async def encode(self, mode: Lane, texts: list[str]) -> tuple[list[SparseVector], dict]:
-        return await self.encoder.encode_lane(mode, texts)
-
-    def check_health(self) -> None:
-        if self.encoder is None:
-            raise RuntimeError("SPLADE model not loaded")
-
-    def __del__(self) -> None:
-        close = getattr(getattr(self, "encoder", None), "close", None)
-        if close is not None:
-            close()
+        return await self.model.encode_lane(mode, texts)

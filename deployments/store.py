@@ -16,11 +16,9 @@ from typing import Any
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from deployments.options import ConfiguredDeployment
-from deployments.replica_logging import configure_replica_logging
-from deployments.settings import serve_settings
+from deployments.replica import Replica
+from deployments.settings import ServiceConfig
 from serve_app.batching import Coalescer, concatenating
-from serve_app.config import config_from_dict
 from serve_app.errors import InvalidInputError, ModelMismatchError, ServiceUnavailableError
 from serve_app.pipelines.components import index_models
 from serve_app.pipelines.retrieval import IndexRetriever, Retrieved, RetrieveSpec
@@ -36,17 +34,17 @@ FORWARDED = tuple(
 
 
 @serve.deployment(name="store")
-class StoreDeployment(ConfiguredDeployment):
+class StoreDeployment(Replica):
     settings_name = "store"
+    tokenizes = False
 
-    async def __init__(self, config: dict[str, Any], models: DeploymentHandle | dict) -> None:
-        configure_replica_logging()
-        self.config = config_from_dict(config, "serve args")
+    async def __init__(self, config: ServiceConfig, models: DeploymentHandle | dict) -> None:
+        super().__init__(config)
         self.index: ChunkIndex = TOPOLOGIES.create(self.config.stores.topology, self.config)
         self.retriever = IndexRetriever(self.index, self.config.search.retrieve_batch)
         # The calls of every ingress replica, merged: what arrives while a batch runs goes
         # into the next as one search and one fetch (``serve.batching``).
-        batching = serve_settings(self.config).batching
+        batching = config.serve.batching
         in_flight = batching.store_batches_in_flight
         if in_flight is None:  # the embedded engine runs inline: one batch at a time
             in_flight = 1 if self.config.stores.topology == "embedded" else 4

@@ -521,7 +521,7 @@ async def _inspect(config: AppConfig, args: argparse.Namespace) -> int:
 
 
 async def _validate(config: AppConfig, args: argparse.Namespace) -> int:
-    from serve_app.validation import format_checks, passed, report, validate
+    from serve_app.preflight import format_checks, passed, report, validate
 
     checks = await validate(config, load=not args.no_load)
     print(json.dumps(report(checks), indent=2) if args.json else format_checks(checks))

@@ -1,4 +1,8 @@
-"""Name -> factory registries, so configuration picks components by name."""
+"""Name -> factory registries, so configuration picks components by name.
+
+One way to register: ``register_lazy(name, "module:attribute")`` beside the registry, so
+every name is known without importing anything (a configuration is checked at parse time)
+and a component's module, with its dependencies, is imported when it is first used."""
 
 from __future__ import annotations
 
@@ -17,34 +21,33 @@ class Registry(Generic[T]):
     def __init__(self, kind: str, field: str) -> None:
         self.kind = kind
         self.field = field
-        self._factories: dict[str, Callable[..., T]] = {}
-        self._lazy: dict[str, str] = {}
+        self._targets: dict[str, str] = {}
         self._install: dict[str, str] = {}
-
-    def register(self, name: str) -> Callable[[Callable[..., T]], Callable[..., T]]:
-        def decorate(factory: Callable[..., T]) -> Callable[..., T]:
-            if name in self._factories:
-                raise ValueError(f"{self.kind} {name!r} registered twice")
-            self._factories[name] = factory
-            return factory
-
-        return decorate
+        self._factories: dict[str, Callable[..., T]] = {}
 
     def register_lazy(self, name: str, target: str, install: str = "") -> None:
         """``target`` is ``module:attribute``, imported on first use: a component whose
         dependencies live in an optional extra costs nothing until the configuration names it
         (``install`` says how to get them when they are missing)."""
-        if name in self._factories or name in self._lazy:
+        if name in self._targets:
             raise ValueError(f"{self.kind} {name!r} registered twice")
-        self._lazy[name] = target
+        self._targets[name] = target
         self._install[name] = install
 
     def names(self) -> list[str]:
-        return sorted({*self._factories, *self._lazy})
+        return sorted(self._targets)
+
+    def check(self, name: str) -> None:
+        """ConfigError naming the field unless ``name`` is registered (nothing imported)."""
+        if name not in self._targets:
+            raise ConfigError(
+                f"{self.field}: unknown {self.kind} {name!r}; known: {', '.join(self.names())}"
+            )
 
     def get(self, name: str) -> Callable[..., T]:
-        if name not in self._factories and name in self._lazy:
-            module, _, attribute = self._lazy[name].partition(":")
+        self.check(name)
+        if name not in self._factories:
+            module, _, attribute = self._targets[name].partition(":")
             try:
                 loaded = importlib.import_module(module)
             except ModuleNotFoundError as error:
@@ -54,12 +57,7 @@ class Registry(Generic[T]):
                     f"installed ({error}){hint}"
                 ) from None
             self._factories[name] = getattr(loaded, attribute)
-        try:
-            return self._factories[name]
-        except KeyError:
-            raise ConfigError(
-                f"{self.field}: unknown {self.kind} {name!r}; known: {', '.join(self.names())}"
-            ) from None
+        return self._factories[name]
 
     def create(self, name: str, *args: object, **kwargs: object) -> T:
         return self.get(name)(*args, **kwargs)

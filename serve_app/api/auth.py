@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import jwt
 
-from serve_app.config import AuthConfig, is_loopback
+from serve_app.config import AuthConfig, check_bind, is_loopback
 from serve_app.errors import ConfigError, ForbiddenError, UnauthenticatedError
 from serve_app.schemas import DEFAULT_COLLECTION, valid_tenant_id
 from serve_app.stores.base import ScopeKey
@@ -57,18 +57,15 @@ def hash_api_key(key: str) -> str:
 
 def check_exposure(config: AuthConfig, host: str | None) -> None:
     """ConfigError unless the API can be served with ``config`` on ``host``: ``required``
-    (the default) needs API keys or JWT, and ``none`` only binds a loopback address."""
+    (the default) needs API keys or JWT, and the bind rules hold (``check_bind``)."""
     if config.mode == "required" and not config.api_keys and not config.jwt.enabled:
         raise ConfigError(
             "api.auth.mode is 'required' (the default) but there are no api_keys and jwt is "
             "disabled; configure a credential, or set api.auth.mode: none explicitly for a "
             "service bound to 127.0.0.1"
         )
-    if config.mode == "none" and host is not None and not is_loopback(host):
-        raise ConfigError(
-            f"api.auth.mode 'none' serves anyone who can reach {host!r}: it is allowed only "
-            "on a loopback bind (serve.host 127.0.0.1); configure api_keys or jwt instead"
-        )
+    if host is not None:
+        check_bind(config, host)
 
 
 class Authenticator:

@@ -31,6 +31,9 @@ class Chunker(Protocol):
 
 
 CHUNKERS: Registry[Chunker] = Registry("chunker", "chunker.name")
+CHUNKERS.register_lazy("sliding_window", "serve_app.chunking.sliding_window:build")
+CHUNKERS.register_lazy("sections", "serve_app.chunking.sections:build")
+CHUNKERS.register_lazy("imrad", "serve_app.chunking.imrad:build")
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from serve_app.chunking.base import CHUNKERS, Block, canonical_text, make_chunks
+from serve_app.chunking.base import Block, canonical_text, make_chunks
 from serve_app.chunking.packing import pack_sentences
 from serve_app.chunking.sections import SectionChunker
 from serve_app.chunking.sentences import SentenceSplitter
@@ -117,8 +117,7 @@ class ImradChunker(SectionChunker):
         return make_chunks(document, canonical, spans)
 
 
-@CHUNKERS.register("imrad")
-def _build(
+def build(
     counter: TokenCounter, config, embedder: SentenceEmbedder | None = None, **_: object
 ) -> ImradChunker:
     return ImradChunker(

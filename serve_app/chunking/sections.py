@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from serve_app.chunking.base import CHUNKERS, canonical_text, make_chunks
+from serve_app.chunking.base import canonical_text, make_chunks
 from serve_app.chunking.packing import pack_sentences
 from serve_app.chunking.sentences import SentenceSplitter
 from serve_app.chunking.sliding_window import SlidingWindowChunker
@@ -50,8 +50,7 @@ class SectionChunker(SlidingWindowChunker):
         return make_chunks(document, canonical, spans)
 
 
-@CHUNKERS.register("sections")
-def _build(counter: TokenCounter, config, **_: object) -> SectionChunker:
+def build(counter: TokenCounter, config, **_: object) -> SectionChunker:
     return SectionChunker(
         counter,
         SentenceSplitter(config.spacy_model),

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 from serve_app.chunking.base import (
-    CHUNKERS,
     block_at,
     canonical_text,
     contextual_header,
@@ -101,8 +100,7 @@ class SlidingWindowChunker:
         return self.chunk_batch([document])[0]
 
 
-@CHUNKERS.register("sliding_window")
-def _build(counter: TokenCounter, config, **_: object) -> SlidingWindowChunker:
+def build(counter: TokenCounter, config, **_: object) -> SlidingWindowChunker:
     return SlidingWindowChunker(
         counter, config.max_tokens, config.overlap_tokens, config.contextual_header
     )

@@ -1,6 +1,6 @@
 """The one configuration model of the library, by owner: models, stores, search, the HTTP API,
 and loading (YAML plus ``SERVE_APP__`` environment overrides). The ``serve:`` section belongs
-to the Ray Serve layer (``deployments/settings.py``); here it is carried through unread.
+to the Ray Serve layer (``deployments/settings.py`` types it); here it is carried unread.
 Every field is documented where it is defined."""
 
 from serve_app.config.answer import (
@@ -16,6 +16,7 @@ from serve_app.config.api import (
     ConnectionBudget,
     JwtConfig,
     LimitsConfig,
+    check_bind,
     is_loopback,
 )
 from serve_app.config.app import AppConfig
@@ -73,6 +74,7 @@ __all__ = [
     "UnderstandingConfig",
     "VllmEngineConfig",
     "VllmHttpConfig",
+    "check_bind",
     "config_from_dict",
     "env_overrides",
     "is_loopback",

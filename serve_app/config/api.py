@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from serve_app.config.base import Section
+from serve_app.errors import ConfigError
 from serve_app.schemas import TenantId
 
 
@@ -118,3 +119,21 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def check_bind(auth: AuthConfig, host: str) -> None:
+    """ConfigError unless ``auth`` may serve on ``host``: ``none`` only on a loopback bind,
+    and JWTs off loopback only with an audience and an issuer. The one place these rules are
+    written (the Ray layer's settings and the API's start both call it)."""
+    if is_loopback(host):
+        return
+    if auth.mode == "none":
+        raise ConfigError(
+            f"api.auth.mode 'none' serves anyone who can reach {host!r}: it is allowed only "
+            "on a loopback bind (serve.host 127.0.0.1); configure api_keys or jwt instead"
+        )
+    if auth.jwt.enabled and not (auth.jwt.audience and auth.jwt.issuer):
+        raise ConfigError(
+            f"api.auth.jwt.audience and issuer are required when serving on {host!r}: "
+            "a token minted for another service must not pass"
+        )

@@ -1,5 +1,6 @@
-"""The application's configuration: every section of the library, and the Ray Serve layer's
-own section carried through unread."""
+"""The application's configuration: every section of the library, the rules between them
+(one validator), and the Ray Serve layer's own section carried through unread (that layer
+types it: ``deployments.settings.ServiceConfig``)."""
 
 from __future__ import annotations
 
@@ -37,12 +38,20 @@ class AppConfig(Section):
     api: ApiConfig = Field(default_factory=ApiConfig)
     llm: LlmConfig = Field(default_factory=LlmConfig)
     answer: AnswerConfig = Field(default_factory=AnswerConfig)
-    # The Ray Serve layer's own section (replicas, resources, transport, the HTTP bind), kept
-    # here as given and validated by that layer (deployments/settings.py), which owns it.
-    serve: dict[str, Any] = Field(default_factory=dict)
+    # The Ray Serve layer's own section (replicas, resources, transport, the HTTP bind): a
+    # mapping kept as given here, so the library's own commands load any file; that layer's
+    # extension of this model (deployments/settings.py) types it and checks it once at start.
+    serve: Any = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _consistent(self) -> AppConfig:
+        """Every rule between the library's sections (a field's own bounds are its own)."""
+        self._components_exist()
+        if self.chunker.max_tokens > self.dense.max_length:
+            raise ValueError(
+                f"chunker.max_tokens ({self.chunker.max_tokens}) exceeds dense.max_length "
+                f"({self.dense.max_length}): chunks would be truncated by the dense model"
+            )
         enabled = self.enabled_strategies()
         missing = [s for s in self.search.strategies if s not in enabled]
         if missing:
@@ -58,6 +67,18 @@ class AppConfig(Section):
                 "or answer.max_tokens, or raise llm.context_tokens"
             )
         return self
+
+    def _components_exist(self) -> None:
+        """Each component the configuration names by name is registered (nothing imported)."""
+        from serve_app.chunking.base import CHUNKERS
+        from serve_app.encoders.base import DENSE_BACKENDS, RERANKER_BACKENDS
+        from serve_app.stores.base import TOPOLOGIES
+
+        CHUNKERS.check(self.chunker.name)
+        DENSE_BACKENDS.check(self.dense.backend)
+        TOPOLOGIES.check(self.stores.topology)
+        if self.reranker.enabled:
+            RERANKER_BACKENDS.check(self.reranker.backend)
 
     def enabled_strategies(self) -> list[Strategy]:
         out: list[Strategy] = []

@@ -32,6 +32,13 @@ class LaneDenseEncoder(DenseEncoder, Protocol):
 
     async def encode_lane(self, lane: Lane, texts: list[str]) -> tuple[np.ndarray, dict]: ...
 
+    async def check_health(self) -> None:
+        """ServiceUnavailableError once the model cannot answer (its queue closed, a worker
+        thread gone)."""
+        ...
+
+    def close(self) -> None: ...
+
 
 @runtime_checkable
 class SparseEncoder(Protocol):
@@ -59,6 +66,15 @@ class ServedReranker(Reranker, Protocol):
         self, query: str, passages: list[str]
     ) -> tuple[list[float], dict]: ...
 
+    async def check_health(self) -> None: ...
+
+    def close(self) -> None: ...
+
 
 DENSE_BACKENDS: Registry[DenseEncoder] = Registry("dense backend", "dense.backend")
 RERANKER_BACKENDS: Registry[Reranker] = Registry("reranker backend", "reranker.backend")
+DENSE_BACKENDS.register_lazy("transformers", "serve_app.encoders.dense_transformers:build")
+DENSE_BACKENDS.register_lazy("vllm", "serve_app.encoders.dense_vllm:build")
+DENSE_BACKENDS.register_lazy("vllm-http", "serve_app.encoders.dense_vllm_http:build")
+RERANKER_BACKENDS.register_lazy("transformers", "serve_app.encoders.reranker:build")
+RERANKER_BACKENDS.register_lazy("vllm", "serve_app.encoders.reranker_vllm:build")

@@ -7,7 +7,6 @@ import torch
 from transformers import AutoModel, AutoTokenizer
 
 from serve_app.config import DenseConfig, resolve_model_path
-from serve_app.encoders.base import DENSE_BACKENDS
 from serve_app.encoders.batching import (
     padded_width,
     padding_ratio,
@@ -138,10 +137,12 @@ class TransformersDenseEncoder:
     async def embed_queries(self, texts: list[str]) -> np.ndarray:
         return (await self.encode_lane("query", texts))[0]
 
+    async def check_health(self) -> None:
+        self.queue.check_health()
+
     def close(self) -> None:
         self.queue.close()
 
 
-@DENSE_BACKENDS.register("transformers")
-def _build(config: DenseConfig) -> TransformersDenseEncoder:
+def build(config: DenseConfig) -> TransformersDenseEncoder:
     return TransformersDenseEncoder(config)

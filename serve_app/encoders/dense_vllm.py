@@ -7,7 +7,6 @@ from typing import Any
 import numpy as np
 
 from serve_app.config import DenseConfig, resolve_model_path
-from serve_app.encoders.base import DENSE_BACKENDS
 from serve_app.encoders.dense_inputs import DenseInputs, finish_vectors, output_dim
 from serve_app.encoders.queue import Lane, ModelQueue
 from serve_app.encoders.torch_runtime import ModelLock
@@ -117,6 +116,9 @@ class VllmDenseEncoder:
     async def embed_queries(self, texts: list[str]) -> np.ndarray:
         return (await self.encode_lane("query", texts))[0]
 
+    async def check_health(self) -> None:
+        self.queue.check_health()
+
     def close(self) -> None:
         """Stop the queue and the engine (its worker process included)."""
         self.queue.close()
@@ -126,6 +128,5 @@ class VllmDenseEncoder:
             shutdown.shutdown()
 
 
-@DENSE_BACKENDS.register("vllm")
-def _build(config: DenseConfig) -> VllmDenseEncoder:
+def build(config: DenseConfig) -> VllmDenseEncoder:
     return VllmDenseEncoder(config)

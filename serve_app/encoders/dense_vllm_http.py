@@ -11,7 +11,6 @@ import httpx
 import numpy as np
 
 from serve_app.config import DenseConfig
-from serve_app.encoders.base import DENSE_BACKENDS
 from serve_app.encoders.batching import token_budget_batches
 from serve_app.encoders.dense_inputs import DenseInputs, finish_vectors, output_dim
 from serve_app.encoders.queue import Lane
@@ -185,6 +184,5 @@ class VllmHttpDenseEncoder:
         self._clients.clear()
 
 
-@DENSE_BACKENDS.register("vllm-http")
-def _build(config: DenseConfig) -> VllmHttpDenseEncoder:
+def build(config: DenseConfig) -> VllmHttpDenseEncoder:
     return VllmHttpDenseEncoder(config)

@@ -30,6 +30,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from serve_app.errors import ServiceUnavailableError
+
 Lane = Literal["query", "document"]
 LANES: tuple[Lane, ...] = ("query", "document")
 RunBatch = Callable[[Lane, list[Any]], tuple[Sequence[Any], dict]]
@@ -114,6 +116,17 @@ class ModelQueue:
         except asyncio.CancelledError:
             request.done = True  # the worker skips what it has not started
             raise
+
+    def check_health(self) -> None:
+        """ServiceUnavailableError once this queue cannot answer: closed, or a lane's worker
+        thread gone (what it is asked would wait for ever)."""
+        if self._closed:
+            raise ServiceUnavailableError(f"the {self.name} model queue is closed")
+        dead = [lane for lane, thread in self._threads.items() if not thread.is_alive()]
+        if dead:
+            raise ServiceUnavailableError(
+                f"the {self.name} model queue's {'/'.join(dead)} worker thread is gone"
+            )
 
     def pending(self) -> dict[str, int]:
         """Queued requests per lane (for metrics and tests)."""
@@ -216,6 +229,9 @@ class PairQueue:
     async def score(self, query: str, passages: list[str]) -> tuple[list[float], dict]:
         scores, stats = await self.queue.submit("query", [(query, p) for p in passages])
         return list(scores), stats
+
+    def check_health(self) -> None:
+        self.queue.check_health()
 
     def close(self) -> None:
         self.queue.close()

@@ -8,7 +8,6 @@ import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from serve_app.config import RerankerConfig, resolve_model_path
-from serve_app.encoders.base import RERANKER_BACKENDS
 from serve_app.encoders.batching import filler_token_id, padding_ratio, token_budget_batches
 from serve_app.encoders.queue import PairQueue
 from serve_app.encoders.torch_runtime import (
@@ -102,10 +101,12 @@ class CrossEncoderReranker:
     async def score(self, query: str, passages: list[str]) -> list[float]:
         return (await self.queue.score(query, passages))[0]
 
+    async def check_health(self) -> None:
+        self.queue.check_health()
+
     def close(self) -> None:
         self.queue.close()
 
 
-@RERANKER_BACKENDS.register("transformers")
-def _build(config: RerankerConfig) -> CrossEncoderReranker:
+def build(config: RerankerConfig) -> CrossEncoderReranker:
     return CrossEncoderReranker(config)

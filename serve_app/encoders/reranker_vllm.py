@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from serve_app.config import RerankerConfig, resolve_model_path
-from serve_app.encoders.base import RERANKER_BACKENDS
 from serve_app.encoders.queue import PairQueue
 from serve_app.encoders.torch_runtime import ModelLock
 from serve_app.encoders.vllm_runtime import (
@@ -64,6 +63,9 @@ class VllmReranker:
     async def score(self, query: str, passages: list[str]) -> list[float]:
         return (await self.queue.score(query, passages))[0]
 
+    async def check_health(self) -> None:
+        self.queue.check_health()
+
     def close(self) -> None:
         self.queue.close()
         engine = getattr(self.llm, "llm_engine", None)
@@ -72,6 +74,5 @@ class VllmReranker:
             core.shutdown()
 
 
-@RERANKER_BACKENDS.register("vllm")
-def _build(config: RerankerConfig) -> VllmReranker:
+def build(config: RerankerConfig) -> VllmReranker:
     return VllmReranker(config)

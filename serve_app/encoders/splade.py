@@ -202,6 +202,9 @@ class SpladeEncoder:
     async def encode_queries(self, texts: list[str]) -> list[SparseVector]:
         return (await self.encode_lane("query", texts))[0]
 
+    async def check_health(self) -> None:
+        self.queue.check_health()
+
     def close(self) -> None:
         self.queue.close()
 

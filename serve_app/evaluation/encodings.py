@@ -203,12 +203,10 @@ class Encoded:
     def dense(self) -> np.ndarray:
         if self._dense is None:
             from serve_app.encoders.base import DENSE_BACKENDS
-            from serve_app.pipelines.components import register_builtins
 
             cache = VectorCache(self.cache_root, dense_setting(self.config, self.side), False)
             self._check(cache, "dense")
             if cache.missing(self.texts):
-                register_builtins()
                 model = DENSE_BACKENDS.create(self.config.dense.backend, self.config.dense)
                 encode = model.encode if self.side == "document" else model.encode_queries_sync
                 try:

@@ -85,4 +85,16 @@ class LLM(Protocol):
         ...
 
 
+@runtime_checkable
+class ServedLLM(LLM, Protocol):
+    """What the LLM Serve deployment needs of an engine it holds: its admission counts, its
+    health (ServiceUnavailableError once the engine is stopped or dead), and a close."""
+
+    def stats(self) -> dict[str, int]: ...
+
+    async def check_health(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
 LLM_BACKENDS: Registry[LLM] = Registry("LLM backend", "llm.backend")

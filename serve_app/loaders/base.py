@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -13,10 +13,8 @@ from serve_app.errors import (
     PayloadTooLargeError,
     UnsupportedFormatError,
 )
+from serve_app.registry import Registry
 from serve_app.schemas import DEFAULT_TENANT, Document
-
-# A loader parses raw bytes into Document fields; ``name`` is the file name (for titles/ids).
-LoaderFn = Callable[[bytes, str], dict]
 
 EXTENSIONS = {
     ".txt": "text",
@@ -30,6 +28,14 @@ EXTENSIONS = {
     ".pdf": "pdf",
 }
 SUPPORTED_FORMATS = ("text", "markdown", "html", "jats", "pdf")
+# A loader parses raw bytes into Document fields (``loader(data, name)``; ``name`` is the file
+# name, for titles and ids). Imported on first use: pypdf and lxml serve only their formats.
+LOADERS: Registry[dict] = Registry("document format", "format")
+LOADERS.register_lazy("text", "serve_app.loaders.text:load_text")
+LOADERS.register_lazy("markdown", "serve_app.loaders.markdown:load_markdown")
+LOADERS.register_lazy("html", "serve_app.loaders.html:load_html")
+LOADERS.register_lazy("jats", "serve_app.loaders.jats:load_jats")
+LOADERS.register_lazy("pdf", "serve_app.loaders.pdf:load_pdf")
 
 
 def detect_format(name: str, head: bytes) -> str:
@@ -53,31 +59,6 @@ def detect_format(name: str, head: bytes) -> str:
         f"unsupported format for {name!r} (extension {suffix or 'none'}); "
         f"supported: {', '.join(SUPPORTED_FORMATS)}"
     )
-
-
-def _loader(fmt: str) -> LoaderFn:
-    # Imported lazily: pypdf and lxml are only needed for the formats that use them.
-    if fmt == "text":
-        from serve_app.loaders.text import load_text
-
-        return load_text
-    if fmt == "markdown":
-        from serve_app.loaders.markdown import load_markdown
-
-        return load_markdown
-    if fmt == "html":
-        from serve_app.loaders.html import load_html
-
-        return load_html
-    if fmt == "jats":
-        from serve_app.loaders.jats import load_jats
-
-        return load_jats
-    if fmt == "pdf":
-        from serve_app.loaders.pdf import load_pdf
-
-        return load_pdf
-    raise UnsupportedFormatError(f"unsupported format {fmt!r}")
 
 
 def default_doc_id(name: str) -> str:
@@ -107,7 +88,7 @@ def load_bytes(
 
         fields = load_pdf(data, name, max_pages=max_pages)
     else:
-        fields = _loader(fmt)(data, name)
+        fields = LOADERS.create(fmt, data, name)
     fields.setdefault("id", doc_id or default_doc_id(name))
     if doc_id:
         fields["id"] = doc_id

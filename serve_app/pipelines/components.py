@@ -15,24 +15,11 @@ from serve_app.encoders.base import (
     Reranker,
     SparseEncoder,
 )
-from serve_app.errors import ConfigError
 from serve_app.model_manifest import loaded_revision
 from serve_app.pipelines.retrieval import IndexRetriever, Retriever
 from serve_app.stores.base import TOPOLOGIES, ChunkIndex, IndexModels
 
 log = logging.getLogger(__name__)
-
-
-def register_builtins() -> None:
-    """Import the modules whose import registers the built-in components."""
-    import serve_app.chunking.imrad
-    import serve_app.chunking.sections
-    import serve_app.chunking.sliding_window
-    import serve_app.encoders.dense_transformers
-    import serve_app.encoders.dense_vllm
-    import serve_app.encoders.dense_vllm_http
-    import serve_app.encoders.reranker
-    import serve_app.encoders.reranker_vllm  # noqa: F401
 
 
 @dataclass
@@ -105,23 +92,7 @@ def dense_model_revision(config: AppConfig) -> str | None:
     return loaded_revision(config.dense.model, config.dense.revision, "dense.revision")
 
 
-def check_config(config: AppConfig) -> None:
-    """Cross-field rules that need the registries; raises ConfigError naming the field."""
-    register_builtins()
-    CHUNKERS.get(config.chunker.name)
-    DENSE_BACKENDS.get(config.dense.backend)
-    TOPOLOGIES.get(config.stores.topology)
-    if config.reranker.enabled:
-        RERANKER_BACKENDS.get(config.reranker.backend)
-    if config.chunker.max_tokens > config.dense.max_length:
-        raise ConfigError(
-            f"chunker.max_tokens ({config.chunker.max_tokens}) exceeds dense.max_length "
-            f"({config.dense.max_length}): chunks would be truncated by the dense model"
-        )
-
-
 def build_chunker(config: AppConfig, dense: DenseEncoder | None = None) -> Chunker:
-    register_builtins()
     tokenizer_path = resolve_model_path(config.chunker.tokenizer or config.dense.model)
     extra = 1 if config.dense.append_token else 0
     counter = TokenCounter.from_path(tokenizer_path, extra_reserved=extra)
@@ -154,7 +125,6 @@ async def build_components(
     """The components ``config`` names, with the index opened for their models (the model
     guard). Each part not given is built here (its model loaded once); the Ray Serve ingress
     gives the parts that run in other deployments (adapters over their handles)."""
-    check_config(config)
     if config.splade.enabled and config.splade.max_length < config.chunker.max_tokens:
         log.warning("splade.max_length is below chunker.max_tokens: SPLADE sees truncated chunks")
     if dense is None:

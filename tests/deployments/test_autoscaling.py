@@ -24,12 +24,11 @@ from ray.serve._private.constants import CONTROL_LOOP_INTERVAL_S
 from ray.serve.autoscaling_policy import _apply_autoscaling_config
 from ray.serve.config import AutoscalingConfig, AutoscalingContext
 
-from deployments.settings import serve_settings
-from serve_app.config import load_config
+from deployments.settings import load_service_config
 
 ROOT = Path(__file__).resolve().parents[2]
-GPU = load_config(ROOT / "config" / "gpu.yaml", environ={})
-IN_FLIGHT = serve_settings(GPU).batching.calls_in_flight
+GPU = load_service_config(ROOT / "config" / "gpu.yaml", environ={})
+IN_FLIGHT = GPU.serve.batching.calls_in_flight
 COALESCED = ("dense", "splade", "reranker")  # the deployments searches call through coalescers
 
 

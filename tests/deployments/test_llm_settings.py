@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from deployments.llm import LlmDeployment
-from deployments.settings import serve_settings
+from deployments.settings import load_service_config, service_config
 from serve_app.config import config_from_dict, load_config
 from serve_app.errors import ConfigError
 
@@ -23,14 +23,14 @@ def with_llm(serve_llm: dict, **llm) -> object:
 
 def test_max_ongoing_requests_must_exceed_what_a_replica_admits():
     with pytest.raises(ConfigError, match=r"serve.llm.max_ongoing_requests \(6\) must exceed"):
-        serve_settings(with_llm({"max_ongoing_requests": 6}, parallel=2, max_queued=4))
-    serve_settings(with_llm({"max_ongoing_requests": 7}, parallel=2, max_queued=4))
+        service_config(with_llm({"max_ongoing_requests": 6}, parallel=2, max_queued=4))
+    service_config(with_llm({"max_ongoing_requests": 7}, parallel=2, max_queued=4))
     # Not checked when the LLM is off: no deployment is bound for it.
-    serve_settings(with_llm({"max_ongoing_requests": 1}, enabled=False))
+    service_config(with_llm({"max_ongoing_requests": 1}, enabled=False))
 
 
 def test_the_gpu_configuration_places_the_llm_on_its_own_gpu_group():
-    config = load_config(ROOT / "config" / "gpu.yaml", environ={})
+    config = load_service_config(ROOT / "config" / "gpu.yaml", environ={})
     options = LlmDeployment.func_or_class.get_deployment_options(config)
     assert options["ray_actor_options"]["num_gpus"] == 1
     assert options["ray_actor_options"]["resources"] == {"llm_slot": 1}

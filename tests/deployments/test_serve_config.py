@@ -9,15 +9,14 @@ from ray.serve.schema import ServeDeploySchema
 from deployments.app import build_app, resolve_config
 from deployments.options import deployment_options
 from deployments.serve_config import render_yaml
-from deployments.settings import DeploymentSettings, ServeConfig, serve_settings
-from serve_app.config import load_config
+from deployments.settings import DeploymentSettings, ServeConfig, load_service_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("name", ["local", "gpu"])
 def test_checked_in_serve_config_is_in_sync(name):
-    expected = render_yaml(load_config(ROOT / "config" / f"{name}.yaml", environ={}))
+    expected = render_yaml(load_service_config(ROOT / "config" / f"{name}.yaml", environ={}))
     actual = (ROOT / "deployments" / f"{name}.yaml").read_text()
     assert actual == expected, (
         f"deployments/{name}.yaml is stale: run "
@@ -32,7 +31,7 @@ def test_serve_config_is_valid_and_round_trips_through_the_builder(name):
     (application,) = document["applications"]
     assert application["import_path"] == "deployments.app:build_app"
     # The inline args rebuild the same configuration the file was generated from.
-    assert resolve_config(application["args"]) == load_config(
+    assert resolve_config(application["args"]) == load_service_config(
         ROOT / "config" / f"{name}.yaml", environ={}
     )
     names = [d["name"] for d in application["deployments"]]
@@ -49,7 +48,7 @@ def test_gpu_deployments_ask_for_gpus_and_autoscale():
     assert deployments["dense"]["autoscaling_config"]["max_replicas"] == 4
     assert deployments["dense"]["ray_actor_options"]["resources"] == {"dense_slot": 1}
     assert all("accelerator_type" not in d["ray_actor_options"] for d in deployments.values())
-    dense = load_config(ROOT / "config" / "gpu.yaml", environ={}).dense
+    dense = load_service_config(ROOT / "config" / "gpu.yaml", environ={}).dense
     assert (dense.backend, dense.device, dense.dtype) == ("vllm", "cuda", "bfloat16")
     assert dense.model.endswith("Qwen3-Embedding-8B") and dense.pooling == "last_token"
 
@@ -70,7 +69,7 @@ def test_drain_settings_reach_serves_deployment_config():
     from ray.serve._private.config import DeploymentConfig
 
     defaults = DeploymentConfig()
-    ingress_s = serve_settings(load_config(ROOT / "config" / "gpu.yaml", environ={})).ingress
+    ingress_s = load_service_config(ROOT / "config" / "gpu.yaml", environ={}).serve.ingress
     expected = {
         "local": lambda name: (0.2, 2.0),
         "gpu": lambda name: (
@@ -95,7 +94,7 @@ def test_drain_settings_reach_serves_deployment_config():
 def test_access_log_on_the_ingress_only_unless_configured():
     """Serve logs one line per call; internal calls (several per search) stay quiet by
     default, the client-facing ingress keeps its line, and a file can turn either way."""
-    config = load_config(ROOT / "config" / "local.yaml", environ={})
+    config = load_service_config(ROOT / "config" / "local.yaml", environ={})
     document = yaml.safe_load(render_yaml(config))
     ServeDeploySchema.model_validate(document)
     (application,) = document["applications"]
@@ -103,7 +102,7 @@ def test_access_log_on_the_ingress_only_unless_configured():
         d["name"]: d["logging_config"]["enable_access_log"] for d in application["deployments"]
     }
     assert logged.pop("ingress") is True and not any(logged.values())
-    serve = serve_settings(config).model_dump()
+    serve = config.serve.model_dump()
     serve["store"]["access_log"] = True
     serve["ingress"]["access_log"] = False
     turned = ServeConfig.model_validate(serve)

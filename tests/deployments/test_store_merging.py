@@ -8,6 +8,7 @@ import asyncio
 
 import pytest
 
+from deployments.settings import service_config
 from deployments.store import StoreDeployment
 from serve_app.pipelines.retrieval import RetrieveSpec
 from serve_app.schemas import FusionSpec
@@ -17,7 +18,7 @@ from serve_app.testing.store_contract import MODELS, corpus, query
 async def open_replica(config) -> object:
     replica_class = StoreDeployment.func_or_class
     replica = object.__new__(replica_class)
-    await replica_class.__init__(replica, config.model_dump(mode="json"), MODELS.as_dict())
+    await replica_class.__init__(replica, service_config(config), MODELS.as_dict())
     for tenant, writes in corpus("t1", "t2"):
         await replica.index.write_documents(tenant, writes)
     return replica

@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from deployments.settings import serve_settings
+from deployments.settings import service_config
 
 A = {"X-API-Key": "key-a"}
 DOCS = [
@@ -87,7 +87,7 @@ async def test_a_client_hanging_up_stops_the_generation_in_the_llm_replica(
 ):
     from ray import serve
 
-    llm = serve.get_deployment_handle("llm", serve_settings(serve_config).app_name)
+    llm = serve.get_deployment_handle("llm", service_config(serve_config).serve.app_name)
     before = await llm.stats.remote()  # the module's other answers count too
     body = {"question": "Tell me all about sleep.", "max_tokens": 500, "understand": False}
     async with (

@@ -11,7 +11,7 @@ import pytest
 # this process builds keep Ray Serve's default transport (see the transport test below).
 from ray.serve._private.handle_options import DynamicHandleOptions
 
-from deployments.settings import serve_settings
+from deployments.settings import service_config
 from serve_app.pipelines.components import build_components
 from serve_app.pipelines.ingest import IngestPipeline
 from serve_app.pipelines.search import SearchPipeline
@@ -350,7 +350,7 @@ def test_the_ingress_calls_every_deployment_over_the_configured_transport(serve_
     ingress replica applies its own environment, and a search works over what it chose."""
     from ray import serve
 
-    settings = serve_settings(serve_config)
+    settings = service_config(serve_config).serve
     assert settings.env.get("RAY_SERVE_THROUGHPUT_OPTIMIZED") == "1"
     builder_default = "actor" if DynamicHandleOptions()._by_reference else "grpc"
     ingress = serve.get_app_handle(settings.app_name)

@@ -13,9 +13,10 @@ from serve_app.testing.store_contract import MODELS, StoreContract
 def store_app(serve_url, app_config_factory):
     from ray import serve
 
+    from deployments.settings import service_config
     from deployments.store import StoreDeployment
 
-    config = app_config_factory().model_dump(mode="json")
+    config = service_config(app_config_factory())
     store = StoreDeployment.options(name="store", ray_actor_options={"num_cpus": 0}).bind(
         config, MODELS.as_dict()
     )

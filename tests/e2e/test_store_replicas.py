@@ -39,16 +39,19 @@ def racing_qdrant():
 def store_pair(serve_url, app_config_factory, opensearch_url, racing_qdrant):
     from ray import serve
 
+    from deployments.settings import service_config
     from deployments.store import StoreDeployment
 
     alias = f"replicas-{uuid.uuid4().hex[:8]}"
-    config = app_config_factory(
-        stores={
-            "topology": "opensearch+qdrant",
-            "opensearch": {"hosts": [opensearch_url], "index": alias, "number_of_replicas": 0},
-            "qdrant": {"url": racing_qdrant[1], "collection": alias},
-        }
-    ).model_dump(mode="json")
+    config = service_config(
+        app_config_factory(
+            stores={
+                "topology": "opensearch+qdrant",
+                "opensearch": {"hosts": [opensearch_url], "index": alias, "number_of_replicas": 0},
+                "qdrant": {"url": racing_qdrant[1], "collection": alias},
+            }
+        )
+    )
     store = StoreDeployment.options(
         name="store",
         num_replicas=REPLICAS,

@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from deployments.serve_config import render_serve_config
-from serve_app.config import config_from_dict, load_config
+from deployments.settings import service_config
+from serve_app.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "serve-app"
@@ -108,14 +109,14 @@ def test_serve_config_equals_the_graph_builder(helm, chart, values):
     spec = rayservice(objects(helm, chart, values))["spec"]
     serve_config = yaml.safe_load(spec["serveConfigV2"])
     (application,) = serve_config["applications"]
-    config = config_from_dict(application["args"]["config"], "chart")  # the app's own validation
+    config = service_config(application["args"]["config"], "chart")  # the app's own validation
     (expected,) = render_serve_config(config)["applications"]
     assert application["import_path"] == expected["import_path"] == "deployments.app:build_app"
     assert (
         application["name"] == expected["name"]
         and application["route_prefix"] == expected["route_prefix"]
     )
-    assert config_from_dict(expected["args"]["config"]) == config
+    assert service_config(expected["args"]["config"]) == config
     rendered, built = _normalise(application["deployments"]), _normalise(expected["deployments"])
     assert rendered == built
 

@@ -222,12 +222,11 @@ def test_serve_switches_reach_every_ray_process(values):
     on a cluster they start from the containers' environment, head and workers alike. What
     reaches them is the environment the application's own configuration resolves to, the
     transport defaults it fills in included (the chart renders the file, not the model)."""
-    from deployments.settings import SERVE_TRANSPORT_ENV, serve_settings
-    from serve_app.config import config_from_dict
+    from deployments.settings import SERVE_TRANSPORT_ENV, service_config
 
     service = rendered_rayservice(values)
     rendered = yaml.safe_load(service["spec"]["serveConfigV2"])["applications"][0]["args"]
-    serve_env = serve_settings(config_from_dict(rendered["config"], "rendered")).env
+    serve_env = service_config(rendered["config"], "rendered").serve.env
     assert SERVE_TRANSPORT_ENV.items() <= serve_env.items()
     cluster = service["spec"]["rayClusterConfig"]
     for group in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]:

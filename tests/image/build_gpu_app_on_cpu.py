@@ -65,16 +65,17 @@ def main() -> None:
     )
 
 
-async def start_replicas(config: dict) -> dict:
+async def start_replicas(data: dict) -> dict:
     from deployments.chunker import ChunkerDeployment
     from deployments.dense import DenseDeployment
     from deployments.reranker import RerankerDeployment
+    from deployments.settings import service_config
     from deployments.splade import SpladeDeployment
     from deployments.store import StoreDeployment
-    from serve_app.config import config_from_dict
     from serve_app.pipelines.components import index_models
     from serve_app.schemas import Document
 
+    config = service_config(data, "test")  # parsed once, as the graph builder does
     dense = DenseDeployment.func_or_class(config)
     info = dense.info()
     vectors, _ = await dense.embed("query", ["which cells respond to interferon?"])
@@ -89,7 +90,7 @@ async def start_replicas(config: dict) -> dict:
     [chunks] = await chunker.chunk_many([document])
 
     # The store's constructor is async (Ray awaits it the same way).
-    models = index_models(config_from_dict(config, "test"), info["model_id"], int(info["dim"]))
+    models = index_models(config, info["model_id"], int(info["dim"]))
     store = StoreDeployment.func_or_class.__new__(StoreDeployment.func_or_class)
     await store.__init__(config, models.as_dict())
     await store.check_health()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from deployments.settings import ServeConfig, serve_settings
+from deployments.settings import load_service_config
 from serve_app.config import (
     AppConfig,
     config_from_dict,
@@ -15,14 +15,12 @@ from serve_app.config import (
     resolve_model_path,
 )
 from serve_app.errors import ConfigError
-from serve_app.pipelines.components import check_config
 
 LOCAL = Path(__file__).resolve().parents[2] / "config" / "local.yaml"
 
 
 def test_local_yaml_loads_and_passes_registry_checks():
-    config = load_config(LOCAL, environ={})
-    check_config(config)
+    config = load_config(LOCAL, environ={})  # the registry names are checked as it parses
     assert config.stores.topology == "embedded"
     assert config.reranker.enabled is False
 
@@ -58,21 +56,21 @@ def test_a_config_that_names_no_serve_switches_runs_the_measured_transport(tmp_p
     key the file sets wins, so Serve's defaults stay one line away."""
     path = tmp_path / "minimal.yaml"
     path.write_text("serve:\n  port: 8001\n")
-    switches = _serve_switches_under(serve_settings(load_config(path, environ={})).env)
+    switches = _serve_switches_under(load_service_config(path, environ={}).serve.env)
     assert switches == {"throughput": True, "haproxy": True, "grpc": True, "grpc_max": 2**31 - 1}
 
     path.write_text(
         "serve:\n  env:\n    RAY_SERVE_THROUGHPUT_OPTIMIZED: '0'\n"
         "    RAY_SERVE_ENABLE_HA_PROXY: '0'\n"
     )
-    switches = _serve_switches_under(serve_settings(load_config(path, environ={})).env)
+    switches = _serve_switches_under(load_service_config(path, environ={}).serve.env)
     assert not switches["throughput"] and not switches["haproxy"] and not switches["grpc"]
 
 
-def test_env_overrides_parse_yaml_scalars():
-    assert env_overrides({"SERVE_APP__SPLADE__ENABLED": "false", "OTHER": "x"}) == {
-        "splade": {"enabled": False}
-    }
+def test_env_overrides_are_coerced_by_their_field():
+    environ = {"SERVE_APP__SEARCH__RERANK": "false", "OTHER": "x"}
+    assert env_overrides(environ) == {"search": {"rerank": "false"}}
+    assert load_config(LOCAL, environ=environ).search.rerank is False
 
 
 @pytest.mark.parametrize(
@@ -103,17 +101,13 @@ def test_invalid_config_names_the_field(tmp_path, yaml_text, field):
     ],
 )
 def test_unknown_component_names_fail_at_start(field, value, message):
-    config = AppConfig.model_validate({field: value})
     with pytest.raises(ConfigError, match=message):
-        check_config(config)
+        AppConfig.model_validate({field: value})
 
 
 def test_chunk_size_over_model_limit_rejected():
-    config = AppConfig.model_validate(
-        {"chunker": {"max_tokens": 512}, "dense": {"max_length": 256}}
-    )
     with pytest.raises(ConfigError, match=r"chunker\.max_tokens"):
-        check_config(config)
+        config_from_dict({"chunker": {"max_tokens": 512}, "dense": {"max_length": 256}})
 
 
 def test_missing_file_and_package():
@@ -126,22 +120,6 @@ def test_missing_file_and_package():
 def test_round_trip_through_dict():
     config = load_config(LOCAL, environ={})
     assert AppConfig.model_validate(config.model_dump()) == config
-
-
-def test_retired_serve_batching_fields_still_load_with_one_warning(caplog):
-    with caplog.at_level("WARNING"):
-        serve = ServeConfig.model_validate(
-            {
-                "dense": {"num_replicas": 2, "max_batch_size": 64, "batch_wait_timeout_s": 0.002},
-                "splade": {"max_batch_size": 64},
-                "store": {"num_replicas": 3},
-            }
-        )
-    assert (serve.dense.num_replicas, serve.store.num_replicas) == (2, 3)
-    warnings = [r.getMessage() for r in caplog.records if "no longer used" in r.getMessage()]
-    assert len(warnings) == 1 and warnings[0].startswith("serve.dense/splade:"), warnings
-    with pytest.raises(ValueError, match="max_batch_sizes"):
-        ServeConfig.model_validate({"dense": {"max_batch_sizes": 1}})  # typos still fail
 
 
 def test_the_library_knows_nothing_of_ray_serve_settings():

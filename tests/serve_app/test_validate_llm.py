@@ -4,7 +4,7 @@ a file that is not the pinned one, and a GPU device that is not there."""
 import pytest
 
 from serve_app.generation.model_files import CATALOG, part_path
-from serve_app.validation import validate
+from serve_app.preflight import validate
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 SMOL = CATALOG["smollm2-135m-instruct-q4_1"]

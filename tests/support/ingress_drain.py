@@ -46,18 +46,18 @@ def run(graceful_s: float, docs: int) -> dict:
 
     from deployments.local import start_serve, stop
     from deployments.serve_config import render_serve_config
-    from deployments.settings import serve_settings, with_serve
+    from deployments.settings import service_config
 
     config = load_config(ROOT / "config" / "local.yaml", environ={})
     ingress = {**config.serve.get("ingress", {}), "graceful_shutdown_timeout_s": graceful_s}
-    config = with_serve(config, port=free_port(), host="127.0.0.1", ingress=ingress)
+    config = service_config(config, port=free_port(), host="127.0.0.1", ingress=ingress)
     config = config.model_copy(
         update={
             "data_dir": Path(tempfile.mkdtemp(prefix="ingress-drain-")),
             "api": config.api.model_copy(update={"ingest_timeout_s": INGEST_TIMEOUT_S}),
         }
     )
-    settings = serve_settings(config)
+    settings = config.serve
     document = render_serve_config(config, http_host="127.0.0.1")
     url = f"http://127.0.0.1:{settings.port}"
     app = settings.app_name

@@ -5,7 +5,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from deployments.settings import serve_settings
+from deployments.settings import service_config
 from serve_app.api.auth import Authenticator, ForbiddenError, UnauthenticatedError, hash_api_key
 from serve_app.config import AuthConfig, config_from_dict
 from serve_app.errors import ConfigError
@@ -102,7 +102,7 @@ def test_mode_none_is_refused_on_a_non_loopback_bind(host):
     with pytest.raises(ConfigError, match="loopback"):
         Authenticator(AuthConfig(mode="none"), host=host)
     with pytest.raises(ConfigError, match="loopback"):
-        serve_settings(
+        service_config(
             config_from_dict({"api": {"auth": {"mode": "none"}}, "serve": {"host": host}})
         )
 
@@ -117,11 +117,11 @@ def test_mode_none_on_loopback_serves_one_anonymous_tenant(host):
 def test_cluster_config_requires_audience_and_issuer():
     jwt_on = {"enabled": True, "secret": "s" * 40}
     with pytest.raises(ConfigError, match="audience and issuer"):
-        serve_settings(
+        service_config(
             config_from_dict({"api": {"auth": {"jwt": jwt_on}}, "serve": {"host": "0.0.0.0"}})
         )
     with pytest.raises(ConfigError, match="audience and issuer"):
-        serve_settings(
+        service_config(
             config_from_dict(
                 {
                     "api": {"auth": {"jwt": {**jwt_on, "audience": "a"}}},
@@ -130,16 +130,16 @@ def test_cluster_config_requires_audience_and_issuer():
             )
         )
     full = {**jwt_on, "audience": "a", "issuer": "i"}
-    serve_settings(config_from_dict({"api": {"auth": {"jwt": full}}, "serve": {"host": "0.0.0.0"}}))
+    service_config(config_from_dict({"api": {"auth": {"jwt": full}}, "serve": {"host": "0.0.0.0"}}))
     # Loopback (a developer's machine) may leave them out.
-    serve_settings(
+    service_config(
         config_from_dict({"api": {"auth": {"jwt": jwt_on}}, "serve": {"host": "127.0.0.1"}})
     )
 
 
 def _hs_auth(**jwt_settings) -> Authenticator:
     return Authenticator(
-        AuthConfig(jwt={"enabled": True, "secret": "k" * 40, **jwt_settings}), host="0.0.0.0"
+        AuthConfig(jwt={"enabled": True, "secret": "k" * 40, **jwt_settings}), host="127.0.0.1"
     )
 
 

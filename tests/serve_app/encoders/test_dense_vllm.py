@@ -99,7 +99,7 @@ def test_validate_no_load_reads_the_dimension_vllm_serves(vllm_encoder, tiny_qwe
     """`serve-app validate --no-load` takes the dense dimension from config.json without
     loading: for the vllm backend it equals the running engine's (and with output_dim)."""
     from serve_app.config import AppConfig
-    from serve_app.validation import config_dense_dim
+    from serve_app.preflight import config_dense_dim
 
     for output_dim in (None, 32):
         dense = qwen3_config(tiny_qwen3_dir, backend="vllm", output_dim=output_dim)

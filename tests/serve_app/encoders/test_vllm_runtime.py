@@ -8,9 +8,6 @@ import torch
 from serve_app.config import DenseConfig, RerankerConfig
 from serve_app.encoders.vllm_runtime import engine_kwargs
 from serve_app.errors import ConfigError
-from serve_app.pipelines.components import register_builtins
-
-register_builtins()
 
 
 def test_backends_are_registered():

@@ -133,7 +133,7 @@ async def test_the_llm_deployment_is_unhealthy_once_its_engine_is_dead(tiny_qwen
             vllm={"enforce_eager": True, "max_model_len": 512},
         )
     )  # fmt: skip
-    replica = SimpleNamespace(llm=llm)
+    replica = SimpleNamespace(model=llm)
 
     async def check() -> None:
         outcome = LlmDeployment.func_or_class.check_health(replica)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from deployments.settings import serve_settings
+from deployments.settings import service_config
 from serve_app.config import OpenSearchConfig, QdrantConfig, config_from_dict
 from serve_app.errors import ConfigError
 from serve_app.stores.opensearch_store import make_client
@@ -59,7 +59,7 @@ def test_qdrant_api_key_comes_from_the_named_variable(monkeypatch):
 
 def test_only_the_embedded_store_is_pinned_to_one_replica():
     with pytest.raises(ConfigError, match="one owning replica"):
-        serve_settings(config_from_dict({"serve": {"store": {"num_replicas": 2}}}, "test"))
+        service_config(config_from_dict({"serve": {"store": {"num_replicas": 2}}}, "test"))
     scaled = config_from_dict(
         {
             "stores": {"topology": "qdrant", "qdrant": {"url": "http://q:6333"}},
@@ -67,4 +67,4 @@ def test_only_the_embedded_store_is_pinned_to_one_replica():
         },
         "test",
     )
-    assert serve_settings(scaled).store.num_replicas == 3
+    assert service_config(scaled).serve.store.num_replicas == 3

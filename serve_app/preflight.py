@@ -198,9 +198,7 @@ def load_models(config: AppConfig, usable: set[str], checks: _Checks) -> tuple[s
     """Load every configured model on a usable device; (dense model id, dimension) when the
     dense model loaded."""
     from serve_app.encoders.base import DENSE_BACKENDS, RERANKER_BACKENDS
-    from serve_app.pipelines.components import register_builtins
 
-    register_builtins()
     dense_info = None
     for section, _ in _device_sections(config):
         field = f"{section}.model"
