@@ -83,7 +83,7 @@ class SearchPipeline:
         query: QueryVectors,
         strategies: list[Strategy],
         limit: int,
-        scope: ScopeKey | str,
+        scope: ScopeKey,
         filters: SearchFilters | None = None,
         timer: StageTimer | None = None,
     ) -> dict[str, list[Hit]]:
@@ -102,11 +102,10 @@ class SearchPipeline:
     async def search(
         self,
         request: SearchRequest,
-        scope: ScopeKey | str,
-        confirm: tuple[str, str] | None = None,
+        scope: ScopeKey,
     ) -> SearchResponse:
-        """``scope`` is the scope key searched; ``confirm`` a (tenant, named collection)
-        that must exist (``RetrieveSpec.confirm``), else NotFoundError."""
+        """Search ``scope``; NotFoundError when it is a named collection the tenant lacks
+        (checked in the retrieval's own store call: ``RetrieveSpec``)."""
         started = time.perf_counter()
         timer = StageTimer()
         strategies = self.strategies_for(request.strategies)
@@ -132,11 +131,10 @@ class SearchPipeline:
                 fusion=fusion,
                 fetch=depth if rerank else request.top_k,
                 filters=request.filters,
-                confirm=confirm,
             )
         )
         if retrieved.collection_missing:
-            raise collection_not_found(request.collection)
+            raise collection_not_found(scope.collection or "")
         timer.timings_ms.update(retrieved.timings_ms)
         candidates = retrieved.candidates
 

@@ -57,7 +57,6 @@ from serve_app.stores.base import (
     binding_changes,
     directory_bytes,
     in_scope,
-    legacy_records,
     registry_fields,
     registry_key,
     revisions_warning,
@@ -290,7 +289,7 @@ class EdgeBackend:
     def _update(self, operation: edge.UpdateOperation) -> None:
         self._engine_write(lambda shard: shard.update(operation))
 
-    def _upsert_sync(self, writes: list[DocumentWrite]) -> None:
+    def _upsert_sync(self, scope: ScopeKey, writes: list[DocumentWrite]) -> None:
         points = []
         for write in writes:
             for encoded in write.chunks:
@@ -300,23 +299,22 @@ class EdgeBackend:
                     for name, value in vectors.items()
                 }
                 points.append(
-                    edge.Point(encoded.chunk.id, vector, qr.point_payload(write, encoded))
+                    edge.Point(encoded.chunk.id, vector, qr.point_payload(scope, write, encoded))
                 )
         if points:
             self._update(edge.UpdateOperation.upsert_points(points))
 
-    async def upsert(self, scope: ScopeKey | str, writes: list[DocumentWrite]) -> None:
-        del scope  # carried by each chunk's payload
-        await asyncio.to_thread(self._upsert_sync, writes)
+    async def upsert(self, scope: ScopeKey, writes: list[DocumentWrite]) -> None:
+        await asyncio.to_thread(self._upsert_sync, scope, writes)
 
-    async def delete_ids(self, scope: ScopeKey | str, chunk_ids: list[str]) -> None:
+    async def delete_ids(self, scope: ScopeKey, chunk_ids: list[str]) -> None:
         selector = qr.chunk_filter(scope)
         spec = edge.Filter(
             must=[edge.HasIdCondition(set(chunk_ids)), *to_edge_filter(selector).must]
         )
         await asyncio.to_thread(self._update, edge.UpdateOperation.delete_points_by_filter(spec))
 
-    def _delete_documents_sync(self, scope: ScopeKey | str, doc_ids: list[str]) -> int:
+    def _delete_documents_sync(self, scope: ScopeKey, doc_ids: list[str]) -> int:
         return self._delete_where_sync(qr.chunk_filter(scope, doc_ids=doc_ids))
 
     def _delete_where_sync(self, spec: qr.Filter) -> int:
@@ -330,7 +328,7 @@ class EdgeBackend:
 
         return self._engine_write(delete)
 
-    async def delete_documents(self, scope: ScopeKey | str, doc_ids: list[str]) -> int:
+    async def delete_documents(self, scope: ScopeKey, doc_ids: list[str]) -> int:
         return await asyncio.to_thread(self._delete_documents_sync, scope, doc_ids)
 
     # -- reads ---------------------------------------------------------------------------
@@ -360,30 +358,30 @@ class EdgeBackend:
             if offset is None or not records or done == pages:
                 return found, offset
 
-    def _chunk_ids_sync(self, scope: ScopeKey | str, doc_ids: list[str]) -> dict[str, set[str]]:
+    def _chunk_ids_sync(self, scope: ScopeKey, doc_ids: list[str]) -> dict[str, set[str]]:
         held: dict[str, set[str]] = {}
         records, _ = self._scroll(qr.chunk_filter(scope, doc_ids=doc_ids), ["doc_id"])
         for chunk_id, payload in records:
             held.setdefault(payload["doc_id"], set()).add(chunk_id)
         return held
 
-    async def chunk_ids(self, scope: ScopeKey | str, doc_ids: list[str]) -> dict[str, set[str]]:
+    async def chunk_ids(self, scope: ScopeKey, doc_ids: list[str]) -> dict[str, set[str]]:
         if not doc_ids:
             return {}
         return await asyncio.to_thread(self._chunk_ids_sync, scope, doc_ids)
 
-    def _states_sync(self, scope: ScopeKey | str, doc_ids: list[str]) -> DocumentStates:
+    def _states_sync(self, scope: ScopeKey, doc_ids: list[str]) -> DocumentStates:
         records, _ = self._scroll(
             qr.chunk_filter(scope, doc_ids=doc_ids), ["doc_id", "content_hash", "chunk_count"]
         )
         return states_from_payloads([p for _, p in records])
 
-    async def document_states(self, scope: ScopeKey | str, doc_ids: list[str]) -> DocumentStates:
+    async def document_states(self, scope: ScopeKey, doc_ids: list[str]) -> DocumentStates:
         if not doc_ids:
             return {}
         return await asyncio.to_thread(self._states_sync, scope, doc_ids)
 
-    async def document_payloads(self, scope: ScopeKey | str, doc_id: str) -> list[dict]:
+    async def document_payloads(self, scope: ScopeKey, doc_id: str) -> list[dict]:
         records, _ = await asyncio.to_thread(
             self._scroll, qr.chunk_filter(scope, doc_ids=[doc_id]), None
         )
@@ -440,7 +438,7 @@ class EdgeBackend:
         return self._query_sync(queries)  # inline: see the module's docstring
 
     def _retrieve_sync(
-        self, requests: list[tuple[ScopeKey | str, list[str]]], fields: list[str] | bool
+        self, requests: list[tuple[ScopeKey, list[str]]], fields: list[str] | bool
     ) -> list[dict[str, dict]]:
         wanted = list(dict.fromkeys(i for _, ids in requests for i in ids))
         if not wanted:
@@ -453,30 +451,30 @@ class EdgeBackend:
             for key, ids in requests
         ]
 
-    async def present(self, requests: list[tuple[ScopeKey | str, list[str]]]) -> list[set[str]]:
+    async def present(self, requests: list[tuple[ScopeKey, list[str]]]) -> list[set[str]]:
         found = self._retrieve_sync(requests, SCOPE_FIELDS)  # inline, as ``query``
         return [set(f) for f in found]
 
     async def chunks(
-        self, requests: list[tuple[ScopeKey | str, list[str]]]
+        self, requests: list[tuple[ScopeKey, list[str]]]
     ) -> list[dict[str, Chunk]]:
         found = self._retrieve_sync(requests, True)  # inline, as ``query``
         return [{i: qr.payload_to_chunk(p) for i, p in f.items()} for f in found]
 
-    async def count(self, scope: ScopeKey | str | None) -> int:
+    async def count(self, scope: ScopeKey | None) -> int:
         selector = to_edge_filter(qr.chunk_filter(scope)) if scope else None
         return await asyncio.to_thread(
             self.shard.count, edge.CountRequest(exact=True, filter=selector)
         )
 
     async def scroll_payloads(
-        self, scope: ScopeKey | str | None, fields: list[str] | None, offset: Any, limit: int
+        self, scope: ScopeKey | None, fields: list[str] | None, offset: Any, limit: int
     ) -> tuple[list[tuple[str, dict]], Any]:
         return await asyncio.to_thread(
             self._scroll, qr.chunk_filter(scope), fields, offset, 1, limit
         )
 
-    async def delete_scope(self, scope: ScopeKey | str) -> int:
+    async def delete_scope(self, scope: ScopeKey) -> int:
         return await asyncio.to_thread(self._delete_where_sync, qr.chunk_filter(scope))
 
     # -- inspection and the collection registry --------------------------------------------
@@ -517,8 +515,8 @@ class EdgeBackend:
 
     def _records(self) -> dict[str, dict[str, Any]]:
         return {
-            registry_key(r["tenant_id"], r["name"]): r
-            for r in legacy_records(self._load_registry())
+            registry_key(ScopeKey(r["tenant_id"], r["name"])): r
+            for r in _file_records(self._load_registry())
         }
 
     def _put_record(self, record: dict[str, Any] | None, key: str) -> None:
@@ -526,7 +524,7 @@ class EdgeBackend:
         tenants = registry.setdefault("tenants", {})
         for tenant, names in list(tenants.items()):
             for name in list(names):
-                if registry_key(tenant, name) == key:
+                if registry_key(ScopeKey(tenant, name)) == key:
                     del names[name]
             if not names:
                 del tenants[tenant]
@@ -535,11 +533,8 @@ class EdgeBackend:
             tenants.setdefault(record["tenant_id"], {})[record["name"]] = fields
         self._save_registry(registry)
 
-    async def open_registry(self) -> list[dict[str, Any]]:
-        return []  # the file is the registry; nothing to carry over
-
-    async def clear_legacy_registry(self) -> None:
-        return None
+    async def open_registry(self) -> None:
+        return None  # the file is the registry, written on the first change
 
     async def registry_records(self, tenant_id: str | None) -> list[dict[str, Any]]:
         records = self._records().values()
@@ -563,6 +558,15 @@ class EdgeBackend:
 
     async def drop_registry_record(self, key: str) -> None:
         self._put_record(None, key)
+
+
+def _file_records(registry: dict[str, Any]) -> list[dict[str, Any]]:
+    """The records of the registry file (``{"tenants": {tenant: {name: fields}}}``)."""
+    return [
+        registry_fields({**record, "tenant_id": tenant, "name": name})
+        for tenant, names in registry.get("tenants", {}).items()
+        for name, record in names.items()
+    ]
 
 
 def embedded_index(path: str | Path, config: EmbeddedStoreConfig) -> StoreIndex:
