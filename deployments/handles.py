@@ -7,7 +7,7 @@ this boundary; a library error raised inside a deployment keeps its type and API
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import grpc
 import numpy as np
@@ -16,14 +16,27 @@ from ray.serve import exceptions as serve_exceptions
 from ray.serve.handle import DeploymentHandle
 
 from deployments.settings import BatchingSettings
-from deployments.store import FORWARDED
 from serve_app.batching import Coalescer, concatenating
 from serve_app.encoders.queue import Lane
 from serve_app.errors import OverloadedError, ServeAppError, ServiceUnavailableError
 from serve_app.generation.base import Completion, GenerationParams, Message, Usage
 from serve_app.pipelines.retrieval import Retrieved, RetrieveSpec
-from serve_app.schemas import Chunk, Document, SparseVector, Strategy
-from serve_app.stores.base import IndexModels
+from serve_app.schemas import (
+    Chunk,
+    Document,
+    DocumentInfo,
+    SearchFilters,
+    SparseVector,
+    Strategy,
+)
+from serve_app.stores.base import (
+    DocumentWrite,
+    Hit,
+    IndexModels,
+    QueryVectors,
+    ScopeKey,
+    SearchQuery,
+)
 
 T = TypeVar("T")
 BatchObserver = Callable[[str, dict], None]
@@ -214,9 +227,8 @@ class RemoteChunker:
 
 
 class RemoteIndex:
-    """The ChunkIndex protocol over the store deployment: every protocol call is forwarded
-    to the replica's generic ``call`` (the method list is the protocol's own, see
-    ``deployments.store.FORWARDED``), so adding a store method touches no file here."""
+    """The ChunkIndex protocol over the store deployment: each method is a typed call of
+    the deployment's method of the same name (``deployments.store.StoreDeployment``)."""
 
     def __init__(self, handle: DeploymentHandle, info: dict[str, Any]) -> None:
         self.handle = handle
@@ -229,17 +241,85 @@ class RemoteIndex:
     async def close(self) -> None:
         """The store deployment owns the index and closes it itself."""
 
+    async def healthy(self) -> bool:
+        return cast(bool, await call("store", self.handle.healthy.remote()))
 
-def _forward(name: str) -> Any:
-    async def forward(self: RemoteIndex, *args: Any, **kwargs: Any) -> Any:
-        return await call("store", self.handle.call.remote(name, *args, **kwargs))
+    async def write_documents(self, scope: ScopeKey, writes: list[DocumentWrite]) -> int:
+        return cast(int, await call("store", self.handle.write_documents.remote(scope, writes)))
 
-    forward.__name__ = forward.__qualname__ = name
-    return forward
+    async def delete_document(self, scope: ScopeKey, doc_id: str) -> int:
+        return cast(int, await call("store", self.handle.delete_document.remote(scope, doc_id)))
 
+    async def document_hashes(self, scope: ScopeKey, doc_ids: list[str]) -> dict[str, str]:
+        return cast(
+            dict[str, str], await call("store", self.handle.document_hashes.remote(scope, doc_ids))
+        )
 
-for _name in FORWARDED:
-    setattr(RemoteIndex, _name, _forward(_name))
+    async def document_info(self, scope: ScopeKey, doc_id: str) -> DocumentInfo | None:
+        return cast(
+            DocumentInfo | None,
+            await call("store", self.handle.document_info.remote(scope, doc_id)),
+        )
+
+    async def search_batch(self, queries: list[SearchQuery]) -> list[dict[str, list[Hit]]]:
+        return cast(
+            list[dict[str, list[Hit]]],
+            await call("store", self.handle.search_batch.remote(queries)),
+        )
+
+    async def fetch_batch(self, requests: list[tuple[ScopeKey, list[str]]]) -> list[list[Chunk]]:
+        return cast(
+            list[list[Chunk]], await call("store", self.handle.fetch_batch.remote(requests))
+        )
+
+    async def has_collection(self, key: ScopeKey) -> bool:
+        return cast(bool, await call("store", self.handle.has_collection.remote(key)))
+
+    async def list_collections(self, tenant: ScopeKey) -> list[dict[str, Any]]:
+        return cast(
+            list[dict[str, Any]], await call("store", self.handle.list_collections.remote(tenant))
+        )
+
+    async def create_collection(self, key: ScopeKey) -> dict[str, Any]:
+        return cast(dict[str, Any], await call("store", self.handle.create_collection.remote(key)))
+
+    async def delete_collection(self, key: ScopeKey) -> int:
+        return cast(int, await call("store", self.handle.delete_collection.remote(key)))
+
+    async def search(
+        self,
+        strategy: Strategy,
+        query: QueryVectors,
+        limit: int,
+        scope: ScopeKey,
+        filters: SearchFilters | None = None,
+    ) -> list[Hit]:
+        return cast(
+            list[Hit],
+            await call("store", self.handle.search.remote(strategy, query, limit, scope, filters)),
+        )
+
+    async def search_many(
+        self,
+        strategies: list[Strategy],
+        query: QueryVectors,
+        limit: int,
+        scope: ScopeKey,
+        filters: SearchFilters | None = None,
+    ) -> dict[str, list[Hit]]:
+        hits = await call(
+            "store", self.handle.search_many.remote(strategies, query, limit, scope, filters)
+        )
+        return cast(dict[str, list[Hit]], hits)
+
+    async def fetch(self, scope: ScopeKey, chunk_ids: list[str]) -> list[Chunk]:
+        return cast(list[Chunk], await call("store", self.handle.fetch.remote(scope, chunk_ids)))
+
+    async def count(self, scope: ScopeKey | None = None) -> int:
+        return cast(int, await call("store", self.handle.count.remote(scope)))
+
+    async def inspect(self, selector: ScopeKey | None = None) -> dict[str, Any]:
+        return cast(dict[str, Any], await call("store", self.handle.inspect.remote(selector)))
 
 
 class RemoteTokenStream:
