@@ -1,4 +1,4 @@
-"""DeploymentHandle adapters behind serve_app's protocols, so the pipelines run unchanged.
+"""DeploymentHandle[Any] adapters behind serve_app's protocols, so the pipelines run unchanged.
 
 Ray failures (a replica dead or unreachable, back-pressure) become ServiceUnavailableError at
 this boundary; a library error raised inside a deployment keeps its type and API code.
@@ -39,7 +39,7 @@ from serve_app.stores.base import (
 )
 
 T = TypeVar("T")
-BatchObserver = Callable[[str, dict], None]
+BatchObserver = Callable[[str, dict[str, Any]], None]
 
 _UNAVAILABLE = (
     ray_exceptions.RayActorError,
@@ -73,7 +73,7 @@ async def call(deployment: str, awaitable: Awaitable[T]) -> T:
         ) from None
 
 
-def serve_transport(handle: DeploymentHandle) -> DeploymentHandle:
+def serve_transport(handle: DeploymentHandle[Any]) -> DeploymentHandle[Any]:
     """``handle``, calling over the transport Serve is configured for in this process.
 
     A handle carries the transport of the process that built the application graph: its
@@ -87,11 +87,12 @@ def serve_transport(handle: DeploymentHandle) -> DeploymentHandle:
     return handle.options(_by_reference=not RAY_SERVE_USE_GRPC_BY_DEFAULT)
 
 
-def transport_of(handle: DeploymentHandle) -> str:
-    return "actor" if handle.handle_options._by_reference else "grpc"
+def transport_of(handle: DeploymentHandle[Any]) -> str:
+    options: Any = handle.handle_options  # _by_reference: the local handle's options only
+    return "actor" if options._by_reference else "grpc"
 
 
-def _ignore(_: str, __: dict) -> None:
+def _ignore(_: str, __: dict[str, Any]) -> None:
     return None
 
 
@@ -104,14 +105,14 @@ class _RemoteLanes:
 
     def __init__(
         self,
-        handle: DeploymentHandle,
+        handle: DeploymentHandle[Any],
         info: dict[str, Any],
         observe: BatchObserver = _ignore,
         batching: BatchingSettings | None = None,
     ) -> None:
         batching = batching or BatchingSettings()
         self.handle = handle
-        # `handle.embed` builds a new handle (DeploymentHandle.options) on every access:
+        # `handle.embed` builds a new handle (DeploymentHandle[Any].options) on every access:
         # made once here, not once a call (1.35-2.4 % of an ingress replica's samples).
         self._remote = getattr(handle, self.method)
         self.model_id = info["model_id"]
@@ -136,7 +137,7 @@ class RemoteDenseEncoder(_RemoteLanes):
 
     def __init__(
         self,
-        handle: DeploymentHandle,
+        handle: DeploymentHandle[Any],
         info: dict[str, Any],
         observe: BatchObserver = _ignore,
         batching: BatchingSettings | None = None,
@@ -146,17 +147,17 @@ class RemoteDenseEncoder(_RemoteLanes):
         self.revision: str | None = info.get("revision")  # of the weights its replicas loaded
 
     async def embed_documents(self, texts: list[str]) -> np.ndarray:
-        return await self._lane("document", texts)
+        return cast(np.ndarray, await self._lane("document", texts))
 
     async def embed_queries(self, texts: list[str]) -> np.ndarray:
-        return await self._queries.submit(texts)
+        return cast(np.ndarray, await self._queries.submit(texts))
 
 
 class RemoteSparseEncoder(_RemoteLanes):
     deployment, method = "splade", "encode"
 
     async def encode_documents(self, texts: list[str]) -> list[SparseVector]:
-        return await self._lane("document", texts)
+        return cast(list[SparseVector], await self._lane("document", texts))
 
     async def encode_queries(self, texts: list[str]) -> list[SparseVector]:
         return list(await self._queries.submit(texts))
@@ -167,7 +168,7 @@ class RemoteReranker:
 
     def __init__(
         self,
-        handle: DeploymentHandle,
+        handle: DeploymentHandle[Any],
         info: dict[str, Any],
         observe: BatchObserver = _ignore,
         batching: BatchingSettings | None = None,
@@ -195,7 +196,7 @@ class RemoteReranker:
 class RemoteRetriever:
     """Search, fusion and fetch in the store replica: one round trip per batch of queries."""
 
-    def __init__(self, handle: DeploymentHandle, batching: BatchingSettings | None = None) -> None:
+    def __init__(self, handle: DeploymentHandle[Any], batching: BatchingSettings | None = None) -> None:
         batching = batching or BatchingSettings()
         self._retrieve_many_handle = handle.retrieve_many  # made once: see _RemoteLanes
         self._specs: Coalescer[RetrieveSpec, Retrieved] = Coalescer(
@@ -214,12 +215,12 @@ class RemoteRetriever:
 class RemoteChunker:
     name = "remote"
 
-    def __init__(self, handle: DeploymentHandle, fingerprint: dict) -> None:
+    def __init__(self, handle: DeploymentHandle[Any], fingerprint: dict[str, Any]) -> None:
         self.handle = handle
         self._fingerprint = fingerprint
         self.name = fingerprint.get("chunker", "remote")
 
-    def fingerprint(self) -> dict:
+    def fingerprint(self) -> dict[str, Any]:
         return self._fingerprint
 
     async def chunk_many(self, documents: list[Document]) -> list[list[Chunk]]:
@@ -230,7 +231,7 @@ class RemoteIndex:
     """The ChunkIndex protocol over the store deployment: each method is a typed call of
     the deployment's method of the same name (``deployments.store.StoreDeployment``)."""
 
-    def __init__(self, handle: DeploymentHandle, info: dict[str, Any]) -> None:
+    def __init__(self, handle: DeploymentHandle[Any], info: dict[str, Any]) -> None:
         self.handle = handle
         self.strategies: tuple[Strategy, ...] = tuple(info["strategies"])
 
@@ -355,7 +356,7 @@ class RemoteLLM:
     ``max_ongoing_requests`` with its queue full) is the replicas' overload: a 429."""
 
     def __init__(
-        self, handle: DeploymentHandle, info: dict[str, Any], retry_after_s: float
+        self, handle: DeploymentHandle[Any], info: dict[str, Any], retry_after_s: float
     ) -> None:
         self._complete = handle.complete  # made once: see _RemoteLanes
         self._count_tokens = handle.count_tokens
@@ -390,7 +391,7 @@ class RemoteLLM:
     async def open_stream(
         self, messages: list[Message], params: GenerationParams
     ) -> RemoteTokenStream:
-        responses = self._stream.remote(messages, params)
+        responses: Any = self._stream.remote(messages, params)  # a response generator
         try:  # the first item: the replica admitted the request (or refused it)
             await call("llm", self._admitted(responses.__anext__()))
         except BaseException:

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
 from serve_app.batching import Coalescer
 from serve_app.fusion import fuse
@@ -64,14 +64,14 @@ class Retriever(Protocol):
     async def retrieve(self, spec: RetrieveSpec) -> Retrieved: ...
 
 
-def fuse_hits(spec: RetrieveSpec, hits: dict[str, list[Hit]]) -> tuple[list, dict, dict]:
+def fuse_hits(spec: RetrieveSpec, hits: dict[str, list[Hit]]) -> tuple[list[tuple[str, float]], dict[str, dict[str, float]], dict[str, dict[str, int]]]:
     """(fused [(chunk id, score)], scores and ranks per strategy) of one query's hits."""
     ranked = {s: [(h.chunk_id, h.score) for h in per] for s, per in hits.items()}
     fused = fuse(
         spec.fusion.method,
         ranked,
         k=spec.fusion.k or 60,
-        weights=spec.fusion.weights or None,
+        weights=cast("Mapping[str, float] | None", spec.fusion.weights or None),
     )
     scores = {s: dict(lst) for s, lst in ranked.items()}
     ranks = {s: {cid: r for r, (cid, _) in enumerate(lst, 1)} for s, lst in ranked.items()}

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable
+from typing import Any
 
 from serve_app.errors import InvalidInputError, collection_not_found
 from serve_app.pipelines.components import Components
@@ -56,7 +58,7 @@ class SearchPipeline:
         self, texts: list[str], strategies: list[Strategy], timer: StageTimer | None = None
     ) -> list[QueryVectors]:
         timer = timer or StageTimer()
-        jobs = {}
+        jobs: dict[str, Awaitable[Any]] = {}
         if "dense" in strategies:
             jobs["dense"] = timer.run("encode.dense", self.components.dense.embed_queries, texts)
         for name in ("splade", "bm25"):
@@ -122,7 +124,9 @@ class SearchPipeline:
 
         # Search, fusion and the fetch of what can reach the answer (the rerank depth, or
         # top_k) in one call to the retriever: one round trip to a remote store.
-        retrieved = await self.components.retriever.retrieve(
+        retriever = self.components.retriever
+        assert retriever is not None  # set by Components.__post_init__
+        retrieved = await retriever.retrieve(
             RetrieveSpec(
                 query=query,
                 strategies=strategies,

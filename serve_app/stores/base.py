@@ -115,7 +115,7 @@ class IndexModels:
     dense_revision: str | None = None
     splade_revision: str | None = None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         recorded = {
             "dense_model": self.dense_model,
             "dense_revision": self.dense_revision,
@@ -312,7 +312,7 @@ class ChunkIndex(Protocol):
 
     async def count(self, scope: ScopeKey | None = None) -> int: ...
 
-    async def inspect(self, selector: ScopeKey | None = None) -> dict:
+    async def inspect(self, selector: ScopeKey | None = None) -> dict[str, Any]:
         """Each store's own report and, per (tenant, collection), the chunks and documents
         each store holds (every tenant when ``selector`` is None, every collection of its
         tenant when its collection is None)."""
@@ -400,7 +400,7 @@ class Backend(Protocol):
 
     async def scroll_payloads(
         self, scope: ScopeKey | None, fields: list[str] | None, offset: Any, limit: int
-    ) -> tuple[list[tuple[str, dict]], Any]:
+    ) -> tuple[list[tuple[str, dict[str, Any]]], Any]:
         """A page of (chunk id, payload with ``fields``, or all of it for None) and the offset
         of the next page (None after the last); ``scope`` None pages through everything."""
         ...
@@ -422,7 +422,7 @@ class ChunkBackend(Backend, Protocol):
         """Per (scope, ids) request: id -> chunk, for the ids held here in that scope."""
         ...
 
-    async def document_payloads(self, scope: ScopeKey, doc_id: str) -> list[dict]:
+    async def document_payloads(self, scope: ScopeKey, doc_id: str) -> list[dict[str, Any]]:
         """The payloads of a document's chunks (id, order, title, metadata, source, hash)."""
         ...
 
@@ -460,7 +460,7 @@ TOPOLOGIES.register_lazy("opensearch+qdrant", "serve_app.stores.split:build_spli
 
 
 def document_info_from(
-    scope: ScopeKey, doc_id: str, payloads: list[dict]
+    scope: ScopeKey, doc_id: str, payloads: list[dict[str, Any]]
 ) -> DocumentInfo | None:
     """A document's info from its stored chunk payloads (any order); None when there are none."""
     if not payloads:
@@ -480,7 +480,7 @@ def document_info_from(
     )
 
 
-def states_from_payloads(payloads: list[dict]) -> DocumentStates:
+def states_from_payloads(payloads: list[dict[str, Any]]) -> DocumentStates:
     """Document states from chunk payloads carrying doc_id, content_hash and chunk_count."""
     seen: dict[str, dict[str, list[int]]] = {}
     for payload in payloads:

@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from functools import partial
 from itertools import repeat
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import qdrant_edge as edge
 
@@ -87,7 +87,9 @@ def _condition(condition: qr.Condition) -> edge.FieldCondition:
 
 
 def to_edge_filter(spec: qr.Filter) -> edge.Filter:
-    must_not = [edge.HasIdCondition(set(spec.exclude_ids))] if spec.exclude_ids else None
+    must_not: list[Any] | None = (
+        [edge.HasIdCondition(set(spec.exclude_ids))] if spec.exclude_ids else None
+    )
     return edge.Filter(must=[_condition(c) for c in spec.must], must_not=must_not)
 
 
@@ -139,7 +141,7 @@ class IdTexts:
             return [self(point_id) for point_id in point_ids]
         if None in texts:
             return [self(point_id) for point_id in point_ids]
-        return texts
+        return cast(list[str], texts)
 
 
 class EdgeBackend:
@@ -294,7 +296,7 @@ class EdgeBackend:
         for write in writes:
             for encoded in write.chunks:
                 vectors = qr.point_vectors(encoded, self.strategies)
-                vector = {
+                vector: dict[str, Any] = {
                     name: _sparse(*value) if isinstance(value, tuple) else value
                     for name, value in vectors.items()
                 }
@@ -310,7 +312,7 @@ class EdgeBackend:
     async def delete_ids(self, scope: ScopeKey, chunk_ids: list[str]) -> None:
         selector = qr.chunk_filter(scope)
         spec = edge.Filter(
-            must=[edge.HasIdCondition(set(chunk_ids)), *to_edge_filter(selector).must]
+            must=[edge.HasIdCondition(set(chunk_ids)), *(to_edge_filter(selector).must or [])]
         )
         await asyncio.to_thread(self._update, edge.UpdateOperation.delete_points_by_filter(spec))
 
@@ -326,7 +328,7 @@ class EdgeBackend:
                 shard.update(edge.UpdateOperation.delete_points_by_filter(selector))
             return count
 
-        return self._engine_write(delete)
+        return int(self._engine_write(delete))
 
     async def delete_documents(self, scope: ScopeKey, doc_ids: list[str]) -> int:
         return await asyncio.to_thread(self._delete_documents_sync, scope, doc_ids)
@@ -339,9 +341,9 @@ class EdgeBackend:
         offset: Any = None,
         pages: int = 0,
         page_size: int = _SCROLL_PAGE,
-    ) -> tuple[list[tuple[str, dict]], Any]:
+    ) -> tuple[list[tuple[str, dict[str, Any]]], Any]:
         """(id, payload) of every match, or of ``pages`` pages from ``offset``."""
-        found: list[tuple[str, dict]] = []
+        found: list[tuple[str, dict[str, Any]]] = []
         with_payload = edge.PayloadSelector.Include(fields) if fields else True
         done = 0
         while True:
@@ -381,7 +383,7 @@ class EdgeBackend:
             return {}
         return await asyncio.to_thread(self._states_sync, scope, doc_ids)
 
-    async def document_payloads(self, scope: ScopeKey, doc_id: str) -> list[dict]:
+    async def document_payloads(self, scope: ScopeKey, doc_id: str) -> list[dict[str, Any]]:
         records, _ = await asyncio.to_thread(
             self._scroll, qr.chunk_filter(scope, doc_ids=[doc_id]), None
         )
@@ -390,7 +392,9 @@ class EdgeBackend:
     def _request(self, plan: qr.QueryPlan) -> edge.QueryRequest:
         if isinstance(plan.search, qr.DenseSearch):
             vector: Any = plan.search.vector
-            params = edge.SearchParams(hnsw_ef=self.config.hnsw_ef, exact=self.config.exact)
+            params: edge.SearchParams | None = edge.SearchParams(
+                hnsw_ef=self.config.hnsw_ef, exact=self.config.exact
+            )
         else:
             vector = _sparse(plan.search.indices, plan.search.values)
             params = (
@@ -439,8 +443,8 @@ class EdgeBackend:
 
     def _retrieve_sync(
         self, requests: list[tuple[ScopeKey, list[str]]], fields: list[str] | bool
-    ) -> list[dict[str, dict]]:
-        wanted = list(dict.fromkeys(i for _, ids in requests for i in ids))
+    ) -> list[dict[str, dict[str, Any]]]:
+        wanted: list[Any] = list(dict.fromkeys(i for _, ids in requests for i in ids))
         if not wanted:
             return [{} for _ in requests]
         payload: Any = edge.PayloadSelector.Include(fields) if isinstance(fields, list) else True
@@ -469,7 +473,7 @@ class EdgeBackend:
 
     async def scroll_payloads(
         self, scope: ScopeKey | None, fields: list[str] | None, offset: Any, limit: int
-    ) -> tuple[list[tuple[str, dict]], Any]:
+    ) -> tuple[list[tuple[str, dict[str, Any]]], Any]:
         return await asyncio.to_thread(
             self._scroll, qr.chunk_filter(scope), fields, offset, 1, limit
         )

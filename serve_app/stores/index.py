@@ -332,7 +332,7 @@ class StoreIndex:
                 return total
 
     # -- inspection ----------------------------------------------------------------------
-    async def inspect(self, selector: ScopeKey | None = None) -> dict:
+    async def inspect(self, selector: ScopeKey | None = None) -> dict[str, Any]:
         """What every store holds: its own report (``Backend.describe``), and per (tenant,
         collection) the chunks and documents it holds, for every tenant (``selector`` None),
         one tenant's collections (``ScopeKey(tenant, None)``), or one collection. Pages
@@ -485,7 +485,7 @@ class StoreIndex:
     # -- snapshots -----------------------------------------------------------------------
     def snapshot_stores(self) -> list[Snapshots]:
         """Every store, when each can snapshot itself; ConfigError otherwise."""
-        stores = [b for b in self.backends if isinstance(b, Snapshots)]
+        stores: list[Snapshots] = [b for b in self.backends if isinstance(b, Snapshots)]
         if len(stores) != len(self.backends):
             names = [b.name for b in self.backends if not isinstance(b, Snapshots)]
             raise ConfigError(

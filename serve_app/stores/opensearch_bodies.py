@@ -122,9 +122,9 @@ def chunk_source(scope: ScopeKey, write: DocumentWrite, position: int) -> dict[s
     return source
 
 
-def bulk_index_actions(index: str, items: list[tuple[str, dict[str, Any]]]) -> list[dict]:
+def bulk_index_actions(index: str, items: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
     """``_bulk`` action/source pairs (upserts by the deterministic chunk id)."""
-    body: list[dict] = []
+    body: list[dict[str, Any]] = []
     for chunk_id, source in items:
         body.append({"index": {"_index": index, "_id": chunk_id}})
         body.append(source)

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import os
 import uuid
-from typing import Any
+from typing import Any, cast
 
 from opensearchpy import AsyncOpenSearch
 from opensearchpy.exceptions import (
@@ -200,7 +200,8 @@ class OpenSearchBackend:
             )
             if not response.get("errors"):
                 return
-            retry, fatal = [], []
+            retry: list[tuple[Any, Any]] = []
+            fatal: list[tuple[Any, Any]] = []
             for item, action in zip(response["items"], pending, strict=True):
                 result = next(iter(item.values()))
                 status = int(result.get("status", 500))
@@ -292,7 +293,7 @@ class OpenSearchBackend:
                 )
         return states
 
-    async def document_payloads(self, scope: ScopeKey, doc_id: str) -> list[dict]:
+    async def document_payloads(self, scope: ScopeKey, doc_id: str) -> list[dict[str, Any]]:
         response = await self._call(
             "document lookup",
             self.client.search(
@@ -322,7 +323,7 @@ class OpenSearchBackend:
         # One round trip for every strategy of every query of the batch.
         lines: list[dict[str, Any]] = []
         for i in runnable:
-            lines.extend(({"index": self.alias}, requests[i]))
+            lines.extend(({"index": self.alias}, cast(dict[str, Any], requests[i])))
         response = await self._call("search", self.client.msearch(body=lines))
         for i, item in zip(runnable, response["responses"], strict=True):
             if "error" in item:
@@ -339,7 +340,7 @@ class OpenSearchBackend:
 
     async def _mget(
         self, requests: list[tuple[ScopeKey, list[str]]], source: Any
-    ) -> list[dict[str, dict]]:
+    ) -> list[dict[str, dict[str, Any]]]:
         wanted = list(dict.fromkeys(i for _, ids in requests for i in ids))
         if not wanted:
             return [{} for _ in requests]
@@ -370,7 +371,7 @@ class OpenSearchBackend:
 
     async def scroll_payloads(
         self, scope: ScopeKey | None, fields: list[str] | None, offset: Any, limit: int
-    ) -> tuple[list[tuple[str, dict]], Any]:
+    ) -> tuple[list[tuple[str, dict[str, Any]]], Any]:
         body: dict[str, Any] = {
             **bodies.count_query(scope),
             "_source": fields if fields is not None else {"excludes": ["splade"]},

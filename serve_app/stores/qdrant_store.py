@@ -194,7 +194,7 @@ class QdrantBackend:
         return (await self.client.count(name, exact=True)).count == 0
 
     async def _create_collection(
-        self, name: str, models: IndexModels, sparse: dict, quantization: Any
+        self, name: str, models: IndexModels, sparse: dict[str, Any], quantization: Any
     ) -> None:
         await self.client.create_collection(
             name,
@@ -253,7 +253,7 @@ class QdrantBackend:
 
     # -- writes --------------------------------------------------------------------------
     def _point(self, scope: ScopeKey, write: DocumentWrite, encoded: Any) -> qm.PointStruct:
-        vectors = {
+        vectors: dict[str, Any] = {
             name: qm.SparseVector(indices=value[0], values=value[1])
             if isinstance(value, tuple)
             else value
@@ -340,7 +340,7 @@ class QdrantBackend:
         )
         return states_from_payloads([r.payload or {} for r in records])
 
-    async def document_payloads(self, scope: ScopeKey, doc_id: str) -> list[dict]:
+    async def document_payloads(self, scope: ScopeKey, doc_id: str) -> list[dict[str, Any]]:
         records, _ = await self._scroll(qr.chunk_filter(scope, doc_ids=[doc_id]), True)
         return [{**(r.payload or {}), "id": str(r.id)} for r in records]
 
@@ -399,7 +399,7 @@ class QdrantBackend:
 
     async def _retrieve(
         self, requests: list[tuple[ScopeKey, list[str]]], fields: list[str] | bool
-    ) -> list[dict[str, dict]]:
+    ) -> list[dict[str, dict[str, Any]]]:
         wanted = list(dict.fromkeys(i for _, ids in requests for i in ids))
         if not wanted:
             return [{} for _ in requests]
@@ -431,7 +431,7 @@ class QdrantBackend:
 
     async def scroll_payloads(
         self, scope: ScopeKey | None, fields: list[str] | None, offset: Any, limit: int
-    ) -> tuple[list[tuple[str, dict]], Any]:
+    ) -> tuple[list[tuple[str, dict[str, Any]]], Any]:
         records, offset = await self._scroll(
             qr.chunk_filter(scope), fields if fields is not None else True, offset, 1, limit
         )
