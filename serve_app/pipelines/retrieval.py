@@ -20,7 +20,7 @@ from typing import Protocol, cast, runtime_checkable
 from serve_app.batching import Coalescer
 from serve_app.fusion import fuse
 from serve_app.schemas import Chunk, FusionSpec, SearchFilters, Strategy
-from serve_app.stores.base import ChunkIndex, Hit, QueryVectors, ScopeKey, SearchQuery
+from serve_app.stores.base import Hit, QueryVectors, ScopeKey, SearchQuery, ServingIndex
 
 
 @dataclass
@@ -81,7 +81,7 @@ def fuse_hits(spec: RetrieveSpec, hits: dict[str, list[Hit]]) -> tuple[list[tupl
 class IndexRetriever:
     """Retrieval next to ``index``; ``retrieve`` coalesces concurrent calls into batches."""
 
-    def __init__(self, index: ChunkIndex, max_batch: int = 64) -> None:
+    def __init__(self, index: ServingIndex, max_batch: int = 64) -> None:
         self.index = index
         self._coalescer: Coalescer[RetrieveSpec, Retrieved] = Coalescer(
             self.retrieve_many, max_items=max_batch, max_in_flight=2

@@ -23,7 +23,7 @@ from serve_app.schemas import (
     SearchResponse,
     Strategy,
 )
-from serve_app.stores.base import Hit, QueryVectors, ScopeKey
+from serve_app.stores.base import Hit, QueryVectors, ScopeKey, SearchQuery
 
 
 class SearchPipeline:
@@ -90,15 +90,9 @@ class SearchPipeline:
         timer: StageTimer | None = None,
     ) -> dict[str, list[Hit]]:
         timer = timer or StageTimer()
-        return await timer.run(
-            "retrieve",
-            self.components.index.search_many,
-            strategies,
-            query,
-            limit,
-            scope,
-            filters,
-        )
+        batch = [SearchQuery(strategies, query, limit, scope, filters)]
+        (hits,) = await timer.run("retrieve", self.components.index.search_batch, batch)
+        return hits
 
     # -- the request path --------------------------------------------------------------------
     async def search(

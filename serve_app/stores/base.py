@@ -247,16 +247,16 @@ whose stored chunks all carry one hash."""
 
 
 @runtime_checkable
-class ChunkIndex(Protocol):
-    """Chunk storage and per-strategy retrieval. Every call is scoped to one tenant's
-    collection: the ``scope`` arguments are ``ScopeKey``\ s. The ``tenant_id`` arguments
-    (inspection and the named collections) are bare tenant ids.
+class ServingIndex(Protocol):
+    """What the serving path calls: the batched search and fetch of a query, the named
+    collection check done in the same call, and the writes, deletes and reads of ingest and
+    the document routes. Every call is scoped to one tenant's collection (``ScopeKey``).
 
-    A chunk is served (searched, fetched, counted) only when every store of the topology
-    holds it; a document counts as stored only when all its chunks are there under one
-    content hash. Writes and deletes are safe to interrupt at any point (cancellation
-    included): afterwards the old or the new version of each document is served, never a
-    mix, and a retry converges."""
+    A chunk is served (searched, fetched) only when every store of the topology holds it; a
+    document counts as stored only when all its chunks are there under one content hash.
+    Writes and deletes are safe to interrupt at any point (cancellation included):
+    afterwards the old or the new version of each document is served, never a mix, and a
+    retry converges."""
 
     strategies: tuple[Strategy, ...]
 
@@ -264,17 +264,65 @@ class ChunkIndex(Protocol):
         """Create or open the index; refuse (ModelMismatchError) vectors from other models."""
         ...
 
+    async def close(self) -> None: ...
+
+    async def healthy(self) -> bool: ...
+
     async def write_documents(self, scope: ScopeKey, writes: list[DocumentWrite]) -> int:
         """Replace each document by its new chunks; returns the old chunks removed."""
         ...
 
     async def delete_document(self, scope: ScopeKey, doc_id: str) -> int: ...
 
-    async def document_hashes(
-        self, scope: ScopeKey, doc_ids: list[str]
-    ) -> dict[str, str]: ...
+    async def document_hashes(self, scope: ScopeKey, doc_ids: list[str]) -> dict[str, str]: ...
 
     async def document_info(self, scope: ScopeKey, doc_id: str) -> DocumentInfo | None: ...
+
+    async def search_batch(self, queries: list[SearchQuery]) -> list[dict[str, list[Hit]]]:
+        """Many queries (a coalesced batch) in one call per store."""
+        ...
+
+    async def fetch_batch(
+        self, requests: list[tuple[ScopeKey, list[str]]]
+    ) -> list[list[Chunk]]:
+        """Per (scope, ids) request: the scope's chunks with these ids, in the order asked
+        (unknown ids are skipped), in one call per store."""
+        ...
+
+    async def has_collection(self, key: ScopeKey) -> bool:
+        """Whether the tenant has the collection, ready for use."""
+        ...
+
+
+@runtime_checkable
+class CollectionRegistry(Protocol):
+    """The named collections of each tenant (``default`` always exists)."""
+
+    async def list_collections(self, tenant: ScopeKey) -> list[dict[str, Any]]:
+        """The collections of ``tenant.tenant`` (its collection part is not used)."""
+        ...
+
+    async def has_collection(self, key: ScopeKey) -> bool: ...
+
+    async def create_collection(self, key: ScopeKey) -> dict[str, Any]: ...
+
+    async def delete_collection(self, key: ScopeKey) -> int:
+        """Remove the collection and its chunks from every store; the chunks removed."""
+        ...
+
+
+@runtime_checkable
+class IndexMaintenance(Protocol):
+    """Inspection, counts and the one-query reads that evaluation, benchmarks and tests use
+    (the serving path batches its queries: ``ServingIndex``)."""
+
+    async def count(self, scope: ScopeKey | None = None) -> int: ...
+
+    async def inspect(self, selector: ScopeKey | None = None) -> dict[str, Any]:
+        """Each store's own report and, per (tenant, collection), the chunks and documents
+        each store holds (every tenant when ``selector`` is None, every collection of its
+        tenant when its collection is None)."""
+        ...
 
     async def search(
         self,
@@ -296,45 +344,13 @@ class ChunkIndex(Protocol):
         """Every strategy for one query in one call per store."""
         ...
 
-    async def search_batch(self, queries: list[SearchQuery]) -> list[dict[str, list[Hit]]]:
-        """Many queries (a coalesced batch) in one call per store."""
-        ...
+    async def fetch(self, scope: ScopeKey, chunk_ids: list[str]) -> list[Chunk]: ...
 
-    async def fetch(self, scope: ScopeKey, chunk_ids: list[str]) -> list[Chunk]:
-        """The scope's chunks with these ids, in the order asked (unknown ids are skipped)."""
-        ...
 
-    async def fetch_batch(
-        self, requests: list[tuple[ScopeKey, list[str]]]
-    ) -> list[list[Chunk]]:
-        """``fetch`` for many (scope, ids) requests in one call per store."""
-        ...
-
-    async def count(self, scope: ScopeKey | None = None) -> int: ...
-
-    async def inspect(self, selector: ScopeKey | None = None) -> dict[str, Any]:
-        """Each store's own report and, per (tenant, collection), the chunks and documents
-        each store holds (every tenant when ``selector`` is None, every collection of its
-        tenant when its collection is None)."""
-        ...
-
-    async def list_collections(self, tenant: ScopeKey) -> list[dict[str, Any]]:
-        """The collections of ``tenant.tenant`` (its collection part is not used)."""
-        ...
-
-    async def has_collection(self, key: ScopeKey) -> bool:
-        """Whether the tenant has the collection, ready for use."""
-        ...
-
-    async def create_collection(self, key: ScopeKey) -> dict[str, Any]: ...
-
-    async def delete_collection(self, key: ScopeKey) -> int:
-        """Remove the collection and its chunks from every store; the chunks removed."""
-        ...
-
-    async def healthy(self) -> bool: ...
-
-    async def close(self) -> None: ...
+@runtime_checkable
+class ChunkIndex(ServingIndex, CollectionRegistry, IndexMaintenance, Protocol):
+    """A whole store topology (``StoreIndex``, or ``RemoteIndex`` over the store
+    deployment): every protocol above. Callers take the narrowest one they need."""
 
 
 @runtime_checkable

@@ -14,9 +14,14 @@ from serve_app.stores.base import ChunkIndex
 
 PROTOCOL = {
     name: member
-    for name, member in vars(ChunkIndex).items()
+    for part in reversed(ChunkIndex.__mro__)  # ChunkIndex is the narrower protocols together
+    for name, member in vars(part).items()
     if inspect.iscoroutinefunction(member)
 }
+
+
+def test_the_protocol_is_read_whole():
+    assert {"search_batch", "fetch_batch", "create_collection", "inspect", "count"} <= set(PROTOCOL)
 REPLICA_OWNED = {"open", "close"}  # the replica opens at start and closes at shutdown
 
 

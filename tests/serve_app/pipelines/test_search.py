@@ -1,3 +1,5 @@
+import dataclasses
+
 import pytest
 from pydantic import ValidationError
 
@@ -5,8 +7,8 @@ from serve_app.errors import InvalidInputError
 from serve_app.pipelines.components import build_components
 from serve_app.pipelines.ingest import IngestPipeline
 from serve_app.pipelines.search import SearchPipeline
-from serve_app.schemas import SearchFilters, SearchRequest
-from serve_app.stores.base import ScopeKey
+from serve_app.schemas import Document, SearchFilters, SearchRequest
+from serve_app.stores.base import ScopeKey, ServingIndex
 
 DEFAULT = ScopeKey("default")
 
@@ -112,3 +114,31 @@ async def test_rerank_reorders_and_keeps_both_scores(app_config_factory, tiny_re
         assert all(r.score == r.rerank_score and r.fused_score > 0 for r in response.results)
     finally:
         await components.close()
+
+
+class ServingOnly:
+    """The index seen through ``ServingIndex`` alone: any other member is missing."""
+
+    MEMBERS = {name for name in vars(ServingIndex) if not name.startswith("_")} | {"strategies"}
+
+    def __init__(self, index) -> None:
+        self._index = index
+
+    def __getattr__(self, name: str):
+        if name not in self.MEMBERS:
+            raise AttributeError(f"{name} is not part of the serving protocol")
+        return getattr(self._index, name)
+
+
+async def test_the_serving_path_needs_the_serving_protocol_only(indexed, components):
+    narrow = dataclasses.replace(components, index=ServingOnly(components.index), retriever=None)
+    tenant = ScopeKey("serving-only")
+    written = await IngestPipeline(narrow).ingest(tenant, [Document(id="n1", text="Cells divide.")])
+    assert written.written == ["n1"]
+    pipeline = SearchPipeline(narrow)
+    request = SearchRequest(query="vitamin D deficiency", top_k=5)
+    got = await pipeline.search(request, DEFAULT)
+    want = await indexed.search(request, DEFAULT)
+    assert [r.chunk.id for r in got.results] == [r.chunk.id for r in want.results]
+    (vectors,) = await pipeline.encode_queries(["cells"], ["dense"])
+    assert (await pipeline.retrieve(vectors, ["dense"], 5, tenant))["dense"]
