@@ -11,8 +11,6 @@ attributes. Topology modules are imported only when the configuration names them
 
 from __future__ import annotations
 
-import re
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, runtime_checkable
@@ -38,9 +36,6 @@ with the models, so an index written with another layout is refused like other m
 SCOPE_FIELDS = ["tenant_id", "collection"]
 PAYLOAD_INDEXES = ("tenant_id", "collection", "doc_id", "section")
 """The payload fields every chunk store indexes for its filters (checked by ``validate``)."""
-
-_REGISTRY_NAMESPACE = uuid.UUID("5b0f7c8e-2f4e-4d6a-9a51-6c0f2f3a9e11")
-
 
 @dataclass(frozen=True, slots=True)
 class ScopeKey:
@@ -527,34 +522,3 @@ def sample_payload(payload: dict[str, Any], max_chars: int = 80) -> dict[str, An
 def directory_bytes(path: Path) -> int:
     """Bytes of the files under ``path`` (0 when it does not exist)."""
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
-
-
-REGISTRY_RECORD_FIELDS = ("tenant_id", "name", "created_at", "state")
-
-
-def registry_key(key: ScopeKey) -> str:
-    """The id of a collection's registry record: a UUID, which every store takes as an id."""
-    return str(uuid.uuid5(_REGISTRY_NAMESPACE, f"{key.tenant}\x00{key.collection}"))
-
-
-def registry_fields(record: dict[str, Any]) -> dict[str, Any]:
-    return {field: record[field] for field in REGISTRY_RECORD_FIELDS if field in record}
-
-
-def registry_name(alias: str) -> str:
-    """The index / collection beside ``alias`` holding the registry (not versioned: a
-    migration to a new version keeps the collections)."""
-    return f"{alias}-collections"
-
-
-def versioned_names(alias: str, names: list[str]) -> list[str]:
-    """The ``{alias}-v{n}`` names among ``names``, oldest first."""
-    pattern = re.compile(rf"^{re.escape(alias)}-v(\d+)$")
-    found = [(int(m.group(1)), n) for n in names if (m := pattern.match(n))]
-    return [n for _, n in sorted(found)]
-
-
-def next_version_name(alias: str, names: list[str]) -> str:
-    existing = versioned_names(alias, names)
-    version = int(existing[-1].rsplit("-v", 1)[1]) + 1 if existing else 1
-    return f"{alias}-v{version}"

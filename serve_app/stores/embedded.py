@@ -57,14 +57,13 @@ from serve_app.stores.base import (
     binding_changes,
     directory_bytes,
     in_scope,
-    registry_fields,
-    registry_key,
     revisions_warning,
     states_from_payloads,
     unrecorded_revisions,
 )
 from serve_app.stores.index import StoreIndex
 from serve_app.stores.ownership import IndexOwnership
+from serve_app.stores.registry import registry_fields, registry_key
 
 log = logging.getLogger(__name__)
 

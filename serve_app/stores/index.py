@@ -48,9 +48,9 @@ from serve_app.stores.base import (
     StrategyQuery,
     document_info_from,
     payload_scope,
-    registry_key,
     sample_payload,
 )
+from serve_app.stores.registry import registry_key
 
 log = logging.getLogger(__name__)
 

@@ -14,12 +14,12 @@ from serve_app.chunking.base import contextual_header
 from serve_app.config import OpenSearchConfig
 from serve_app.schemas import SearchFilters, SparseVector
 from serve_app.stores.base import (
-    REGISTRY_RECORD_FIELDS,
     DocumentWrite,
     IndexModels,
     ScopeKey,
     scope_payload,
 )
+from serve_app.stores.registry import REGISTRY_RECORD_FIELDS
 
 MAPPING_VERSION = 3
 """Bumped whenever the mapping below changes; stored in the index's ``_meta``."""
@@ -262,7 +262,7 @@ def count_query(scope: ScopeKey | None) -> dict[str, Any]:
 
 
 def registry_body(config: OpenSearchConfig) -> dict[str, Any]:
-    """The registry index: one document per named collection (``stores.base.registry_key``)."""
+    """The registry index: one document per named collection (``stores.registry.registry_key``)."""
     keyword = {"type": "keyword"}
     return {
         "settings": {

@@ -41,11 +41,9 @@ from serve_app.stores.base import (
     ScopeKey,
     StrategyQuery,
     in_scope,
-    registry_fields,
-    registry_name,
-    versioned_names,
 )
-from serve_app.stores.versioning import VersionTaken, open_versioned
+from serve_app.stores.registry import registry_fields, registry_name
+from serve_app.stores.versioning import VersionTaken, open_versioned, versioned_names
 
 log = logging.getLogger(__name__)
 

@@ -36,13 +36,11 @@ from serve_app.stores.base import (
     StrategyQuery,
     directory_bytes,
     in_scope,
-    registry_fields,
-    registry_name,
     states_from_payloads,
-    versioned_names,
 )
 from serve_app.stores.index import StoreIndex
-from serve_app.stores.versioning import VersionTaken, open_versioned
+from serve_app.stores.registry import registry_fields, registry_name
+from serve_app.stores.versioning import VersionTaken, open_versioned, versioned_names
 
 log = logging.getLogger(__name__)
 
