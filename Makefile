@@ -31,6 +31,7 @@ run: setup
 
 lint: setup-dev
 	$(VENV)/bin/ruff check serve_app deployments benchmarks tests
+	$(VENV)/bin/mypy
 
 # Both suites: the vLLM tests (marked `vllm`) in .venv-vllm, where a missing vLLM fails the
 # run instead of skipping, then everything in .venv (where the vLLM tests skip).

@@ -113,15 +113,16 @@ async def build(
     from serve_app.generation import build_llm
     from serve_app.pipelines.components import build_components
     from serve_app.pipelines.ingest import IngestPipeline
+    from serve_app.stores.base import ScopeKey
 
     components = await build_components(config)
     llm = build_llm(config.llm)
     service = RetrievalService(components, llm=llm)
     if not scifact:
         return None, service, llm, {"documents": 0, "index_s": 0.0}
-    dataset = load_beir(args.scifact, args.split, TENANT, max_docs=args.max_docs)
+    dataset = load_beir(args.scifact, args.split, max_docs=args.max_docs)
     started = time.perf_counter()
-    await ingest_corpus(IngestPipeline(components), dataset)
+    await ingest_corpus(IngestPipeline(components), ScopeKey(TENANT), dataset)
     index_s = time.perf_counter() - started
     print(f"index: {len(dataset.corpus)} documents in {index_s:.0f} s", file=sys.stderr)
     return dataset, service, llm, {"documents": len(dataset.corpus), "index_s": round(index_s, 1)}

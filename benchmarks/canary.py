@@ -99,28 +99,17 @@ def cases() -> list[dict[str, Any]]:
     return out
 
 
-def documents(tenant: str) -> list[Any]:
+def documents(kind: str) -> list[Any]:
+    """The documents of the collection of ``kind`` (``COLLECTION``)."""
     from serve_app.schemas import Document
 
     docs = []
     for case in cases():
+        if case["kind"] != kind:
+            continue
         doc_id, plain = case["plain"]
-        collection = COLLECTION.format(kind=case["kind"])
-        docs.append(
-            Document(
-                id=doc_id,
-                title=case["title"],
-                text=plain,
-                tenant_id=tenant,
-                collection=collection,
-            )
-        )
-        docs.append(
-            Document(
-                id=case["doc_id"], title=case["title"], text=case["text"], tenant_id=tenant,
-                collection=collection,
-            )
-        )  # fmt: skip
+        docs.append(Document(id=doc_id, title=case["title"], text=plain))
+        docs.append(Document(id=case["doc_id"], title=case["title"], text=case["text"]))
     return docs
 
 
@@ -147,7 +136,8 @@ async def canary(service: Any, llm: Any, tenant: str, limit: int, max_tokens: in
     for kind in ("plain", "control"):
         with contextlib.suppress(ConflictError):  # made by an earlier run on this data dir
             await service.create_collection(tenant, COLLECTION.format(kind=kind))
-    await service.ingest(documents(tenant))
+        key = await service.scope(tenant, COLLECTION.format(kind=kind))
+        await service.ingest(key, documents(kind))
     selected = cases()[:limit]
     rows: dict[str, dict[str, Any]] = {}
     for defended in (True, False):

@@ -33,7 +33,6 @@ from benchmarks.processes import CpuMeter, own_processes
 from benchmarks.rawhttp import RawHttpPool
 from benchmarks.report import default_stem, table, write_report
 from benchmarks.service import (
-    TENANT,
     add_run_arguments,
     app_config,
     fresh_run,
@@ -57,8 +56,8 @@ def load_corpus(folder: Path, count: int) -> list[Any]:
     from serve_app.loaders.base import iter_files, load_file
 
     if (folder / "corpus.jsonl").is_file():
-        return load_beir(folder, "test", TENANT, max_docs=count).corpus[:count]
-    return [load_file(path, tenant_id=TENANT) for path in sorted(iter_files([folder]))[:count]]
+        return load_beir(folder, "test", max_docs=count).corpus[:count]
+    return [load_file(path) for path in sorted(iter_files([folder]))[:count]]
 
 
 async def encoder_ceiling(config: Any, documents: list[Any]) -> dict:

@@ -176,8 +176,9 @@ def http_sender(pool: RawHttpPool, path: str = "/v1/search") -> Send:
     return send
 
 
-def pipeline_sender(pipeline: Any, scope: str) -> Send:
-    """Each payload searched by a ``SearchPipeline`` in this process."""
+def pipeline_sender(pipeline: Any, scope: Any) -> Send:
+    """Each payload searched by a ``SearchPipeline`` in this process, in ``scope`` (a
+    ``ScopeKey``)."""
     from serve_app.errors import ServeAppError
     from serve_app.schemas import SearchRequest
 

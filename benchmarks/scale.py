@@ -52,7 +52,7 @@ def unit(rng: np.random.Generator, n: int) -> np.ndarray:
 
 async def build(index: Any, size: int, batch: int, rng: np.random.Generator) -> float:
     from serve_app.schemas import Chunk
-    from serve_app.stores.base import DocumentWrite, EncodedChunk
+    from serve_app.stores.base import DocumentWrite, EncodedChunk, ScopeKey
 
     start = time.perf_counter()
     for offset in range(0, size, batch):
@@ -61,7 +61,7 @@ async def build(index: Any, size: int, batch: int, rng: np.random.Generator) -> 
         writes = []
         for i, n in enumerate(range(offset, offset + count)):
             chunk = Chunk.model_construct(
-                id=f"00000000-0000-4000-8000-{n:012d}", doc_id=f"d{n}", tenant_id=TENANT,
+                id=f"00000000-0000-4000-8000-{n:012d}", doc_id=f"d{n}",
                 text=f"chunk {n}", title="", section="", heading_chain=[], order=0,
                 char_start=0, char_end=8, metadata={}, source=None,
             )  # fmt: skip
@@ -69,13 +69,13 @@ async def build(index: Any, size: int, batch: int, rng: np.random.Generator) -> 
                 chunk, dense[i], sparse(rng, 120, VOCAB, True), sparse(rng, 60, HASH_SPACE, False)
             )
             writes.append(DocumentWrite(doc_id=f"d{n}", content_hash="h", chunks=[encoded]))
-        await index.write_documents(TENANT, writes)
+        await index.write_documents(ScopeKey(TENANT), writes)
     index.backends[0].shard.optimize()  # build HNSW and the sparse indexes before timing searches
     return time.perf_counter() - start
 
 
 async def time_queries(index: Any, queries: int, rng: np.random.Generator) -> dict[str, dict]:
-    from serve_app.stores.base import QueryVectors
+    from serve_app.stores.base import QueryVectors, ScopeKey
 
     samples: dict[str, list[float]] = {name: [] for name in (*STRATEGIES, "all three")}
     for dense in unit(rng, queries):
@@ -85,10 +85,10 @@ async def time_queries(index: Any, queries: int, rng: np.random.Generator) -> di
         )  # fmt: skip
         for strategy in STRATEGIES:
             start = time.perf_counter()
-            await index.search(strategy, query, 100, TENANT)
+            await index.search(strategy, query, 100, ScopeKey(TENANT))
             samples[strategy].append((time.perf_counter() - start) * 1000)
         start = time.perf_counter()
-        await asyncio.gather(*(index.search(s, query, 100, TENANT) for s in STRATEGIES))
+        await asyncio.gather(*(index.search(s, query, 100, ScopeKey(TENANT)) for s in STRATEGIES))
         samples["all three"].append((time.perf_counter() - start) * 1000)
     return {
         name: {"p50_ms": round(statistics.median(v), 2), "p95_ms": round(percentile(v, 95), 2)}

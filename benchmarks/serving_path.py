@@ -80,6 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 async def index_corpus(config: Any, docs: int) -> dict:
     from serve_app.pipelines.components import build_components
     from serve_app.pipelines.ingest import IngestPipeline
+    from serve_app.stores.base import ScopeKey
 
     corpus = load_corpus(SCIFACT, docs)
     components = await build_components(config)
@@ -87,8 +88,8 @@ async def index_corpus(config: Any, docs: int) -> dict:
     try:
         pipeline = IngestPipeline(components)
         for start in range(0, len(corpus), 64):
-            await pipeline.ingest(corpus[start : start + 64])
-        count = await components.index.count(TENANT)
+            await pipeline.ingest(ScopeKey(TENANT), corpus[start : start + 64])
+        count = await components.index.count(ScopeKey(TENANT))
     finally:
         await components.close()
     seconds = round(time.perf_counter() - started, 1)
@@ -138,10 +139,11 @@ async def measure(
 async def in_process_path(config: Any, args: argparse.Namespace, queries: list[str]) -> dict:
     from serve_app.pipelines.components import build_components
     from serve_app.pipelines.search import SearchPipeline
+    from serve_app.stores.base import ScopeKey
 
     components = await build_components(config)
     try:
-        send = pipeline_sender(SearchPipeline(components), TENANT)
+        send = pipeline_sender(SearchPipeline(components), ScopeKey(TENANT))
         return await measure(send, args, queries, {os.getpid(): "in-process pipeline"})
     finally:
         await components.close()

@@ -1,4 +1,4 @@
-"""DeploymentHandle adapters behind serve_app's protocols, so the pipelines run unchanged.
+"""DeploymentHandle[Any] adapters behind serve_app's protocols, so the pipelines run unchanged.
 
 Ray failures (a replica dead or unreachable, back-pressure) become ServiceUnavailableError at
 this boundary; a library error raised inside a deployment keeps its type and API code.
@@ -7,7 +7,7 @@ this boundary; a library error raised inside a deployment keeps its type and API
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import grpc
 import numpy as np
@@ -16,17 +16,30 @@ from ray.serve import exceptions as serve_exceptions
 from ray.serve.handle import DeploymentHandle
 
 from deployments.settings import BatchingSettings
-from deployments.store import FORWARDED
 from serve_app.batching import Coalescer, concatenating
 from serve_app.encoders.queue import Lane
 from serve_app.errors import OverloadedError, ServeAppError, ServiceUnavailableError
 from serve_app.generation.base import Completion, GenerationParams, Message, Usage
 from serve_app.pipelines.retrieval import Retrieved, RetrieveSpec
-from serve_app.schemas import Chunk, Document, SparseVector, Strategy
-from serve_app.stores.base import IndexModels
+from serve_app.schemas import (
+    Chunk,
+    Document,
+    DocumentInfo,
+    SearchFilters,
+    SparseVector,
+    Strategy,
+)
+from serve_app.stores.base import (
+    DocumentWrite,
+    Hit,
+    IndexModels,
+    QueryVectors,
+    ScopeKey,
+    SearchQuery,
+)
 
 T = TypeVar("T")
-BatchObserver = Callable[[str, dict], None]
+BatchObserver = Callable[[str, dict[str, Any]], None]
 
 _UNAVAILABLE = (
     ray_exceptions.RayActorError,
@@ -60,7 +73,7 @@ async def call(deployment: str, awaitable: Awaitable[T]) -> T:
         ) from None
 
 
-def serve_transport(handle: DeploymentHandle) -> DeploymentHandle:
+def serve_transport(handle: DeploymentHandle[Any]) -> DeploymentHandle[Any]:
     """``handle``, calling over the transport Serve is configured for in this process.
 
     A handle carries the transport of the process that built the application graph: its
@@ -74,11 +87,12 @@ def serve_transport(handle: DeploymentHandle) -> DeploymentHandle:
     return handle.options(_by_reference=not RAY_SERVE_USE_GRPC_BY_DEFAULT)
 
 
-def transport_of(handle: DeploymentHandle) -> str:
-    return "actor" if handle.handle_options._by_reference else "grpc"
+def transport_of(handle: DeploymentHandle[Any]) -> str:
+    options: Any = handle.handle_options  # _by_reference: the local handle's options only
+    return "actor" if options._by_reference else "grpc"
 
 
-def _ignore(_: str, __: dict) -> None:
+def _ignore(_: str, __: dict[str, Any]) -> None:
     return None
 
 
@@ -91,14 +105,14 @@ class _RemoteLanes:
 
     def __init__(
         self,
-        handle: DeploymentHandle,
+        handle: DeploymentHandle[Any],
         info: dict[str, Any],
         observe: BatchObserver = _ignore,
         batching: BatchingSettings | None = None,
     ) -> None:
         batching = batching or BatchingSettings()
         self.handle = handle
-        # `handle.embed` builds a new handle (DeploymentHandle.options) on every access:
+        # `handle.embed` builds a new handle (DeploymentHandle[Any].options) on every access:
         # made once here, not once a call (1.35-2.4 % of an ingress replica's samples).
         self._remote = getattr(handle, self.method)
         self.model_id = info["model_id"]
@@ -123,7 +137,7 @@ class RemoteDenseEncoder(_RemoteLanes):
 
     def __init__(
         self,
-        handle: DeploymentHandle,
+        handle: DeploymentHandle[Any],
         info: dict[str, Any],
         observe: BatchObserver = _ignore,
         batching: BatchingSettings | None = None,
@@ -133,17 +147,17 @@ class RemoteDenseEncoder(_RemoteLanes):
         self.revision: str | None = info.get("revision")  # of the weights its replicas loaded
 
     async def embed_documents(self, texts: list[str]) -> np.ndarray:
-        return await self._lane("document", texts)
+        return cast(np.ndarray, await self._lane("document", texts))
 
     async def embed_queries(self, texts: list[str]) -> np.ndarray:
-        return await self._queries.submit(texts)
+        return cast(np.ndarray, await self._queries.submit(texts))
 
 
 class RemoteSparseEncoder(_RemoteLanes):
     deployment, method = "splade", "encode"
 
     async def encode_documents(self, texts: list[str]) -> list[SparseVector]:
-        return await self._lane("document", texts)
+        return cast(list[SparseVector], await self._lane("document", texts))
 
     async def encode_queries(self, texts: list[str]) -> list[SparseVector]:
         return list(await self._queries.submit(texts))
@@ -154,7 +168,7 @@ class RemoteReranker:
 
     def __init__(
         self,
-        handle: DeploymentHandle,
+        handle: DeploymentHandle[Any],
         info: dict[str, Any],
         observe: BatchObserver = _ignore,
         batching: BatchingSettings | None = None,
@@ -184,7 +198,7 @@ class RemoteRetriever:
 
     def __init__(
         self,
-        handle: DeploymentHandle,
+        handle: DeploymentHandle[Any],
         batching: BatchingSettings | None = None,
         max_queries: int = 64,  # search.retrieve_batch
     ) -> None:
@@ -206,12 +220,12 @@ class RemoteRetriever:
 class RemoteChunker:
     name = "remote"
 
-    def __init__(self, handle: DeploymentHandle, fingerprint: dict) -> None:
+    def __init__(self, handle: DeploymentHandle[Any], fingerprint: dict[str, Any]) -> None:
         self.handle = handle
         self._fingerprint = fingerprint
         self.name = fingerprint.get("chunker", "remote")
 
-    def fingerprint(self) -> dict:
+    def fingerprint(self) -> dict[str, Any]:
         return self._fingerprint
 
     async def chunk_many(self, documents: list[Document]) -> list[list[Chunk]]:
@@ -219,11 +233,10 @@ class RemoteChunker:
 
 
 class RemoteIndex:
-    """The ChunkIndex protocol over the store deployment: every protocol call is forwarded
-    to the replica's generic ``call`` (the method list is the protocol's own, see
-    ``deployments.store.FORWARDED``), so adding a store method touches no file here."""
+    """The ChunkIndex protocol over the store deployment: each method is a typed call of
+    the deployment's method of the same name (``deployments.store.StoreDeployment``)."""
 
-    def __init__(self, handle: DeploymentHandle, info: dict[str, Any]) -> None:
+    def __init__(self, handle: DeploymentHandle[Any], info: dict[str, Any]) -> None:
         self.handle = handle
         self.strategies: tuple[Strategy, ...] = tuple(info["strategies"])
 
@@ -234,17 +247,85 @@ class RemoteIndex:
     async def close(self) -> None:
         """The store deployment owns the index and closes it itself."""
 
+    async def healthy(self) -> bool:
+        return cast(bool, await call("store", self.handle.healthy.remote()))
 
-def _forward(name: str) -> Any:
-    async def forward(self: RemoteIndex, *args: Any, **kwargs: Any) -> Any:
-        return await call("store", self.handle.call.remote(name, *args, **kwargs))
+    async def write_documents(self, scope: ScopeKey, writes: list[DocumentWrite]) -> int:
+        return cast(int, await call("store", self.handle.write_documents.remote(scope, writes)))
 
-    forward.__name__ = forward.__qualname__ = name
-    return forward
+    async def delete_document(self, scope: ScopeKey, doc_id: str) -> int:
+        return cast(int, await call("store", self.handle.delete_document.remote(scope, doc_id)))
 
+    async def document_hashes(self, scope: ScopeKey, doc_ids: list[str]) -> dict[str, str]:
+        return cast(
+            dict[str, str], await call("store", self.handle.document_hashes.remote(scope, doc_ids))
+        )
 
-for _name in FORWARDED:
-    setattr(RemoteIndex, _name, _forward(_name))
+    async def document_info(self, scope: ScopeKey, doc_id: str) -> DocumentInfo | None:
+        return cast(
+            DocumentInfo | None,
+            await call("store", self.handle.document_info.remote(scope, doc_id)),
+        )
+
+    async def search_batch(self, queries: list[SearchQuery]) -> list[dict[str, list[Hit]]]:
+        return cast(
+            list[dict[str, list[Hit]]],
+            await call("store", self.handle.search_batch.remote(queries)),
+        )
+
+    async def fetch_batch(self, requests: list[tuple[ScopeKey, list[str]]]) -> list[list[Chunk]]:
+        return cast(
+            list[list[Chunk]], await call("store", self.handle.fetch_batch.remote(requests))
+        )
+
+    async def has_collection(self, key: ScopeKey) -> bool:
+        return cast(bool, await call("store", self.handle.has_collection.remote(key)))
+
+    async def list_collections(self, tenant: ScopeKey) -> list[dict[str, Any]]:
+        return cast(
+            list[dict[str, Any]], await call("store", self.handle.list_collections.remote(tenant))
+        )
+
+    async def create_collection(self, key: ScopeKey) -> dict[str, Any]:
+        return cast(dict[str, Any], await call("store", self.handle.create_collection.remote(key)))
+
+    async def delete_collection(self, key: ScopeKey) -> int:
+        return cast(int, await call("store", self.handle.delete_collection.remote(key)))
+
+    async def search(
+        self,
+        strategy: Strategy,
+        query: QueryVectors,
+        limit: int,
+        scope: ScopeKey,
+        filters: SearchFilters | None = None,
+    ) -> list[Hit]:
+        return cast(
+            list[Hit],
+            await call("store", self.handle.search.remote(strategy, query, limit, scope, filters)),
+        )
+
+    async def search_many(
+        self,
+        strategies: list[Strategy],
+        query: QueryVectors,
+        limit: int,
+        scope: ScopeKey,
+        filters: SearchFilters | None = None,
+    ) -> dict[str, list[Hit]]:
+        hits = await call(
+            "store", self.handle.search_many.remote(strategies, query, limit, scope, filters)
+        )
+        return cast(dict[str, list[Hit]], hits)
+
+    async def fetch(self, scope: ScopeKey, chunk_ids: list[str]) -> list[Chunk]:
+        return cast(list[Chunk], await call("store", self.handle.fetch.remote(scope, chunk_ids)))
+
+    async def count(self, scope: ScopeKey | None = None) -> int:
+        return cast(int, await call("store", self.handle.count.remote(scope)))
+
+    async def inspect(self, selector: ScopeKey | None = None) -> dict[str, Any]:
+        return cast(dict[str, Any], await call("store", self.handle.inspect.remote(selector)))
 
 
 class RemoteTokenStream:
@@ -280,7 +361,7 @@ class RemoteLLM:
     ``max_ongoing_requests`` with its queue full) is the replicas' overload: a 429."""
 
     def __init__(
-        self, handle: DeploymentHandle, info: dict[str, Any], retry_after_s: float
+        self, handle: DeploymentHandle[Any], info: dict[str, Any], retry_after_s: float
     ) -> None:
         self._complete = handle.complete  # made once: see _RemoteLanes
         self._count_tokens = handle.count_tokens
@@ -315,7 +396,7 @@ class RemoteLLM:
     async def open_stream(
         self, messages: list[Message], params: GenerationParams
     ) -> RemoteTokenStream:
-        responses = self._stream.remote(messages, params)
+        responses: Any = self._stream.remote(messages, params)  # a response generator
         try:  # the first item: the replica admitted the request (or refused it)
             await call("llm", self._admitted(responses.__anext__()))
         except BaseException:

@@ -61,11 +61,10 @@ async def _ingest(config: AppConfig, args: argparse.Namespace) -> int:
         try:
             loaded = load_file(
                 path,
-                tenant_id=args.tenant,
                 max_chars=config.limits.max_document_chars,
                 max_bytes=config.limits.max_file_bytes,
             )
-            documents.append(loaded.model_copy(update={"collection": args.collection}))
+            documents.append(loaded)
         except ServeAppError as error:
             errors.append(f"{error.code}: {error.message}")
     if errors and not args.skip_invalid:
@@ -77,23 +76,25 @@ async def _ingest(config: AppConfig, args: argparse.Namespace) -> int:
     for line in errors:
         print(f"skipped: {line}", file=sys.stderr)
 
+    from serve_app.stores.base import ScopeKey
+
+    key = ScopeKey(args.tenant, args.collection)
     components = await build_components(config)
     try:
-        named = args.collection != "default"
-        if named and not await components.index.has_collection(args.tenant, args.collection):
+        if not key.is_default and not await components.index.has_collection(key):
             raise collection_not_found(args.collection)
         pipeline = IngestPipeline(components)
         totals = {"written": 0, "unchanged": 0, "chunks": 0, "stale": 0}
         with _progress(len(documents), "ingest", "doc") as bar:
             for start in range(0, len(documents), args.batch_size):
                 batch = documents[start : start + args.batch_size]
-                result = await pipeline.ingest(batch)
+                result = await pipeline.ingest(key, batch)
                 totals["written"] += len(result.written)
                 totals["unchanged"] += len(result.unchanged)
                 totals["chunks"] += result.chunks_written
                 totals["stale"] += result.stale_chunks_removed
                 bar.update(len(batch))
-        count = await components.index.count(args.tenant)
+        count = await components.index.count(ScopeKey(args.tenant))
     finally:
         await components.close()
     print(
@@ -181,7 +182,7 @@ async def _search(config: AppConfig, args: argparse.Namespace) -> int:
     from serve_app.api.models import SearchResponseOut
     from serve_app.pipelines.components import build_components
     from serve_app.pipelines.search import SearchPipeline
-    from serve_app.stores.base import scope
+    from serve_app.stores.base import ScopeKey
 
     request = SearchRequest(
         query=args.query,
@@ -206,7 +207,7 @@ async def _search(config: AppConfig, args: argparse.Namespace) -> int:
     try:
         request.collection = args.collection
         response = await SearchPipeline(components).search(
-            request, scope(args.tenant, args.collection)
+            request, ScopeKey(args.tenant, args.collection)
         )
     finally:
         await components.close()
@@ -323,9 +324,10 @@ async def _eval(config: AppConfig, args: argparse.Namespace) -> int:
     from serve_app.pipelines.components import build_components
     from serve_app.pipelines.ingest import IngestPipeline
     from serve_app.pipelines.search import SearchPipeline
+    from serve_app.stores.base import ScopeKey
 
-    tenant = "eval"
-    dataset = load_beir(args.beir, args.split, tenant, max_docs=args.max_docs)
+    tenant = ScopeKey("eval")
+    dataset = load_beir(args.beir, args.split, max_docs=args.max_docs)
     if args.max_queries:
         keep = sorted(dataset.queries)[: args.max_queries]
         dataset.queries = {q: dataset.queries[q] for q in keep}
@@ -340,7 +342,7 @@ async def _eval(config: AppConfig, args: argparse.Namespace) -> int:
             cache = config.data_path / "tune" / "cache"
             reused = reuse_document_encodings(components, cache)
         with _progress(len(dataset.corpus), "index corpus", "doc") as bar:
-            await ingest_corpus(IngestPipeline(components), dataset, progress=bar.update)
+            await ingest_corpus(IngestPipeline(components), tenant, dataset, progress=bar.update)
         for encoder in reused:
             print(f"{encoder.model_id}: {encoder.hits} chunk encodings reused from the cache")
         search = SearchPipeline(components)
@@ -399,7 +401,7 @@ async def _tune(config: AppConfig, args: argparse.Namespace) -> int:
         write_report,
     )
 
-    dataset = load_beir(args.beir, args.split, "tune")
+    dataset = load_beir(args.beir, args.split)
     if args.max_queries:
         keep = sorted(dataset.queries)[: args.max_queries]
         dataset.queries = {q: dataset.queries[q] for q in keep}
@@ -427,7 +429,7 @@ async def _tune(config: AppConfig, args: argparse.Namespace) -> int:
     ]
     if args.final_split:
         # Scored once, after every choice was made on the tuning split.
-        held_out = load_beir(args.beir, args.final_split, "tune")
+        held_out = load_beir(args.beir, args.final_split)
         payload["final_split"] = args.final_split
         scores = await asyncio.to_thread(score_on, tuner, held_out, variants)
         for row, metrics in zip(payload["methods"], scores, strict=True):
@@ -515,7 +517,10 @@ async def _inspect(config: AppConfig, args: argparse.Namespace) -> int:
         finally:
             await client.close()
     else:
-        report = await inspect_stores(config, args.tenant, args.collection)
+        from serve_app.stores.base import ScopeKey
+
+        selector = ScopeKey(args.tenant, args.collection) if args.tenant else None
+        report = await inspect_stores(config, selector)
     print(json.dumps(report, indent=2, default=str) if args.json else format_report(report))
     return 0
 
@@ -541,13 +546,15 @@ async def _collections(config: AppConfig, args: argparse.Namespace) -> int:
         method, path, body = calls[args.action]
         answer = await _through(args, method, path, body)
     else:
+        from serve_app.stores.base import ScopeKey
+
         async with _attached(config) as index:
             if args.action == "list":
-                answer = {"collections": await index.list_collections(args.tenant)}
+                answer = {"collections": await index.list_collections(ScopeKey(args.tenant))}
             elif args.action == "create":
-                answer = await index.create_collection(args.tenant, args.name)
+                answer = await index.create_collection(ScopeKey(args.tenant, args.name))
             else:
-                removed = await index.delete_collection(args.tenant, args.name)
+                removed = await index.delete_collection(ScopeKey(args.tenant, args.name))
                 answer = {"deleted": args.name, "chunks_removed": removed}
     print(json.dumps(answer, indent=2, default=str))
     return 0
@@ -556,13 +563,13 @@ async def _collections(config: AppConfig, args: argparse.Namespace) -> int:
 async def _documents(config: AppConfig, args: argparse.Namespace) -> int:
     """A document's record (``get``) or its removal (``delete``), here or through ``--url``."""
     from serve_app.errors import NotFoundError
-    from serve_app.stores.base import scope
+    from serve_app.stores.base import ScopeKey
 
     if args.url:
         path = f"/v1/collections/{args.collection}/documents/{args.doc_id}"
         answer = await _through(args, "GET" if args.action == "get" else "DELETE", path, None)
     else:
-        key = scope(args.tenant, args.collection)
+        key = ScopeKey(args.tenant, args.collection)
         async with _attached(config) as index:
             if args.action == "get":
                 info = await index.document_info(key, args.doc_id)

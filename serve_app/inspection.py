@@ -6,19 +6,17 @@ from __future__ import annotations
 from typing import Any
 
 from serve_app.config import AppConfig
-from serve_app.stores.base import TOPOLOGIES
+from serve_app.stores.base import TOPOLOGIES, ScopeKey
 from serve_app.stores.index import StoreIndex
 
 
-async def inspect_stores(
-    config: AppConfig, tenant_id: str | None = None, collection: str | None = None
-) -> dict[str, Any]:
+async def inspect_stores(config: AppConfig, selector: ScopeKey | None = None) -> dict[str, Any]:
     """The inspection report of the configured topology (``StoreIndex.inspect``)."""
     index = TOPOLOGIES.create(config.stores.topology, config)
     assert isinstance(index, StoreIndex)
     try:
         await index.attach()
-        report = await index.inspect(tenant_id, collection)
+        report = await index.inspect(selector)
     finally:
         await index.close()
     return {"topology": config.stores.topology, **report}

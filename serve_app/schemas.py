@@ -122,15 +122,14 @@ class Section(_Strict):
 
 
 class Document(_Strict):
-    """A source document: plain ``text`` or a ``sections`` tree (exactly one of them)."""
+    """A source document: plain ``text`` or a ``sections`` tree (exactly one of them). It
+    carries no tenancy: the store scope it is written to is the ingest call's."""
 
     id: DocumentId
     title: str = ""
     text: str | None = None
     sections: list[Section] | None = None
     metadata: Metadata = Field(default_factory=dict)
-    tenant_id: TenantId = DEFAULT_TENANT
-    collection: CollectionName = DEFAULT_COLLECTION
     source: str | None = None
 
     @model_validator(mode="after")
@@ -171,8 +170,6 @@ class Chunk(_Strict):
 
     id: str
     doc_id: DocumentId
-    tenant_id: TenantId = DEFAULT_TENANT
-    collection: CollectionName = DEFAULT_COLLECTION
     text: str
     title: str = ""
     section: str = ""

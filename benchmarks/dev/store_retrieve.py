@@ -71,14 +71,15 @@ async def measure(args: argparse.Namespace) -> dict:
     from serve_app.pipelines.retrieval import IndexRetriever, RetrieveSpec
     from serve_app.pipelines.search import SearchPipeline
     from serve_app.schemas import FusionSpec
+    from serve_app.stores.base import ScopeKey
 
     config = app_config(config_data(args.config), str(args.config))
-    scope = config.api.auth.anonymous_tenant
+    scope = ScopeKey(config.api.auth.anonymous_tenant)
     components = await build_components(config)
     try:
         if args.index_docs:
-            corpus = load_beir(SCIFACT, "test", scope, max_docs=args.index_docs).corpus
-            await IngestPipeline(components).ingest(corpus[: args.index_docs])
+            corpus = load_beir(SCIFACT, "test", max_docs=args.index_docs).corpus
+            await IngestPipeline(components).ingest(scope, corpus[: args.index_docs])
         if not (chunks := await components.index.count(scope)):
             raise SystemExit(f"the index of {args.config} holds no chunks for {scope!r}")
         pipeline = SearchPipeline(components)

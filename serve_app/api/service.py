@@ -27,7 +27,7 @@ from serve_app.schemas import (
     SearchRequest,
     SearchResponse,
 )
-from serve_app.stores.base import ScopeKey, scope
+from serve_app.stores.base import ScopeKey
 
 log = logging.getLogger("serve_app.api")
 
@@ -35,12 +35,6 @@ log = logging.getLogger("serve_app.api")
 ReadinessCheck = Callable[[], Awaitable[None]]
 # Called with (model name, batch stats) for batches that model deployments report.
 BatchObserver = Callable[[str, dict], None]
-
-
-def _named(tenant_id: str, collection: str) -> tuple[str, str] | None:
-    """(tenant, collection) to look up, or None for the default collection, which every
-    tenant has (on Ray Serve a lookup is a store round trip)."""
-    return None if collection == DEFAULT_COLLECTION else (tenant_id, collection)
 
 
 def sub_batches(documents: list[Document], size: int, chars: int) -> list[list[Document]]:
@@ -115,8 +109,9 @@ class RetrievalService:
         if not await self.components.index.healthy():
             raise RuntimeError("store not healthy")
 
-    async def ingest(self, documents: list[Document]) -> IngestResult:
-        """Validate everything, then ingest in bounded sub-batches, a few at a time.
+    async def ingest(self, key: ScopeKey, documents: list[Document]) -> IngestResult:
+        """Validate everything, then ingest into ``key`` (resolved by the caller:
+        ``scope``) in bounded sub-batches, a few at a time.
 
         Each document is written whole or not at all; if a later sub-batch fails, earlier
         ones stay written and a retry of the same request converges (idempotent ingest).
@@ -125,8 +120,6 @@ class RetrievalService:
         from this replica); past ``api.max_pending_uploads`` uploads are refused with 503.
         """
         self.ingest_pipeline.validate(documents)
-        for tenant, collection in {(d.tenant_id, d.collection) for d in documents}:
-            await self.scope(tenant, collection)
         api = self.config.api
         if self._uploads >= api.max_pending_uploads:
             raise ServiceUnavailableError(
@@ -139,7 +132,7 @@ class RetrievalService:
 
         async def one(batch: list[Document]) -> IngestResult:
             async with slots:
-                result = await self.ingest_pipeline.ingest(batch, budget)
+                result = await self.ingest_pipeline.ingest(key, batch, budget)
             done.append(result)
             return result
 
@@ -173,9 +166,8 @@ class RetrievalService:
     async def search(self, request: SearchRequest, tenant_id: str) -> SearchResponse:
         """A named collection is confirmed inside the search's own store call, not by a
         lookup of its own (on Ray Serve a round trip outside the query's batch)."""
-        collection = request.collection
         return await self.search_pipeline.search(
-            request, scope(tenant_id, collection), confirm=_named(tenant_id, collection)
+            request, ScopeKey(tenant_id, request.collection)
         )
 
     async def check_answer(self, request: AnswerRequest, tenant_id: str) -> None:
@@ -216,24 +208,24 @@ class RetrievalService:
     async def scope(self, tenant_id: str, collection: str) -> ScopeKey:
         """The store scope of the tenant's collection; NotFoundError for one it lacks (another
         tenant's collection of the same name included); only a named one is looked up."""
-        named = _named(tenant_id, collection)
-        if named is not None and not await self.components.index.has_collection(*named):
+        key = ScopeKey(tenant_id, collection)
+        if not key.is_default and not await self.components.index.has_collection(key):
             raise collection_not_found(collection)
-        return scope(tenant_id, collection)
+        return key
 
     async def _collection_names(self, tenant_id: str) -> list[str]:
         return [c["name"] for c in await self.list_collections(tenant_id)]
 
     async def list_collections(self, tenant_id: str) -> list[dict]:
-        return await self.components.index.list_collections(tenant_id)
+        return await self.components.index.list_collections(ScopeKey(tenant_id))
 
     async def create_collection(self, tenant_id: str, name: str) -> dict:
-        return await self.components.index.create_collection(tenant_id, name)
+        return await self.components.index.create_collection(ScopeKey(tenant_id, name))
 
     async def describe_collection(self, tenant_id: str, name: str) -> dict:
         """The collection with its chunk and document counts per store."""
-        await self.scope(tenant_id, name)
-        report = await self.components.index.inspect(tenant_id, name)
+        key = await self.scope(tenant_id, name)
+        report = await self.components.index.inspect(key)
         listed = {c["name"]: c for c in await self.list_collections(tenant_id)}
         counts = next(
             (c for c in report["collections"] if c["collection"] == name),
@@ -247,10 +239,11 @@ class RetrievalService:
         }
 
     async def delete_collection(self, tenant_id: str, name: str) -> int:
-        return await self.components.index.delete_collection(tenant_id, name)
+        return await self.components.index.delete_collection(ScopeKey(tenant_id, name))
 
     async def inspect(self, tenant_id: str | None, collection: str | None) -> dict:
-        report = await self.components.index.inspect(tenant_id, collection)
+        selector = None if tenant_id is None else ScopeKey(tenant_id, collection)
+        report = await self.components.index.inspect(selector)
         return {"topology": self.config.stores.topology, **report}
 
     async def readiness(self, timeout_s: float = 2.0) -> dict[str, str]:

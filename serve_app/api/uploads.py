@@ -43,11 +43,11 @@ class _CappedParts(MultiPartParser):
 
 
 async def read_documents(
-    request: Request, tenant_id: str, config: AppConfig, loaders: LoaderPool
+    request: Request, config: AppConfig, loaders: LoaderPool
 ) -> list[Document]:
     content_type = request.headers.get("content-type", "")
     if content_type.startswith("multipart/form-data"):
-        return await _multipart(request, tenant_id, config, loaders)
+        return await _multipart(request, config, loaders)
     if content_type and not content_type.startswith("application/json"):
         raise InvalidInputError(
             f"unsupported content type {content_type!r}; send JSON or multipart"
@@ -56,16 +56,14 @@ async def read_documents(
     try:
         parsed = IngestRequest.model_validate_json(body)
         return [
-            Document.model_validate({**d.model_dump(exclude_none=True), "tenant_id": tenant_id})
+            Document.model_validate(d.model_dump(exclude_none=True))
             for d in parsed.documents
         ]
     except ValidationError as error:
         raise InvalidInputError(describe_validation_errors(error.errors())) from None
 
 
-async def _multipart(
-    request: Request, tenant_id: str, config: AppConfig, loaders: LoaderPool
-) -> list[Document]:
+async def _multipart(request: Request, config: AppConfig, loaders: LoaderPool) -> list[Document]:
     limits = config.limits
     parser = _CappedParts(
         request.headers,
@@ -85,7 +83,7 @@ async def _multipart(
 
         async def one(upload: UploadFile) -> Document:
             data = await upload.read()
-            return await loaders.load(data, upload.filename or "upload", tenant_id=tenant_id)
+            return await loaders.load(data, upload.filename or "upload")
 
         return list(await asyncio.gather(*(one(f) for f in files)))
     finally:

@@ -6,10 +6,13 @@ import hashlib
 import json
 import uuid
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from serve_app.registry import Registry
-from serve_app.schemas import DEFAULT_COLLECTION, Chunk, Document
+from serve_app.schemas import Chunk, Document
+
+if TYPE_CHECKING:
+    from serve_app.stores.base import ScopeKey
 
 BLOCK_SEPARATOR = "\n\n"
 _CHUNK_NAMESPACE = uuid.UUID("6f1f5b9e-3c1a-4f59-9a53-0d6c8f6f2a10")
@@ -66,21 +69,19 @@ def canonical_text(document: Document) -> tuple[str, list[Block]]:
     return BLOCK_SEPARATOR.join(parts), blocks
 
 
-def chunk_id(
-    tenant_id: str, doc_id: str, order: int, text: str, collection: str = DEFAULT_COLLECTION
-) -> str:
-    """Deterministic UUID (Qdrant point ids must be UUIDs or integers). A named collection is
-    part of the id: the same document in two collections of a tenant shares no chunk."""
+def chunk_id(doc_id: str, order: int, text: str) -> str:
+    """Deterministic UUID (Qdrant point ids must be UUIDs or integers) of a chunk within its
+    document; the id it is stored under adds the scope and version (``stored_chunk_id``)."""
     digest = hashlib.sha1(text.encode()).hexdigest()
-    owner = tenant_id if collection == DEFAULT_COLLECTION else f"{tenant_id}/{collection}"
-    return str(uuid.uuid5(_CHUNK_NAMESPACE, f"{owner}\x1f{doc_id}\x1f{order}\x1f{digest}"))
+    return str(uuid.uuid5(_CHUNK_NAMESPACE, f"{doc_id}\x1f{order}\x1f{digest}"))
 
 
-def versioned_chunk_id(chunk_id_: str, content_hash: str) -> str:
-    """The id a chunk is stored under: its own id within this version of its document, so two
-    versions share no stored chunk and replacing one by the other can be undone exactly
-    (stores/index.py); the same content gives the same ids (re-ingest stays idempotent)."""
-    return str(uuid.uuid5(_CHUNK_NAMESPACE, f"{chunk_id_}\x1f{content_hash}"))
+def stored_chunk_id(scope: ScopeKey, chunk_id_: str, content_hash: str) -> str:
+    """The id a chunk is stored under. The scope is part of it: the same document in two
+    collections (or tenants) shares no chunk. So is the version: two versions share no
+    stored chunk and replacing one by the other can be undone exactly (stores/index.py);
+    the same content gives the same ids (re-ingest stays idempotent)."""
+    return str(uuid.uuid5(_CHUNK_NAMESPACE, f"{scope}\x1f{chunk_id_}\x1f{content_hash}"))
 
 
 def document_hash(document: Document, fingerprint: dict | None = None) -> str:
@@ -117,10 +118,8 @@ def make_chunks(
         text = canonical[start:end]
         chunks.append(
             Chunk(
-                id=chunk_id(document.tenant_id, document.id, order, text, document.collection),
+                id=chunk_id(document.id, order, text),
                 doc_id=document.id,
-                tenant_id=document.tenant_id,
-                collection=document.collection,
                 text=text,
                 title=document.title,
                 section=chain[0] if chain else "",

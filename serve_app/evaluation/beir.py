@@ -31,9 +31,7 @@ def read_qrels(path: Path) -> dict[str, dict[str, int]]:
     return qrels
 
 
-def load_beir(
-    folder: str | Path, split: str, tenant_id: str, max_docs: int | None = None
-) -> BeirDataset:
+def load_beir(folder: str | Path, split: str, max_docs: int | None = None) -> BeirDataset:
     root = Path(folder)
     for needed in ("corpus.jsonl", "queries.jsonl", f"qrels/{split}.tsv"):
         if not (root / needed).is_file():
@@ -54,7 +52,6 @@ def load_beir(
                     id=str(row["_id"]),
                     title=title,
                     text=text or title,
-                    tenant_id=tenant_id,
                     source=f"{root.name}/corpus.jsonl",
                 )
             )

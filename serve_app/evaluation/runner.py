@@ -104,6 +104,7 @@ def doc_ranking(hits: list) -> list[tuple[str, float]]:
 
 async def ingest_corpus(
     ingest: IngestPipeline,
+    scope: ScopeKey,
     dataset: BeirDataset,
     batch_size: int = 64,
     progress: Progress | None = None,
@@ -111,7 +112,7 @@ async def ingest_corpus(
     written = 0
     for start in range(0, len(dataset.corpus), batch_size):
         batch = dataset.corpus[start : start + batch_size]
-        result = await ingest.ingest(batch)
+        result = await ingest.ingest(scope, batch)
         written += result.chunks_written
         if progress:
             progress(len(batch))
@@ -123,7 +124,7 @@ async def retrieve_all(
     dataset: BeirDataset,
     strategies: list[Strategy],
     depth: int,
-    scope: ScopeKey | str,
+    scope: ScopeKey,
     progress: Progress | None = None,
 ) -> dict[str, dict[str, list[tuple[str, float]]]]:
     """query id -> strategy -> ranked (doc id, score)."""
@@ -141,7 +142,7 @@ async def retrieve_all(
 async def default_run(
     search: SearchPipeline,
     dataset: BeirDataset,
-    scope: ScopeKey | str,
+    scope: ScopeKey,
     depth: int = DEFAULT_RUN_DEPTH,
     progress: Progress | None = None,
 ) -> Run:

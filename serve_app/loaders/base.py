@@ -14,7 +14,7 @@ from serve_app.errors import (
     UnsupportedFormatError,
 )
 from serve_app.registry import Registry
-from serve_app.schemas import DEFAULT_TENANT, Document
+from serve_app.schemas import Document
 
 EXTENSIONS = {
     ".txt": "text",
@@ -72,7 +72,6 @@ def load_bytes(
     name: str,
     *,
     fmt: str | None = None,
-    tenant_id: str = DEFAULT_TENANT,
     doc_id: str | None = None,
     max_chars: int | None = None,
     max_pages: int | None = None,
@@ -92,7 +91,6 @@ def load_bytes(
     fields.setdefault("id", doc_id or default_doc_id(name))
     if doc_id:
         fields["id"] = doc_id
-    fields["tenant_id"] = tenant_id
     fields.setdefault("source", name)
     fields.setdefault("metadata", {})
     fields["metadata"].setdefault("format", fmt)
@@ -112,7 +110,6 @@ def load_bytes(
 def load_file(
     path: str | Path,
     *,
-    tenant_id: str = DEFAULT_TENANT,
     max_chars: int | None = None,
     max_bytes: int | None = None,
 ) -> Document:
@@ -124,7 +121,7 @@ def load_file(
         raise PayloadTooLargeError(
             f"{path}: file is {size} bytes, over the limit of {max_bytes} (limits.max_file_bytes)"
         )
-    return load_bytes(path.read_bytes(), str(path), tenant_id=tenant_id, max_chars=max_chars)
+    return load_bytes(path.read_bytes(), str(path), max_chars=max_chars)
 
 
 def iter_files(paths: list[str | Path]) -> Iterator[Path]:

@@ -97,7 +97,7 @@ class LoaderPool:
     def pids(self) -> list[int]:
         return [w.process.pid for w in [*self._idle, *self._busy]]
 
-    async def load(self, data: bytes, name: str, *, tenant_id: str) -> Document:
+    async def load(self, data: bytes, name: str) -> Document:
         """The Document in ``data``, or the error naming ``name``: PAYLOAD_TOO_LARGE over
         the byte or character limits, INVALID_INPUT when it cannot be parsed in time."""
         if self.max_file_bytes is not None and len(data) > self.max_file_bytes:
@@ -108,7 +108,6 @@ class LoaderPool:
         request = {
             "data": data,
             "name": name,
-            "tenant_id": tenant_id,
             "max_chars": self.max_chars,
             "max_pages": self.max_pages,
         }

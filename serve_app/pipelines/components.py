@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from serve_app.chunking.base import CHUNKERS, Chunker
 from serve_app.chunking.tokens import TokenCounter
@@ -42,7 +43,7 @@ class Components:
         revision = getattr(self.dense, "revision", None)
         return index_models(self.config, self.dense.model_id, self.dense.dim, revision)
 
-    def fingerprint(self) -> dict:
+    def fingerprint(self) -> dict[str, Any]:
         """Everything that shapes stored chunks and vectors (part of each document's hash)."""
         return {
             "chunker": self.chunker.fingerprint(),

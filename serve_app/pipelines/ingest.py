@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import defaultdict
 from dataclasses import dataclass
 
-from serve_app.chunking.base import contextual_header, document_hash, versioned_chunk_id
+from serve_app.chunking.base import contextual_header, document_hash, stored_chunk_id
 from serve_app.errors import InvalidInputError, PayloadTooLargeError
 from serve_app.pipelines.components import Components
 from serve_app.pipelines.timing import StageTimer
 from serve_app.schemas import Chunk, Document, IngestResult
-from serve_app.stores.base import DocumentWrite, EncodedChunk, ScopeKey, scope
+from serve_app.stores.base import DocumentWrite, EncodedChunk, ScopeKey
 
 
 def encoding_text(chunk: Chunk, with_header: bool) -> str:
@@ -72,12 +71,11 @@ class IngestPipeline:
                 f"{len(documents)} documents in one request, over the limit of "
                 f"{limits.max_documents_per_request} (limits.max_documents_per_request)"
             )
-        seen: set[tuple[ScopeKey, str]] = set()
+        seen: set[str] = set()
         for document in documents:
-            key = (scope(document.tenant_id, document.collection), document.id)
-            if key in seen:
+            if document.id in seen:
                 raise InvalidInputError(f"document id {document.id!r} appears twice in one request")
-            seen.add(key)
+            seen.add(document.id)
             size = document.char_count()
             if size > limits.max_document_chars:
                 raise PayloadTooLargeError(
@@ -93,49 +91,34 @@ class IngestPipeline:
                 )
 
     async def ingest(
-        self, documents: list[Document], budget: ChunkBudget | None = None
+        self, scope: ScopeKey, documents: list[Document], budget: ChunkBudget | None = None
     ) -> IngestResult:
-        """Index ``documents``; ``budget`` is the request's chunk allowance when this is one
-        sub-batch of a larger request."""
+        """Index ``documents`` into ``scope``; ``budget`` is the request's chunk allowance
+        when this is one sub-batch of a larger request."""
         self.validate(documents)
         timer = StageTimer()
         started = time.perf_counter()
         result = IngestResult(documents=len(documents))
-        by_scope: dict[ScopeKey, list[Document]] = defaultdict(list)
-        for document in documents:  # each (tenant, collection) is its own store scope
-            by_scope[scope(document.tenant_id, document.collection)].append(document)
+        hashes = {d.id: document_hash(d, self._fingerprint) for d in documents}
+        existing = await self.components.index.document_hashes(scope, list(hashes))
+        changed = []
+        for d in documents:
+            if existing.get(d.id) == hashes[d.id]:
+                result.unchanged.append(d.id)
+            else:
+                changed.append((d, hashes[d.id]))
 
-        plans: list[tuple[ScopeKey, list[tuple[Document, str]]]] = []
-        for key, docs in by_scope.items():
-            hashes = {d.id: document_hash(d, self._fingerprint) for d in docs}
-            existing = await self.components.index.document_hashes(key, list(hashes))
-            changed = []
-            for d in docs:
-                if existing.get(d.id) == hashes[d.id]:
-                    result.unchanged.append(d.id)
-                else:
-                    changed.append((d, hashes[d.id]))
-            plans.append((key, changed))
-
-        if not any(changed for _, changed in plans):
+        if not changed:
             timer.record("total", started)
             result.timings_ms = timer.timings_ms
             return result
-        writes = await self.build_writes(
-            [(d, h) for _, changed in plans for d, h in changed], timer, budget
-        )
-        by_key = {(key, w.doc_id): w for w, key in writes}
+        writes = await self.build_writes(scope, changed, timer, budget)
 
         # Only now, with everything encoded, does anything touch the store.
         write_start = time.perf_counter()
-        for key, changed in plans:
-            scope_writes = [by_key[(key, d.id)] for d, _ in changed]
-            if scope_writes:
-                result.stale_chunks_removed += await self.components.index.write_documents(
-                    key, scope_writes
-                )
-                result.written.extend(w.doc_id for w in scope_writes)
-                result.chunks_written += sum(len(w.chunks) for w in scope_writes)
+        result.stale_chunks_removed += await self.components.index.write_documents(scope, writes)
+        result.written.extend(w.doc_id for w in writes)
+        result.chunks_written += sum(len(w.chunks) for w in writes)
         timer.record("write", write_start)
         timer.record("total", started)
         result.timings_ms = timer.timings_ms
@@ -143,32 +126,29 @@ class IngestPipeline:
 
     async def build_writes(
         self,
+        scope: ScopeKey,
         documents: list[tuple[Document, str]],
         timer: StageTimer | None = None,
         budget: ChunkBudget | None = None,
-    ) -> list[tuple[DocumentWrite, ScopeKey]]:
-        """Chunk and encode documents (with their content hashes) into store writes, each
-        paired with its store scope (tenant and collection). Nothing touches the store. The
-        chunk limits are checked between chunking and encoding (PayloadTooLargeError)."""
+    ) -> list[DocumentWrite]:
+        """Chunk and encode documents (with their content hashes) into writes to ``scope``.
+        Nothing touches the store. The chunk limits are checked between chunking and
+        encoding (PayloadTooLargeError)."""
         timer = timer or StageTimer()
         docs = [d for d, _ in documents]
         per_doc = await timer.run("chunk", self.components.chunker.chunk_many, docs)
         self._check_chunk_counts(docs, per_doc, budget)
         encoded = await self._encode([c for chunks in per_doc for c in chunks], timer)
-        writes, position = [], 0
+        writes: list[DocumentWrite] = []
+        position = 0
         for (document, content_hash), chunks in zip(documents, per_doc, strict=True):
             part = encoded[position : position + len(chunks)]
             position += len(chunks)
             for item in part:
                 item.chunk = item.chunk.model_copy(
-                    update={"id": versioned_chunk_id(item.chunk.id, content_hash)}
+                    update={"id": stored_chunk_id(scope, item.chunk.id, content_hash)}
                 )
-            writes.append(
-                (
-                    DocumentWrite(document.id, content_hash, part),
-                    scope(document.tenant_id, document.collection),
-                )
-            )
+            writes.append(DocumentWrite(document.id, content_hash, part))
         return writes
 
     def _check_chunk_counts(
@@ -223,5 +203,5 @@ class IngestPipeline:
             for i, chunk in enumerate(chunks)
         ]
 
-    async def delete(self, scope: ScopeKey | str, doc_id: str) -> int:
+    async def delete(self, scope: ScopeKey, doc_id: str) -> int:
         return await self.components.index.delete_document(scope, doc_id)

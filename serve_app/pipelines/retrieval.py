@@ -13,31 +13,30 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
 from serve_app.batching import Coalescer
 from serve_app.fusion import fuse
 from serve_app.schemas import Chunk, FusionSpec, SearchFilters, Strategy
-from serve_app.stores.base import ChunkIndex, Hit, QueryVectors, ScopeKey, SearchQuery
+from serve_app.stores.base import Hit, QueryVectors, ScopeKey, SearchQuery, ServingIndex
 
 
 @dataclass
 class RetrieveSpec:
     """One query's retrieval: candidates per strategy, the resolved fusion, how many fused
-    results to fetch (``top_k``, or the rerank depth). ``confirm``: (tenant, named
-    collection) that must exist and be ready for the query to run, checked in the same call
-    (None for the default collection, which every tenant has)."""
+    results to fetch (``top_k``, or the rerank depth). A named collection (``scope`` not
+    the tenant's default, which every tenant has) must exist and be ready for the query to
+    run: that is checked in the same call."""
 
     query: QueryVectors
     strategies: list[Strategy]
     limit: int
-    scope: ScopeKey | str
+    scope: ScopeKey
     fusion: FusionSpec
     fetch: int
     filters: SearchFilters | None = None
-    confirm: tuple[str, str] | None = None
 
 
 @dataclass
@@ -52,7 +51,7 @@ class Candidate:
 class Retrieved:
     """Fetched candidates in fused order (a chunk the store no longer holds is left out),
     the length of the fused list, and the time of each stage. ``collection_missing``: the
-    spec's ``confirm`` found no such collection, and nothing was searched."""
+    spec's named collection does not exist (or is not ready), and nothing was searched."""
 
     candidates: list[Candidate]
     total: int
@@ -65,14 +64,14 @@ class Retriever(Protocol):
     async def retrieve(self, spec: RetrieveSpec) -> Retrieved: ...
 
 
-def fuse_hits(spec: RetrieveSpec, hits: dict[str, list[Hit]]) -> tuple[list, dict, dict]:
+def fuse_hits(spec: RetrieveSpec, hits: dict[str, list[Hit]]) -> tuple[list[tuple[str, float]], dict[str, dict[str, float]], dict[str, dict[str, int]]]:
     """(fused [(chunk id, score)], scores and ranks per strategy) of one query's hits."""
     ranked = {s: [(h.chunk_id, h.score) for h in per] for s, per in hits.items()}
     fused = fuse(
         spec.fusion.method,
         ranked,
         k=spec.fusion.k or 60,
-        weights=spec.fusion.weights or None,
+        weights=cast("Mapping[str, float] | None", spec.fusion.weights or None),
     )
     scores = {s: dict(lst) for s, lst in ranked.items()}
     ranks = {s: {cid: r for r, (cid, _) in enumerate(lst, 1)} for s, lst in ranked.items()}
@@ -82,7 +81,7 @@ def fuse_hits(spec: RetrieveSpec, hits: dict[str, list[Hit]]) -> tuple[list, dic
 class IndexRetriever:
     """Retrieval next to ``index``; ``retrieve`` coalesces concurrent calls into batches."""
 
-    def __init__(self, index: ChunkIndex, max_batch: int = 64) -> None:
+    def __init__(self, index: ServingIndex, max_batch: int = 64) -> None:
         self.index = index
         self._coalescer: Coalescer[RetrieveSpec, Retrieved] = Coalescer(
             self.retrieve_many, max_items=max_batch, max_in_flight=2
@@ -97,17 +96,17 @@ class IndexRetriever:
         missing = await self._missing_collections(specs)
         if not missing:
             return await self._search_and_fetch(specs)
-        live = [s for s in specs if s.confirm not in missing]
+        live = [s for s in specs if s.scope not in missing]
         answers = iter(await self._search_and_fetch(live) if live else [])
         return [
-            Retrieved([], 0, collection_missing=True) if s.confirm in missing else next(answers)
+            Retrieved([], 0, collection_missing=True) if s.scope in missing else next(answers)
             for s in specs
         ]
 
-    async def _missing_collections(self, specs: Sequence[RetrieveSpec]) -> set[tuple[str, str]]:
-        confirms = list(dict.fromkeys(s.confirm for s in specs if s.confirm is not None))
-        found = await asyncio.gather(*(self.index.has_collection(*c) for c in confirms))
-        return {c for c, ok in zip(confirms, found, strict=True) if not ok}
+    async def _missing_collections(self, specs: Sequence[RetrieveSpec]) -> set[ScopeKey]:
+        named = list(dict.fromkeys(s.scope for s in specs if not s.scope.is_default))
+        found = await asyncio.gather(*(self.index.has_collection(key) for key in named))
+        return {key for key, ok in zip(named, found, strict=True) if not ok}
 
     async def _search_and_fetch(self, specs: Sequence[RetrieveSpec]) -> list[Retrieved]:
         started = time.perf_counter()

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable
+from typing import Any
 
 from serve_app.errors import InvalidInputError, collection_not_found
 from serve_app.pipelines.components import Components
@@ -21,7 +23,7 @@ from serve_app.schemas import (
     SearchResponse,
     Strategy,
 )
-from serve_app.stores.base import Hit, QueryVectors, ScopeKey
+from serve_app.stores.base import Hit, QueryVectors, ScopeKey, SearchQuery
 
 
 class SearchPipeline:
@@ -56,7 +58,7 @@ class SearchPipeline:
         self, texts: list[str], strategies: list[Strategy], timer: StageTimer | None = None
     ) -> list[QueryVectors]:
         timer = timer or StageTimer()
-        jobs = {}
+        jobs: dict[str, Awaitable[Any]] = {}
         if "dense" in strategies:
             jobs["dense"] = timer.run("encode.dense", self.components.dense.embed_queries, texts)
         for name in ("splade", "bm25"):
@@ -83,30 +85,23 @@ class SearchPipeline:
         query: QueryVectors,
         strategies: list[Strategy],
         limit: int,
-        scope: ScopeKey | str,
+        scope: ScopeKey,
         filters: SearchFilters | None = None,
         timer: StageTimer | None = None,
     ) -> dict[str, list[Hit]]:
         timer = timer or StageTimer()
-        return await timer.run(
-            "retrieve",
-            self.components.index.search_many,
-            strategies,
-            query,
-            limit,
-            scope,
-            filters,
-        )
+        batch = [SearchQuery(strategies, query, limit, scope, filters)]
+        (hits,) = await timer.run("retrieve", self.components.index.search_batch, batch)
+        return hits
 
     # -- the request path --------------------------------------------------------------------
     async def search(
         self,
         request: SearchRequest,
-        scope: ScopeKey | str,
-        confirm: tuple[str, str] | None = None,
+        scope: ScopeKey,
     ) -> SearchResponse:
-        """``scope`` is the scope key searched; ``confirm`` a (tenant, named collection)
-        that must exist (``RetrieveSpec.confirm``), else NotFoundError."""
+        """Search ``scope``; NotFoundError when it is a named collection the tenant lacks
+        (checked in the retrieval's own store call: ``RetrieveSpec``)."""
         started = time.perf_counter()
         timer = StageTimer()
         strategies = self.strategies_for(request.strategies)
@@ -123,7 +118,9 @@ class SearchPipeline:
 
         # Search, fusion and the fetch of what can reach the answer (the rerank depth, or
         # top_k) in one call to the retriever: one round trip to a remote store.
-        retrieved = await self.components.retriever.retrieve(
+        retriever = self.components.retriever
+        assert retriever is not None  # set by Components.__post_init__
+        retrieved = await retriever.retrieve(
             RetrieveSpec(
                 query=query,
                 strategies=strategies,
@@ -132,11 +129,10 @@ class SearchPipeline:
                 fusion=fusion,
                 fetch=depth if rerank else request.top_k,
                 filters=request.filters,
-                confirm=confirm,
             )
         )
         if retrieved.collection_missing:
-            raise collection_not_found(request.collection)
+            raise collection_not_found(scope.collection or "")
         timer.timings_ms.update(retrieved.timings_ms)
         candidates = retrieved.candidates
 

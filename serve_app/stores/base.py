@@ -11,8 +11,6 @@ attributes. Topology modules are imported only when the configuration names them
 
 from __future__ import annotations
 
-import re
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, runtime_checkable
@@ -39,9 +37,6 @@ SCOPE_FIELDS = ["tenant_id", "collection"]
 PAYLOAD_INDEXES = ("tenant_id", "collection", "doc_id", "section")
 """The payload fields every chunk store indexes for its filters (checked by ``validate``)."""
 
-_REGISTRY_NAMESPACE = uuid.UUID("5b0f7c8e-2f4e-4d6a-9a51-6c0f2f3a9e11")
-
-
 @dataclass(frozen=True, slots=True)
 class ScopeKey:
     """What every store call is scoped by: one tenant and one of its collections, or every
@@ -60,11 +55,11 @@ class ScopeKey:
         if self.collection is not None:
             valid_collection_name(self.collection)
 
-    @classmethod
-    def of(cls, value: ScopeKey | str) -> ScopeKey:
-        """``value`` itself, or a bare tenant id taken whole as that tenant's ``default``
-        collection (checked like any tenant id; never split)."""
-        return value if isinstance(value, ScopeKey) else cls(value)
+    @property
+    def is_default(self) -> bool:
+        """Whether this is the tenant's ``default`` collection, which every tenant has (the
+        one place that rule is written)."""
+        return self.collection == DEFAULT_COLLECTION
 
     @property
     def every_collection(self) -> bool:
@@ -74,32 +69,30 @@ class ScopeKey:
         """For logs and the chunk-id owner (``chunking.base.chunk_id``): the tenant for its
         ``default`` collection, ``tenant/collection`` otherwise, ``tenant/*`` for all. Neither
         part can hold a ``/``, so the text is unambiguous; it is never parsed back."""
-        if self.collection == DEFAULT_COLLECTION:
+        if self.is_default:
             return self.tenant
         return f"{self.tenant}/{self.collection or '*'}"
 
 
-def scope(tenant_id: str, collection: str | None = DEFAULT_COLLECTION) -> ScopeKey:
-    """The scope key of a tenant's collection (None: every collection of the tenant)."""
-    return ScopeKey(tenant_id, collection)
-
-
-def scope_parts(key: ScopeKey | str) -> tuple[str, str | None]:
-    """(tenant, collection) of a scope key; collection None for every collection."""
-    key = ScopeKey.of(key)
-    return key.tenant, key.collection
-
-
 def payload_scope(payload: dict[str, Any]) -> ScopeKey:
     """The scope key of a stored chunk's payload."""
-    return scope(payload["tenant_id"], payload.get("collection") or DEFAULT_COLLECTION)
+    return ScopeKey(payload["tenant_id"], payload.get("collection") or DEFAULT_COLLECTION)
 
 
-def in_scope(payload: dict[str, Any], key: ScopeKey | str) -> bool:
-    tenant, collection = scope_parts(key)
-    if payload.get("tenant_id") != tenant:
+def in_scope(payload: dict[str, Any], key: ScopeKey) -> bool:
+    if payload.get("tenant_id") != key.tenant:
         return False
-    return collection is None or (payload.get("collection") or DEFAULT_COLLECTION) == collection
+    return key.every_collection or (
+        payload.get("collection") or DEFAULT_COLLECTION
+    ) == key.collection
+
+
+def scope_payload(key: ScopeKey) -> dict[str, str]:
+    """The scope fields a stored chunk's payload carries (``SCOPE_FIELDS``): a chunk itself
+    carries no tenancy, its store scope does."""
+    if key.collection is None:
+        raise ValueError(f"a chunk is written to one collection, not to {key}")
+    return {"tenant_id": key.tenant, "collection": key.collection}
 
 
 @dataclass(frozen=True)
@@ -117,7 +110,7 @@ class IndexModels:
     dense_revision: str | None = None
     splade_revision: str | None = None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         recorded = {
             "dense_model": self.dense_model,
             "dense_revision": self.dense_revision,
@@ -226,7 +219,7 @@ class SearchQuery:
     strategies: list[Strategy]
     query: QueryVectors
     limit: int
-    scope: ScopeKey | str
+    scope: ScopeKey
     filters: SearchFilters | None = None
     doc_ids: bool = True
 
@@ -238,7 +231,7 @@ class StrategyQuery:
     strategy: Strategy
     query: QueryVectors
     limit: int
-    scope: ScopeKey | str
+    scope: ScopeKey
     filters: SearchFilters | None
     doc_ids: bool
 
@@ -249,17 +242,16 @@ whose stored chunks all carry one hash."""
 
 
 @runtime_checkable
-class ChunkIndex(Protocol):
-    """Chunk storage and per-strategy retrieval. Every call is scoped to one tenant's
-    collection: the ``scope`` arguments are scope keys (``ScopeKey``, made by ``scope``), a
-    bare tenant id being its ``default`` collection. The ``tenant_id`` arguments (inspection
-    and the named collections) are bare tenant ids.
+class ServingIndex(Protocol):
+    """What the serving path calls: the batched search and fetch of a query, the named
+    collection check done in the same call, and the writes, deletes and reads of ingest and
+    the document routes. Every call is scoped to one tenant's collection (``ScopeKey``).
 
-    A chunk is served (searched, fetched, counted) only when every store of the topology
-    holds it; a document counts as stored only when all its chunks are there under one
-    content hash. Writes and deletes are safe to interrupt at any point (cancellation
-    included): afterwards the old or the new version of each document is served, never a
-    mix, and a retry converges."""
+    A chunk is served (searched, fetched) only when every store of the topology holds it; a
+    document counts as stored only when all its chunks are there under one content hash.
+    Writes and deletes are safe to interrupt at any point (cancellation included):
+    afterwards the old or the new version of each document is served, never a mix, and a
+    retry converges."""
 
     strategies: tuple[Strategy, ...]
 
@@ -267,24 +259,72 @@ class ChunkIndex(Protocol):
         """Create or open the index; refuse (ModelMismatchError) vectors from other models."""
         ...
 
-    async def write_documents(self, scope: ScopeKey | str, writes: list[DocumentWrite]) -> int:
+    async def close(self) -> None: ...
+
+    async def healthy(self) -> bool: ...
+
+    async def write_documents(self, scope: ScopeKey, writes: list[DocumentWrite]) -> int:
         """Replace each document by its new chunks; returns the old chunks removed."""
         ...
 
-    async def delete_document(self, scope: ScopeKey | str, doc_id: str) -> int: ...
+    async def delete_document(self, scope: ScopeKey, doc_id: str) -> int: ...
 
-    async def document_hashes(
-        self, scope: ScopeKey | str, doc_ids: list[str]
-    ) -> dict[str, str]: ...
+    async def document_hashes(self, scope: ScopeKey, doc_ids: list[str]) -> dict[str, str]: ...
 
-    async def document_info(self, scope: ScopeKey | str, doc_id: str) -> DocumentInfo | None: ...
+    async def document_info(self, scope: ScopeKey, doc_id: str) -> DocumentInfo | None: ...
+
+    async def search_batch(self, queries: list[SearchQuery]) -> list[dict[str, list[Hit]]]:
+        """Many queries (a coalesced batch) in one call per store."""
+        ...
+
+    async def fetch_batch(
+        self, requests: list[tuple[ScopeKey, list[str]]]
+    ) -> list[list[Chunk]]:
+        """Per (scope, ids) request: the scope's chunks with these ids, in the order asked
+        (unknown ids are skipped), in one call per store."""
+        ...
+
+    async def has_collection(self, key: ScopeKey) -> bool:
+        """Whether the tenant has the collection, ready for use."""
+        ...
+
+
+@runtime_checkable
+class CollectionRegistry(Protocol):
+    """The named collections of each tenant (``default`` always exists)."""
+
+    async def list_collections(self, tenant: ScopeKey) -> list[dict[str, Any]]:
+        """The collections of ``tenant.tenant`` (its collection part is not used)."""
+        ...
+
+    async def has_collection(self, key: ScopeKey) -> bool: ...
+
+    async def create_collection(self, key: ScopeKey) -> dict[str, Any]: ...
+
+    async def delete_collection(self, key: ScopeKey) -> int:
+        """Remove the collection and its chunks from every store; the chunks removed."""
+        ...
+
+
+@runtime_checkable
+class IndexMaintenance(Protocol):
+    """Inspection, counts and the one-query reads that evaluation, benchmarks and tests use
+    (the serving path batches its queries: ``ServingIndex``)."""
+
+    async def count(self, scope: ScopeKey | None = None) -> int: ...
+
+    async def inspect(self, selector: ScopeKey | None = None) -> dict[str, Any]:
+        """Each store's own report and, per (tenant, collection), the chunks and documents
+        each store holds (every tenant when ``selector`` is None, every collection of its
+        tenant when its collection is None)."""
+        ...
 
     async def search(
         self,
         strategy: Strategy,
         query: QueryVectors,
         limit: int,
-        scope: ScopeKey | str,
+        scope: ScopeKey,
         filters: SearchFilters | None = None,
     ) -> list[Hit]: ...
 
@@ -293,48 +333,19 @@ class ChunkIndex(Protocol):
         strategies: list[Strategy],
         query: QueryVectors,
         limit: int,
-        scope: ScopeKey | str,
+        scope: ScopeKey,
         filters: SearchFilters | None = None,
     ) -> dict[str, list[Hit]]:
         """Every strategy for one query in one call per store."""
         ...
 
-    async def search_batch(self, queries: list[SearchQuery]) -> list[dict[str, list[Hit]]]:
-        """Many queries (a coalesced batch) in one call per store."""
-        ...
+    async def fetch(self, scope: ScopeKey, chunk_ids: list[str]) -> list[Chunk]: ...
 
-    async def fetch(self, scope: ScopeKey | str, chunk_ids: list[str]) -> list[Chunk]:
-        """The scope's chunks with these ids, in the order asked (unknown ids are skipped)."""
-        ...
 
-    async def fetch_batch(
-        self, requests: list[tuple[ScopeKey | str, list[str]]]
-    ) -> list[list[Chunk]]:
-        """``fetch`` for many (scope, ids) requests in one call per store."""
-        ...
-
-    async def count(self, scope: ScopeKey | str | None = None) -> int: ...
-
-    async def inspect(self, tenant_id: str | None = None, collection: str | None = None) -> dict:
-        """Each store's own report and, per (tenant, collection), the chunks and documents
-        each store holds (every tenant when ``tenant_id`` is None)."""
-        ...
-
-    async def list_collections(self, tenant_id: str) -> list[dict[str, Any]]: ...
-
-    async def has_collection(self, tenant_id: str, name: str) -> bool:
-        """Whether the tenant (a bare tenant id) has the collection, ready for use."""
-        ...
-
-    async def create_collection(self, tenant_id: str, name: str) -> dict[str, Any]: ...
-
-    async def delete_collection(self, tenant_id: str, name: str) -> int:
-        """Remove the collection and its chunks from every store; the chunks removed."""
-        ...
-
-    async def healthy(self) -> bool: ...
-
-    async def close(self) -> None: ...
+@runtime_checkable
+class ChunkIndex(ServingIndex, CollectionRegistry, IndexMaintenance, Protocol):
+    """A whole store topology (``StoreIndex``, or ``RemoteIndex`` over the store
+    deployment): every protocol above. Callers take the narrowest one they need."""
 
 
 @runtime_checkable
@@ -365,42 +376,42 @@ class Backend(Protocol):
 
     async def healthy(self) -> bool: ...
 
-    async def upsert(self, scope: ScopeKey | str, writes: list[DocumentWrite]) -> None:
+    async def upsert(self, scope: ScopeKey, writes: list[DocumentWrite]) -> None:
         """Every chunk of ``writes`` (payload with ``content_hash`` and ``chunk_count``),
         visible to reads when the call returns."""
         ...
 
-    async def delete_ids(self, scope: ScopeKey | str, chunk_ids: list[str]) -> None: ...
+    async def delete_ids(self, scope: ScopeKey, chunk_ids: list[str]) -> None: ...
 
-    async def delete_documents(self, scope: ScopeKey | str, doc_ids: list[str]) -> int:
+    async def delete_documents(self, scope: ScopeKey, doc_ids: list[str]) -> int:
         """Every chunk of the documents; returns how many there were."""
         ...
 
-    async def delete_scope(self, scope: ScopeKey | str) -> int:
+    async def delete_scope(self, scope: ScopeKey) -> int:
         """Every chunk of the scope (a whole collection); returns how many there were."""
         ...
 
-    async def chunk_ids(self, scope: ScopeKey | str, doc_ids: list[str]) -> dict[str, set[str]]:
+    async def chunk_ids(self, scope: ScopeKey, doc_ids: list[str]) -> dict[str, set[str]]:
         """doc id -> the ids of its chunks held here (documents with none are absent)."""
         ...
 
     async def document_states(
-        self, scope: ScopeKey | str, doc_ids: list[str]
+        self, scope: ScopeKey, doc_ids: list[str]
     ) -> DocumentStates: ...
 
     async def query(self, queries: list[StrategyQuery]) -> list[list[Hit]]:
         """Hits per query, best first, in one round trip."""
         ...
 
-    async def present(self, requests: list[tuple[ScopeKey | str, list[str]]]) -> list[set[str]]:
+    async def present(self, requests: list[tuple[ScopeKey, list[str]]]) -> list[set[str]]:
         """Per (scope, ids) request: the ids held here in that scope."""
         ...
 
-    async def count(self, scope: ScopeKey | str | None) -> int: ...
+    async def count(self, scope: ScopeKey | None) -> int: ...
 
     async def scroll_payloads(
-        self, scope: ScopeKey | str | None, fields: list[str] | None, offset: Any, limit: int
-    ) -> tuple[list[tuple[str, dict]], Any]:
+        self, scope: ScopeKey | None, fields: list[str] | None, offset: Any, limit: int
+    ) -> tuple[list[tuple[str, dict[str, Any]]], Any]:
         """A page of (chunk id, payload with ``fields``, or all of it for None) and the offset
         of the next page (None after the last); ``scope`` None pages through everything."""
         ...
@@ -417,24 +428,21 @@ class ChunkBackend(Backend, Protocol):
     """A backend whose payloads are whole chunks."""
 
     async def chunks(
-        self, requests: list[tuple[ScopeKey | str, list[str]]]
+        self, requests: list[tuple[ScopeKey, list[str]]]
     ) -> list[dict[str, Chunk]]:
         """Per (scope, ids) request: id -> chunk, for the ids held here in that scope."""
         ...
 
-    async def document_payloads(self, scope: ScopeKey | str, doc_id: str) -> list[dict]:
+    async def document_payloads(self, scope: ScopeKey, doc_id: str) -> list[dict[str, Any]]:
         """The payloads of a document's chunks (id, order, title, metadata, source, hash)."""
         ...
 
     # The registry of named collections: one record per (tenant, collection) under
     # ``registry_key``, written with the store's own create-once / update-if-present / delete
     # operations, so store replicas changing it at once cannot lose each other's changes.
-    async def open_registry(self) -> list[dict[str, Any]]:
-        """Make sure the registry exists; returns the records of a registry kept in the
-        earlier single-record form (index metadata), still to be carried over."""
+    async def open_registry(self) -> None:
+        """Make sure the registry exists."""
         ...
-
-    async def clear_legacy_registry(self) -> None: ...
 
     async def registry_records(self, tenant_id: str | None) -> list[dict[str, Any]]:
         """Every record (of one tenant, or all); [] when the registry does not exist."""
@@ -463,18 +471,17 @@ TOPOLOGIES.register_lazy("opensearch+qdrant", "serve_app.stores.split:build_spli
 
 
 def document_info_from(
-    scope: ScopeKey | str, doc_id: str, payloads: list[dict]
+    scope: ScopeKey, doc_id: str, payloads: list[dict[str, Any]]
 ) -> DocumentInfo | None:
     """A document's info from its stored chunk payloads (any order); None when there are none."""
     if not payloads:
         return None
     ordered = sorted(payloads, key=lambda p: p["order"])
     first = ordered[0]
-    tenant, collection = scope_parts(scope)
     return DocumentInfo(
         id=doc_id,
-        tenant_id=tenant,
-        collection=collection or DEFAULT_COLLECTION,
+        tenant_id=scope.tenant,
+        collection=scope.collection or DEFAULT_COLLECTION,
         title=first.get("title", ""),
         # imrad labels are per chunk (set by the chunker), not document metadata.
         metadata={k: v for k, v in first.get("metadata", {}).items() if k != "imrad"},
@@ -484,7 +491,7 @@ def document_info_from(
     )
 
 
-def states_from_payloads(payloads: list[dict]) -> DocumentStates:
+def states_from_payloads(payloads: list[dict[str, Any]]) -> DocumentStates:
     """Document states from chunk payloads carrying doc_id, content_hash and chunk_count."""
     seen: dict[str, dict[str, list[int]]] = {}
     for payload in payloads:
@@ -515,44 +522,3 @@ def sample_payload(payload: dict[str, Any], max_chars: int = 80) -> dict[str, An
 def directory_bytes(path: Path) -> int:
     """Bytes of the files under ``path`` (0 when it does not exist)."""
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
-
-
-REGISTRY_RECORD_FIELDS = ("tenant_id", "name", "created_at", "state")
-
-
-def registry_key(tenant_id: str, name: str) -> str:
-    """The id of a collection's registry record: a UUID, which every store takes as an id."""
-    return str(uuid.uuid5(_REGISTRY_NAMESPACE, f"{tenant_id}\x00{name}"))
-
-
-def registry_fields(record: dict[str, Any]) -> dict[str, Any]:
-    return {field: record[field] for field in REGISTRY_RECORD_FIELDS if field in record}
-
-
-def legacy_records(registry: dict[str, Any]) -> list[dict[str, Any]]:
-    """The records of a registry in its single-record layout
-    (``{"tenants": {tenant: {name: {"created_at": ..., "state": ...}}}}``)."""
-    return [
-        registry_fields({**record, "tenant_id": tenant, "name": name})
-        for tenant, names in registry.get("tenants", {}).items()
-        for name, record in names.items()
-    ]
-
-
-def registry_name(alias: str) -> str:
-    """The index / collection beside ``alias`` holding the registry (not versioned: a
-    migration to a new version keeps the collections)."""
-    return f"{alias}-collections"
-
-
-def versioned_names(alias: str, names: list[str]) -> list[str]:
-    """The ``{alias}-v{n}`` names among ``names``, oldest first."""
-    pattern = re.compile(rf"^{re.escape(alias)}-v(\d+)$")
-    found = [(int(m.group(1)), n) for n in names if (m := pattern.match(n))]
-    return [n for _, n in sorted(found)]
-
-
-def next_version_name(alias: str, names: list[str]) -> str:
-    existing = versioned_names(alias, names)
-    version = int(existing[-1].rsplit("-v", 1)[1]) + 1 if existing else 1
-    return f"{alias}-v{version}"

@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from functools import partial
 from itertools import repeat
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import qdrant_edge as edge
 
@@ -57,15 +57,13 @@ from serve_app.stores.base import (
     binding_changes,
     directory_bytes,
     in_scope,
-    legacy_records,
-    registry_fields,
-    registry_key,
     revisions_warning,
     states_from_payloads,
     unrecorded_revisions,
 )
 from serve_app.stores.index import StoreIndex
 from serve_app.stores.ownership import IndexOwnership
+from serve_app.stores.registry import registry_fields, registry_key
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +86,9 @@ def _condition(condition: qr.Condition) -> edge.FieldCondition:
 
 
 def to_edge_filter(spec: qr.Filter) -> edge.Filter:
-    must_not = [edge.HasIdCondition(set(spec.exclude_ids))] if spec.exclude_ids else None
+    must_not: list[Any] | None = (
+        [edge.HasIdCondition(set(spec.exclude_ids))] if spec.exclude_ids else None
+    )
     return edge.Filter(must=[_condition(c) for c in spec.must], must_not=must_not)
 
 
@@ -140,7 +140,7 @@ class IdTexts:
             return [self(point_id) for point_id in point_ids]
         if None in texts:
             return [self(point_id) for point_id in point_ids]
-        return texts
+        return cast(list[str], texts)
 
 
 class EdgeBackend:
@@ -290,33 +290,32 @@ class EdgeBackend:
     def _update(self, operation: edge.UpdateOperation) -> None:
         self._engine_write(lambda shard: shard.update(operation))
 
-    def _upsert_sync(self, writes: list[DocumentWrite]) -> None:
+    def _upsert_sync(self, scope: ScopeKey, writes: list[DocumentWrite]) -> None:
         points = []
         for write in writes:
             for encoded in write.chunks:
                 vectors = qr.point_vectors(encoded, self.strategies)
-                vector = {
+                vector: dict[str, Any] = {
                     name: _sparse(*value) if isinstance(value, tuple) else value
                     for name, value in vectors.items()
                 }
                 points.append(
-                    edge.Point(encoded.chunk.id, vector, qr.point_payload(write, encoded))
+                    edge.Point(encoded.chunk.id, vector, qr.point_payload(scope, write, encoded))
                 )
         if points:
             self._update(edge.UpdateOperation.upsert_points(points))
 
-    async def upsert(self, scope: ScopeKey | str, writes: list[DocumentWrite]) -> None:
-        del scope  # carried by each chunk's payload
-        await asyncio.to_thread(self._upsert_sync, writes)
+    async def upsert(self, scope: ScopeKey, writes: list[DocumentWrite]) -> None:
+        await asyncio.to_thread(self._upsert_sync, scope, writes)
 
-    async def delete_ids(self, scope: ScopeKey | str, chunk_ids: list[str]) -> None:
+    async def delete_ids(self, scope: ScopeKey, chunk_ids: list[str]) -> None:
         selector = qr.chunk_filter(scope)
         spec = edge.Filter(
-            must=[edge.HasIdCondition(set(chunk_ids)), *to_edge_filter(selector).must]
+            must=[edge.HasIdCondition(set(chunk_ids)), *(to_edge_filter(selector).must or [])]
         )
         await asyncio.to_thread(self._update, edge.UpdateOperation.delete_points_by_filter(spec))
 
-    def _delete_documents_sync(self, scope: ScopeKey | str, doc_ids: list[str]) -> int:
+    def _delete_documents_sync(self, scope: ScopeKey, doc_ids: list[str]) -> int:
         return self._delete_where_sync(qr.chunk_filter(scope, doc_ids=doc_ids))
 
     def _delete_where_sync(self, spec: qr.Filter) -> int:
@@ -328,9 +327,9 @@ class EdgeBackend:
                 shard.update(edge.UpdateOperation.delete_points_by_filter(selector))
             return count
 
-        return self._engine_write(delete)
+        return int(self._engine_write(delete))
 
-    async def delete_documents(self, scope: ScopeKey | str, doc_ids: list[str]) -> int:
+    async def delete_documents(self, scope: ScopeKey, doc_ids: list[str]) -> int:
         return await asyncio.to_thread(self._delete_documents_sync, scope, doc_ids)
 
     # -- reads ---------------------------------------------------------------------------
@@ -341,9 +340,9 @@ class EdgeBackend:
         offset: Any = None,
         pages: int = 0,
         page_size: int = _SCROLL_PAGE,
-    ) -> tuple[list[tuple[str, dict]], Any]:
+    ) -> tuple[list[tuple[str, dict[str, Any]]], Any]:
         """(id, payload) of every match, or of ``pages`` pages from ``offset``."""
-        found: list[tuple[str, dict]] = []
+        found: list[tuple[str, dict[str, Any]]] = []
         with_payload = edge.PayloadSelector.Include(fields) if fields else True
         done = 0
         while True:
@@ -360,30 +359,30 @@ class EdgeBackend:
             if offset is None or not records or done == pages:
                 return found, offset
 
-    def _chunk_ids_sync(self, scope: ScopeKey | str, doc_ids: list[str]) -> dict[str, set[str]]:
+    def _chunk_ids_sync(self, scope: ScopeKey, doc_ids: list[str]) -> dict[str, set[str]]:
         held: dict[str, set[str]] = {}
         records, _ = self._scroll(qr.chunk_filter(scope, doc_ids=doc_ids), ["doc_id"])
         for chunk_id, payload in records:
             held.setdefault(payload["doc_id"], set()).add(chunk_id)
         return held
 
-    async def chunk_ids(self, scope: ScopeKey | str, doc_ids: list[str]) -> dict[str, set[str]]:
+    async def chunk_ids(self, scope: ScopeKey, doc_ids: list[str]) -> dict[str, set[str]]:
         if not doc_ids:
             return {}
         return await asyncio.to_thread(self._chunk_ids_sync, scope, doc_ids)
 
-    def _states_sync(self, scope: ScopeKey | str, doc_ids: list[str]) -> DocumentStates:
+    def _states_sync(self, scope: ScopeKey, doc_ids: list[str]) -> DocumentStates:
         records, _ = self._scroll(
             qr.chunk_filter(scope, doc_ids=doc_ids), ["doc_id", "content_hash", "chunk_count"]
         )
         return states_from_payloads([p for _, p in records])
 
-    async def document_states(self, scope: ScopeKey | str, doc_ids: list[str]) -> DocumentStates:
+    async def document_states(self, scope: ScopeKey, doc_ids: list[str]) -> DocumentStates:
         if not doc_ids:
             return {}
         return await asyncio.to_thread(self._states_sync, scope, doc_ids)
 
-    async def document_payloads(self, scope: ScopeKey | str, doc_id: str) -> list[dict]:
+    async def document_payloads(self, scope: ScopeKey, doc_id: str) -> list[dict[str, Any]]:
         records, _ = await asyncio.to_thread(
             self._scroll, qr.chunk_filter(scope, doc_ids=[doc_id]), None
         )
@@ -392,7 +391,9 @@ class EdgeBackend:
     def _request(self, plan: qr.QueryPlan) -> edge.QueryRequest:
         if isinstance(plan.search, qr.DenseSearch):
             vector: Any = plan.search.vector
-            params = edge.SearchParams(hnsw_ef=self.config.hnsw_ef, exact=self.config.exact)
+            params: edge.SearchParams | None = edge.SearchParams(
+                hnsw_ef=self.config.hnsw_ef, exact=self.config.exact
+            )
         else:
             vector = _sparse(plan.search.indices, plan.search.values)
             params = (
@@ -440,9 +441,9 @@ class EdgeBackend:
         return self._query_sync(queries)  # inline: see the module's docstring
 
     def _retrieve_sync(
-        self, requests: list[tuple[ScopeKey | str, list[str]]], fields: list[str] | bool
-    ) -> list[dict[str, dict]]:
-        wanted = list(dict.fromkeys(i for _, ids in requests for i in ids))
+        self, requests: list[tuple[ScopeKey, list[str]]], fields: list[str] | bool
+    ) -> list[dict[str, dict[str, Any]]]:
+        wanted: list[Any] = list(dict.fromkeys(i for _, ids in requests for i in ids))
         if not wanted:
             return [{} for _ in requests]
         payload: Any = edge.PayloadSelector.Include(fields) if isinstance(fields, list) else True
@@ -453,30 +454,30 @@ class EdgeBackend:
             for key, ids in requests
         ]
 
-    async def present(self, requests: list[tuple[ScopeKey | str, list[str]]]) -> list[set[str]]:
+    async def present(self, requests: list[tuple[ScopeKey, list[str]]]) -> list[set[str]]:
         found = self._retrieve_sync(requests, SCOPE_FIELDS)  # inline, as ``query``
         return [set(f) for f in found]
 
     async def chunks(
-        self, requests: list[tuple[ScopeKey | str, list[str]]]
+        self, requests: list[tuple[ScopeKey, list[str]]]
     ) -> list[dict[str, Chunk]]:
         found = self._retrieve_sync(requests, True)  # inline, as ``query``
         return [{i: qr.payload_to_chunk(p) for i, p in f.items()} for f in found]
 
-    async def count(self, scope: ScopeKey | str | None) -> int:
+    async def count(self, scope: ScopeKey | None) -> int:
         selector = to_edge_filter(qr.chunk_filter(scope)) if scope else None
         return await asyncio.to_thread(
             self.shard.count, edge.CountRequest(exact=True, filter=selector)
         )
 
     async def scroll_payloads(
-        self, scope: ScopeKey | str | None, fields: list[str] | None, offset: Any, limit: int
-    ) -> tuple[list[tuple[str, dict]], Any]:
+        self, scope: ScopeKey | None, fields: list[str] | None, offset: Any, limit: int
+    ) -> tuple[list[tuple[str, dict[str, Any]]], Any]:
         return await asyncio.to_thread(
             self._scroll, qr.chunk_filter(scope), fields, offset, 1, limit
         )
 
-    async def delete_scope(self, scope: ScopeKey | str) -> int:
+    async def delete_scope(self, scope: ScopeKey) -> int:
         return await asyncio.to_thread(self._delete_where_sync, qr.chunk_filter(scope))
 
     # -- inspection and the collection registry --------------------------------------------
@@ -517,8 +518,8 @@ class EdgeBackend:
 
     def _records(self) -> dict[str, dict[str, Any]]:
         return {
-            registry_key(r["tenant_id"], r["name"]): r
-            for r in legacy_records(self._load_registry())
+            registry_key(ScopeKey(r["tenant_id"], r["name"])): r
+            for r in _file_records(self._load_registry())
         }
 
     def _put_record(self, record: dict[str, Any] | None, key: str) -> None:
@@ -526,7 +527,7 @@ class EdgeBackend:
         tenants = registry.setdefault("tenants", {})
         for tenant, names in list(tenants.items()):
             for name in list(names):
-                if registry_key(tenant, name) == key:
+                if registry_key(ScopeKey(tenant, name)) == key:
                     del names[name]
             if not names:
                 del tenants[tenant]
@@ -535,11 +536,8 @@ class EdgeBackend:
             tenants.setdefault(record["tenant_id"], {})[record["name"]] = fields
         self._save_registry(registry)
 
-    async def open_registry(self) -> list[dict[str, Any]]:
-        return []  # the file is the registry; nothing to carry over
-
-    async def clear_legacy_registry(self) -> None:
-        return None
+    async def open_registry(self) -> None:
+        return None  # the file is the registry, written on the first change
 
     async def registry_records(self, tenant_id: str | None) -> list[dict[str, Any]]:
         records = self._records().values()
@@ -563,6 +561,15 @@ class EdgeBackend:
 
     async def drop_registry_record(self, key: str) -> None:
         self._put_record(None, key)
+
+
+def _file_records(registry: dict[str, Any]) -> list[dict[str, Any]]:
+    """The records of the registry file (``{"tenants": {tenant: {name: fields}}}``)."""
+    return [
+        registry_fields({**record, "tenant_id": tenant, "name": name})
+        for tenant, names in registry.get("tenants", {}).items()
+        for name, record in names.items()
+    ]
 
 
 def embedded_index(path: str | Path, config: EmbeddedStoreConfig) -> StoreIndex:

@@ -28,7 +28,7 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, cast
 
 from serve_app.errors import ConflictError, IndexInUseError, InvalidInputError, NotFoundError
 from serve_app.model_manifest import sha256_file
@@ -193,4 +193,4 @@ def _unpack(source: Path, staged: Path) -> dict[str, Any]:
     for name, expected in record["files"].items():
         if sha256_file(staged / name) != expected["sha256"]:
             raise InvalidInputError(f"{source}: {name} does not match its SHA-256 (damaged)")
-    return record
+    return cast(dict[str, Any], record)

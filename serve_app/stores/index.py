@@ -48,11 +48,9 @@ from serve_app.stores.base import (
     StrategyQuery,
     document_info_from,
     payload_scope,
-    registry_key,
     sample_payload,
-    scope,
-    scope_parts,
 )
+from serve_app.stores.registry import registry_key
 
 log = logging.getLogger(__name__)
 
@@ -90,13 +88,7 @@ class StoreIndex:
         for outcome in opened:
             if isinstance(outcome, BaseException):
                 raise outcome
-        legacy = await self.chunk_store.open_registry()
-        if legacy:  # insert-once: replicas carrying the same records over at once agree
-            for record in legacy:
-                key = registry_key(record["tenant_id"], record["name"])
-                await self.chunk_store.insert_registry_record(key, record)
-            await self.chunk_store.clear_legacy_registry()
-            log.info("carried %d collection records over to the registry", len(legacy))
+        await self.chunk_store.open_registry()
 
     async def attach(self) -> None:
         """Open every store as it is, with no model guard (``inspect``, ``validate``)."""
@@ -111,7 +103,7 @@ class StoreIndex:
         return all(await asyncio.gather(*(b.healthy() for b in self.backends)))
 
     # -- writes --------------------------------------------------------------------------
-    async def write_documents(self, scope: ScopeKey | str, writes: list[DocumentWrite]) -> int:
+    async def write_documents(self, scope: ScopeKey, writes: list[DocumentWrite]) -> int:
         if not writes:
             return 0
         doc_ids = [w.doc_id for w in writes]
@@ -144,7 +136,7 @@ class StoreIndex:
             raise
         return _removed(served, new_ids)
 
-    async def delete_document(self, scope: ScopeKey | str, doc_id: str) -> int:
+    async def delete_document(self, scope: ScopeKey, doc_id: str) -> int:
         held = await self._held(scope, [doc_id])
         removed = len(_intersect(held).get(doc_id, ()))
 
@@ -168,12 +160,12 @@ class StoreIndex:
             raise
         return removed
 
-    async def _held(self, scope: ScopeKey | str, doc_ids: list[str]) -> list[dict[str, set[str]]]:
+    async def _held(self, scope: ScopeKey, doc_ids: list[str]) -> list[dict[str, set[str]]]:
         return list(await asyncio.gather(*(b.chunk_ids(scope, doc_ids) for b in self.backends)))
 
     async def _remove_old(
         self,
-        scope: ScopeKey | str,
+        scope: ScopeKey,
         held: list[dict[str, set[str]]],
         new_ids: dict[str, set[str]],
     ) -> None:
@@ -183,7 +175,7 @@ class StoreIndex:
                 await self._step(backend.delete_ids(scope, old))
 
     async def _roll_back(
-        self, scope: ScopeKey | str, served: dict[str, set[str]], new_ids: dict[str, set[str]]
+        self, scope: ScopeKey, served: dict[str, set[str]], new_ids: dict[str, set[str]]
     ) -> None:
         # The chunks the old version did not have; an id both versions share stays.
         written = [cid for doc, ids in new_ids.items() for cid in ids - served.get(doc, set())]
@@ -231,7 +223,7 @@ class StoreIndex:
         asyncio.get_running_loop().call_later(self.recovery_timeout_s, task.cancel)
 
     # -- reads ---------------------------------------------------------------------------
-    async def document_hashes(self, scope: ScopeKey | str, doc_ids: list[str]) -> dict[str, str]:
+    async def document_hashes(self, scope: ScopeKey, doc_ids: list[str]) -> dict[str, str]:
         if not doc_ids:
             return {}
         states = await asyncio.gather(*(b.document_states(scope, doc_ids) for b in self.backends))
@@ -243,7 +235,7 @@ class StoreIndex:
                 complete[doc] = seen[0][0]
         return complete
 
-    async def document_info(self, scope: ScopeKey | str, doc_id: str) -> DocumentInfo | None:
+    async def document_info(self, scope: ScopeKey, doc_id: str) -> DocumentInfo | None:
         payloads = await self.chunk_store.document_payloads(scope, doc_id)
         if len(self.backends) > 1 and payloads:
             ids = [p["id"] for p in payloads]
@@ -256,7 +248,7 @@ class StoreIndex:
         strategy: Strategy,
         query: QueryVectors,
         limit: int,
-        scope: ScopeKey | str,
+        scope: ScopeKey,
         filters: SearchFilters | None = None,
     ) -> list[Hit]:
         return (await self.search_many([strategy], query, limit, scope, filters))[strategy]
@@ -266,7 +258,7 @@ class StoreIndex:
         strategies: list[Strategy],
         query: QueryVectors,
         limit: int,
-        scope: ScopeKey | str,
+        scope: ScopeKey,
         filters: SearchFilters | None = None,
     ) -> dict[str, list[Hit]]:
         (result,) = await self.search_batch([SearchQuery(strategies, query, limit, scope, filters)])
@@ -292,11 +284,11 @@ class StoreIndex:
                 results[position][one.strategy] = hits
         return results
 
-    async def fetch(self, scope: ScopeKey | str, chunk_ids: list[str]) -> list[Chunk]:
+    async def fetch(self, scope: ScopeKey, chunk_ids: list[str]) -> list[Chunk]:
         return (await self.fetch_batch([(scope, chunk_ids)]))[0]
 
     async def fetch_batch(
-        self, requests: list[tuple[ScopeKey | str, list[str]]]
+        self, requests: list[tuple[ScopeKey, list[str]]]
     ) -> list[list[Chunk]]:
         if not any(ids for _, ids in requests):
             return [[] for _ in requests]
@@ -310,7 +302,7 @@ class StoreIndex:
         ]
 
     async def _present_everywhere(
-        self, requests: list[tuple[ScopeKey | str, list[str]]], skip: Backend | None = None
+        self, requests: list[tuple[ScopeKey, list[str]]], skip: Backend | None = None
     ) -> list[set[str]]:
         """Per request: the ids every backend (but ``skip``) holds in its scope."""
         others = [b for b in self.backends if b is not skip]
@@ -319,7 +311,7 @@ class StoreIndex:
         answers = await asyncio.gather(*(b.present(requests) for b in others))
         return [set.intersection(*(a[i] for a in answers)) for i in range(len(requests))]
 
-    async def count(self, scope: ScopeKey | str | None = None) -> int:
+    async def count(self, scope: ScopeKey | None = None) -> int:
         if len(self.backends) == 1:
             return await self.backends[0].count(scope)
         # Chunks every store holds: page through one store's ids, confirm in the others.
@@ -328,7 +320,7 @@ class StoreIndex:
             page, offset = await self.chunk_store.scroll_payloads(
                 scope, SCOPE_FIELDS, offset, _COUNT_PAGE
             )
-            by_scope: dict[ScopeKey | str, list[str]] = {}
+            by_scope: dict[ScopeKey, list[str]] = {}
             for chunk_id, payload in page:
                 by_scope.setdefault(payload_scope(payload), []).append(chunk_id)
             if by_scope:
@@ -340,17 +332,17 @@ class StoreIndex:
                 return total
 
     # -- inspection ----------------------------------------------------------------------
-    async def inspect(self, tenant_id: str | None = None, collection: str | None = None) -> dict:
+    async def inspect(self, selector: ScopeKey | None = None) -> dict[str, Any]:
         """What every store holds: its own report (``Backend.describe``), and per (tenant,
-        collection) the chunks and documents it holds, for every tenant, one tenant's
-        collections, or one collection. Pages through the payloads of the selection."""
-        selector = None
-        if tenant_id is not None:
-            selector = scope(tenant_id, collection)
+        collection) the chunks and documents it holds, for every tenant (``selector`` None),
+        one tenant's collections (``ScopeKey(tenant, None)``), or one collection. Pages
+        through the payloads of the selection."""
+        tenant_id = None if selector is None else selector.tenant
+        collection = None if selector is None else selector.collection
         reports = await asyncio.gather(*(self._inspect_one(b, selector) for b in self.backends))
         registry = await self._registry(tenant_id)
         binding = reports[0][0].get("binding")
-        per_scope: dict[str, dict[str, Any]] = {}
+        per_scope: dict[ScopeKey, dict[str, Any]] = {}
         for backend, (_, tallies) in zip(self.backends, reports, strict=True):
             for key, (chunks, docs) in tallies.items():
                 entry = per_scope.setdefault(key, {"chunks": {}, "documents": {}})
@@ -358,17 +350,16 @@ class StoreIndex:
                 entry["documents"][backend.name] = len(docs)
         for tenant, names in registry.items():
             for name in names:  # registered collections with nothing in them yet
-                key = scope(tenant, name)
+                key = ScopeKey(tenant, name)
                 if (tenant_id is None or tenant == tenant_id) and collection in (None, name):
                     per_scope.setdefault(key, {"chunks": {}, "documents": {}})
         collections = []
         for key in sorted(per_scope, key=_scope_order):
-            tenant, name = scope_parts(key)
-            record = registry.get(tenant, {}).get(name or "")
+            record = registry.get(key.tenant, {}).get(key.collection or "")
             collections.append(
                 {
-                    "tenant_id": tenant,
-                    "collection": name,
+                    "tenant_id": key.tenant,
+                    "collection": key.collection,
                     "state": (record or {}).get("state", "ready"),
                     "models": binding,
                     "chunks": {
@@ -387,10 +378,10 @@ class StoreIndex:
 
     async def _inspect_one(
         self, backend: Backend, selector: ScopeKey | None
-    ) -> tuple[dict[str, Any], dict[str, tuple[int, set[str]]]]:
+    ) -> tuple[dict[str, Any], dict[ScopeKey, tuple[int, set[str]]]]:
         report = await backend.describe()
         report["strategies"] = list(backend.strategies)
-        tallies: dict[str, tuple[int, set[str]]] = {}
+        tallies: dict[ScopeKey, tuple[int, set[str]]] = {}
         offset = None
         while True:
             page, offset = await backend.scroll_payloads(
@@ -414,9 +405,9 @@ class StoreIndex:
             registry.setdefault(record["tenant_id"], {})[record["name"]] = record
         return registry
 
-    async def list_collections(self, tenant_id: str) -> list[dict[str, Any]]:
-        """The tenant's collections (``default`` always), oldest first."""
-        named = (await self._registry(tenant_id)).get(tenant_id, {})
+    async def list_collections(self, tenant: ScopeKey) -> list[dict[str, Any]]:
+        """The collections of ``tenant.tenant`` (``default`` always), oldest first."""
+        named = (await self._registry(tenant.tenant)).get(tenant.tenant, {})
         found = [{"name": DEFAULT_COLLECTION, "created_at": None, "state": "ready"}]
         found += [
             {
@@ -430,73 +421,71 @@ class StoreIndex:
         ]
         return found
 
-    async def has_collection(self, tenant_id: str, name: str) -> bool:
-        if name == DEFAULT_COLLECTION:
+    async def has_collection(self, key: ScopeKey) -> bool:
+        if key.is_default:
             return True
-        record = await self.chunk_store.registry_record(registry_key(tenant_id, name))
+        record = await self.chunk_store.registry_record(registry_key(key))
         return record is not None and record.get("state", "ready") == "ready"
 
-    async def create_collection(self, tenant_id: str, name: str) -> dict[str, Any]:
+    async def create_collection(self, key: ScopeKey) -> dict[str, Any]:
         """Register a collection; ConflictError when the tenant has it already (of
         concurrent creations of one name, through any store replica, exactly one succeeds).
 
         The record is created ``creating`` (it takes no writes yet), the scope is emptied,
         then it turns ``ready``: a write admitted just before an earlier collection of this
         name was deleted may have landed after that delete's sweep, and must not reappear."""
-        key = registry_key(tenant_id, name)
+        name = _one_collection(key)
+        record_key = registry_key(key)
         created_at = datetime.now(UTC).isoformat(timespec="seconds")
         record = {
-            "tenant_id": tenant_id,
+            "tenant_id": key.tenant,
             "name": name,
             "created_at": created_at,
             "state": "creating",
         }
-        if name == DEFAULT_COLLECTION or not await self.chunk_store.insert_registry_record(
-            key, record
+        if key.is_default or not await self.chunk_store.insert_registry_record(
+            record_key, record
         ):
-            held = (
-                None if name == DEFAULT_COLLECTION else await self.chunk_store.registry_record(key)
-            )
+            held = None if key.is_default else await self.chunk_store.registry_record(record_key)
             state = "being deleted" if (held or {}).get("state") == "deleting" else "exists"
             raise ConflictError(f"collection {name!r} {state} already")
-        leftovers = await asyncio.gather(
-            *(b.delete_scope(scope(tenant_id, name)) for b in self.backends)
-        )
+        leftovers = await asyncio.gather(*(b.delete_scope(key) for b in self.backends))
         if any(leftovers):
-            log.warning("removed %d leftover chunks of %s/%s", max(leftovers), tenant_id, name)
-        if not await self.chunk_store.update_registry_record(key, {"state": "ready"}):
+            log.warning("removed %d leftover chunks of %s", max(leftovers), key)
+        if not await self.chunk_store.update_registry_record(record_key, {"state": "ready"}):
             raise ConflictError(f"collection {name!r} was deleted while it was being created")
         return {"name": name, "state": "ready", "created_at": created_at}
 
-    async def delete_collection(self, tenant_id: str, name: str) -> int:
+    async def delete_collection(self, key: ScopeKey) -> int:
         """Remove a collection's chunks from every store, then the collection; returns the
         chunks removed (from the store holding the most). It is marked ``deleting`` first, so
         it takes no writes or searches meanwhile, and a failed delete is finished by a retry
         (as is a creation that died half-way: ``creating``)."""
-        if name == DEFAULT_COLLECTION:
+        name = _one_collection(key)
+        if key.is_default:
             raise InvalidInputError(
                 "the default collection cannot be deleted; delete its documents instead"
             )
-        key = registry_key(tenant_id, name)
-        record = await self.chunk_store.registry_record(key)
+        record_key = registry_key(key)
+        record = await self.chunk_store.registry_record(record_key)
         if (
             record is not None
             and record.get("state") != "deleting"
-            and not await self.chunk_store.update_registry_record(key, {"state": "deleting"})
+            and not await self.chunk_store.update_registry_record(
+                record_key, {"state": "deleting"}
+            )
         ):
             record = None  # dropped meanwhile by a delete through another replica
         if record is None:
             raise NotFoundError(f"collection {name!r} not found")
-        removed = await asyncio.gather(
-            *(b.delete_scope(scope(tenant_id, name)) for b in self.backends)
-        )
-        await self.chunk_store.drop_registry_record(key)
+        removed = await asyncio.gather(*(b.delete_scope(key) for b in self.backends))
+        await self.chunk_store.drop_registry_record(record_key)
         return max(removed, default=0)
 
     # -- snapshots -----------------------------------------------------------------------
     def snapshot_stores(self) -> list[Snapshots]:
         """Every store, when each can snapshot itself; ConfigError otherwise."""
-        stores = [b for b in self.backends if isinstance(b, Snapshots)]
+        stores: list[Snapshots] = [b for b in self.backends if isinstance(b, Snapshots)]
         if len(stores) != len(self.backends):
             names = [b.name for b in self.backends if not isinstance(b, Snapshots)]
             raise ConfigError(
@@ -528,4 +517,10 @@ def _log_failure(task: asyncio.Task[Any]) -> None:
 
 def _scope_order(key: ScopeKey) -> tuple[str, bool, str]:
     """Tenants in order, each one's ``default`` collection first."""
-    return key.tenant, key.collection != DEFAULT_COLLECTION, key.collection or ""
+    return key.tenant, not key.is_default, key.collection or ""
+
+
+def _one_collection(key: ScopeKey) -> str:
+    if key.collection is None:
+        raise InvalidInputError(f"{key} names every collection of its tenant, not one")
+    return key.collection

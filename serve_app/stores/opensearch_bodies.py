@@ -14,12 +14,12 @@ from serve_app.chunking.base import contextual_header
 from serve_app.config import OpenSearchConfig
 from serve_app.schemas import SearchFilters, SparseVector
 from serve_app.stores.base import (
-    REGISTRY_RECORD_FIELDS,
     DocumentWrite,
     IndexModels,
     ScopeKey,
-    scope_parts,
+    scope_payload,
 )
+from serve_app.stores.registry import REGISTRY_RECORD_FIELDS
 
 MAPPING_VERSION = 3
 """Bumped whenever the mapping below changes; stored in the index's ``_meta``."""
@@ -108,10 +108,10 @@ def splade_features(vector: SparseVector) -> dict[str, float]:
     return {str(i): float(v) for i, v in zip(vector.indices, vector.values, strict=True) if v > 0}
 
 
-def chunk_source(write: DocumentWrite, position: int) -> dict[str, Any]:
+def chunk_source(scope: ScopeKey, write: DocumentWrite, position: int) -> dict[str, Any]:
     encoded = write.chunks[position]
     chunk = encoded.chunk
-    source = chunk.model_dump(mode="json")
+    source = {**chunk.model_dump(mode="json"), **scope_payload(scope)}
     source["content"] = source.pop("text")
     header = contextual_header(chunk.title, chunk.heading_chain)
     source["body"] = f"{header}\n{chunk.text}" if header else chunk.text
@@ -122,26 +122,25 @@ def chunk_source(write: DocumentWrite, position: int) -> dict[str, Any]:
     return source
 
 
-def bulk_index_actions(index: str, items: list[tuple[str, dict[str, Any]]]) -> list[dict]:
+def bulk_index_actions(index: str, items: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
     """``_bulk`` action/source pairs (upserts by the deterministic chunk id)."""
-    body: list[dict] = []
+    body: list[dict[str, Any]] = []
     for chunk_id, source in items:
         body.append({"index": {"_index": index, "_id": chunk_id}})
         body.append(source)
     return body
 
 
-def scope_clauses(scope: ScopeKey | str) -> list[dict[str, Any]]:
-    """The chunks of a scope key (``stores.base.scope``): its tenant, and its collection."""
-    tenant, collection = scope_parts(scope)
-    clauses: list[dict[str, Any]] = [{"term": {"tenant_id": tenant}}]
-    if collection is not None:
-        clauses.append({"term": {"collection": collection}})
+def scope_clauses(scope: ScopeKey) -> list[dict[str, Any]]:
+    """The chunks of a scope key: its tenant, and its collection."""
+    clauses: list[dict[str, Any]] = [{"term": {"tenant_id": scope.tenant}}]
+    if scope.collection is not None:
+        clauses.append({"term": {"collection": scope.collection}})
     return clauses
 
 
 def filter_clauses(
-    scope: ScopeKey | str, filters: SearchFilters | None, doc_ids: list[str] | None = None
+    scope: ScopeKey, filters: SearchFilters | None, doc_ids: list[str] | None = None
 ) -> list[dict[str, Any]]:
     clauses = scope_clauses(scope)
     if doc_ids is not None:
@@ -217,7 +216,7 @@ def splade_query(
     return {"size": limit, "_source": ["doc_id"], "query": query}
 
 
-def hashes_query(scope: ScopeKey | str, doc_ids: list[str]) -> dict[str, Any]:
+def hashes_query(scope: ScopeKey, doc_ids: list[str]) -> dict[str, Any]:
     """Per document: how many chunks carry each content hash, and how many there should be."""
     return {
         "size": 0,
@@ -236,18 +235,18 @@ def hashes_query(scope: ScopeKey | str, doc_ids: list[str]) -> dict[str, Any]:
     }
 
 
-def documents_query(scope: ScopeKey | str, doc_ids: list[str]) -> dict[str, Any]:
+def documents_query(scope: ScopeKey, doc_ids: list[str]) -> dict[str, Any]:
     """The chunks of these documents."""
     return {"query": {"bool": {"filter": filter_clauses(scope, None, doc_ids=doc_ids)}}}
 
 
-def ids_query(scope: ScopeKey | str, chunk_ids: list[str]) -> dict[str, Any]:
+def ids_query(scope: ScopeKey, chunk_ids: list[str]) -> dict[str, Any]:
     """These chunks (the scope's only)."""
     filters = [*filter_clauses(scope, None), {"ids": {"values": list(chunk_ids)}}]
     return {"query": {"bool": {"filter": filters}}}
 
 
-def document_query(scope: ScopeKey | str, doc_id: str, size: int) -> dict[str, Any]:
+def document_query(scope: ScopeKey, doc_id: str, size: int) -> dict[str, Any]:
     return {
         "size": size,
         "_source": {"excludes": ["splade", "body"]},
@@ -256,14 +255,14 @@ def document_query(scope: ScopeKey | str, doc_id: str, size: int) -> dict[str, A
     }
 
 
-def count_query(scope: ScopeKey | str | None) -> dict[str, Any]:
+def count_query(scope: ScopeKey | None) -> dict[str, Any]:
     if scope is None:
         return {"query": {"match_all": {}}}
     return {"query": {"bool": {"filter": scope_clauses(scope)}}}
 
 
 def registry_body(config: OpenSearchConfig) -> dict[str, Any]:
-    """The registry index: one document per named collection (``stores.base.registry_key``)."""
+    """The registry index: one document per named collection (``stores.registry.registry_key``)."""
     keyword = {"type": "keyword"}
     return {
         "settings": {

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import os
 import uuid
-from typing import Any
+from typing import Any, cast
 
 from opensearchpy import AsyncOpenSearch
 from opensearchpy.exceptions import (
@@ -41,12 +41,9 @@ from serve_app.stores.base import (
     ScopeKey,
     StrategyQuery,
     in_scope,
-    legacy_records,
-    registry_fields,
-    registry_name,
-    versioned_names,
 )
-from serve_app.stores.versioning import VersionTaken, open_versioned
+from serve_app.stores.registry import registry_fields, registry_name
+from serve_app.stores.versioning import VersionTaken, open_versioned, versioned_names
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +51,7 @@ _RETRYABLE = {429, 500, 502, 503, 504}
 _REGISTRY_PAGE = 1000
 _ABSENT = object()
 _TAKEN = object()
-_STORE_ONLY = ("content_hash", "chunk_count", "splade", "body")
+_STORE_ONLY = (*SCOPE_FIELDS, "content_hash", "chunk_count", "splade", "body")
 _MAX_WINDOW = 10_000
 _PAGE = 1000
 
@@ -201,7 +198,8 @@ class OpenSearchBackend:
             )
             if not response.get("errors"):
                 return
-            retry, fatal = [], []
+            retry: list[tuple[Any, Any]] = []
+            fatal: list[tuple[Any, Any]] = []
             for item, action in zip(response["items"], pending, strict=True):
                 result = next(iter(item.values()))
                 status = int(result.get("status", 500))
@@ -223,10 +221,9 @@ class OpenSearchBackend:
             f"{self.config.max_retries} retries"
         )
 
-    async def upsert(self, scope: ScopeKey | str, writes: list[DocumentWrite]) -> None:
-        del scope  # carried by each chunk's source
+    async def upsert(self, scope: ScopeKey, writes: list[DocumentWrite]) -> None:
         actions = [
-            (encoded.chunk.id, bodies.chunk_source(write, i))
+            (encoded.chunk.id, bodies.chunk_source(scope, write, i))
             for write in writes
             for i, encoded in enumerate(write.chunks)
         ]
@@ -243,10 +240,10 @@ class OpenSearchBackend:
         )
         return int(response.get("deleted", 0))
 
-    async def delete_ids(self, scope: ScopeKey | str, chunk_ids: list[str]) -> None:
+    async def delete_ids(self, scope: ScopeKey, chunk_ids: list[str]) -> None:
         await self._delete_where(bodies.ids_query(scope, chunk_ids))
 
-    async def delete_documents(self, scope: ScopeKey | str, doc_ids: list[str]) -> int:
+    async def delete_documents(self, scope: ScopeKey, doc_ids: list[str]) -> int:
         return await self._delete_where(bodies.documents_query(scope, doc_ids))
 
     # -- reads ---------------------------------------------------------------------------
@@ -265,7 +262,7 @@ class OpenSearchBackend:
                 return hits
             after = page[-1]["sort"]
 
-    async def chunk_ids(self, scope: ScopeKey | str, doc_ids: list[str]) -> dict[str, set[str]]:
+    async def chunk_ids(self, scope: ScopeKey, doc_ids: list[str]) -> dict[str, set[str]]:
         if not doc_ids:
             return {}
         held: dict[str, set[str]] = {}
@@ -274,7 +271,7 @@ class OpenSearchBackend:
             held.setdefault(hit["_source"]["doc_id"], set()).add(hit["_id"])
         return held
 
-    async def document_states(self, scope: ScopeKey | str, doc_ids: list[str]) -> DocumentStates:
+    async def document_states(self, scope: ScopeKey, doc_ids: list[str]) -> DocumentStates:
         """Only documents stored under exactly one hash."""
         if not doc_ids:
             return {}
@@ -294,7 +291,7 @@ class OpenSearchBackend:
                 )
         return states
 
-    async def document_payloads(self, scope: ScopeKey | str, doc_id: str) -> list[dict]:
+    async def document_payloads(self, scope: ScopeKey, doc_id: str) -> list[dict[str, Any]]:
         response = await self._call(
             "document lookup",
             self.client.search(
@@ -324,7 +321,7 @@ class OpenSearchBackend:
         # One round trip for every strategy of every query of the batch.
         lines: list[dict[str, Any]] = []
         for i in runnable:
-            lines.extend(({"index": self.alias}, requests[i]))
+            lines.extend(({"index": self.alias}, cast(dict[str, Any], requests[i])))
         response = await self._call("search", self.client.msearch(body=lines))
         for i, item in zip(runnable, response["responses"], strict=True):
             if "error" in item:
@@ -340,8 +337,8 @@ class OpenSearchBackend:
         return results
 
     async def _mget(
-        self, requests: list[tuple[ScopeKey | str, list[str]]], source: Any
-    ) -> list[dict[str, dict]]:
+        self, requests: list[tuple[ScopeKey, list[str]]], source: Any
+    ) -> list[dict[str, dict[str, Any]]]:
         wanted = list(dict.fromkeys(i for _, ids in requests for i in ids))
         if not wanted:
             return [{} for _ in requests]
@@ -354,25 +351,25 @@ class OpenSearchBackend:
             for key, ids in requests
         ]
 
-    async def present(self, requests: list[tuple[ScopeKey | str, list[str]]]) -> list[set[str]]:
+    async def present(self, requests: list[tuple[ScopeKey, list[str]]]) -> list[set[str]]:
         found = await self._mget(requests, {"_source_includes": SCOPE_FIELDS})
         return [set(f) for f in found]
 
     async def chunks(
-        self, requests: list[tuple[ScopeKey | str, list[str]]]
+        self, requests: list[tuple[ScopeKey, list[str]]]
     ) -> list[dict[str, Chunk]]:
         found = await self._mget(requests, {"_source_excludes": ["splade", "body"]})
         return [{i: source_to_chunk(s) for i, s in f.items()} for f in found]
 
-    async def count(self, scope: ScopeKey | str | None) -> int:
+    async def count(self, scope: ScopeKey | None) -> int:
         response = await self._call(
             "count", self.client.count(index=self.alias, body=bodies.count_query(scope))
         )
         return int(response["count"])
 
     async def scroll_payloads(
-        self, scope: ScopeKey | str | None, fields: list[str] | None, offset: Any, limit: int
-    ) -> tuple[list[tuple[str, dict]], Any]:
+        self, scope: ScopeKey | None, fields: list[str] | None, offset: Any, limit: int
+    ) -> tuple[list[tuple[str, dict[str, Any]]], Any]:
         body: dict[str, Any] = {
             **bodies.count_query(scope),
             "_source": fields if fields is not None else {"excludes": ["splade"]},
@@ -386,7 +383,7 @@ class OpenSearchBackend:
         page = [(h["_id"], h["_source"]) for h in hits]
         return page, (hits[-1]["sort"] if len(hits) == limit else None)
 
-    async def delete_scope(self, scope: ScopeKey | str) -> int:
+    async def delete_scope(self, scope: ScopeKey) -> int:
         return await self._delete_where(bodies.count_query(scope))
 
     # -- inspection and the collection registry (in the mapping's ``_meta``) -------------
@@ -427,13 +424,11 @@ class OpenSearchBackend:
     def registry_index(self) -> str:
         return registry_name(self.alias)
 
-    async def open_registry(self) -> list[dict[str, Any]]:
+    async def open_registry(self) -> None:
         if not await self._call(
             "registry lookup", self.client.indices.exists(index=self.registry_index)
         ):
             await self._registry_call("creation", self._create_registry())
-        target = self.physical or await self._call("alias lookup", self.alias_target())
-        return legacy_records((await self._meta(target)).get("registry") or {})
 
     async def _create_registry(self) -> None:
         try:
@@ -444,15 +439,6 @@ class OpenSearchBackend:
             if error.error != "resource_already_exists_exception":
                 raise
             # another replica created it meanwhile
-
-    async def clear_legacy_registry(self) -> None:
-        # ``_meta`` is replaced as a whole on a mapping update: keep what else it records.
-        target = self.physical or await self._call("alias lookup", self.alias_target())
-        meta = await self._meta(target)
-        meta.pop("registry", None)
-        await self._call(
-            "registry write", self.client.indices.put_mapping(index=target, body={"_meta": meta})
-        )
 
     async def _registry_call(self, what: str, coro: Any) -> Any:
         """The call's answer; ``_ABSENT`` for a 404 (no such record, or no registry index

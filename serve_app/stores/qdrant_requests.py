@@ -9,14 +9,15 @@ from typing import Any
 
 from serve_app.schemas import Chunk, SearchFilters, Strategy
 from serve_app.stores.base import (
+    SCOPE_FIELDS,
     DocumentWrite,
     EncodedChunk,
     ScopeKey,
     StrategyQuery,
-    scope_parts,
+    scope_payload,
 )
 
-STORE_ONLY = ("content_hash", "chunk_count")
+STORE_ONLY = (*SCOPE_FIELDS, "content_hash", "chunk_count")
 """Payload keys the store adds to a chunk's fields."""
 
 
@@ -35,18 +36,17 @@ class Filter:
 
 
 def chunk_filter(
-    scope: ScopeKey | str | None,
+    scope: ScopeKey | None,
     filters: SearchFilters | None = None,
     doc_ids: list[str] | None = None,
     exclude_ids: list[str] | None = None,
 ) -> Filter:
-    """Chunks of ``scope`` (a scope key, see ``stores.base.scope``; None: all)."""
+    """Chunks of ``scope`` (None: all)."""
     must: list[Condition] = []
     if scope is not None:
-        tenant, collection = scope_parts(scope)
-        must.append(Condition("tenant_id", tenant))
-        if collection is not None:
-            must.append(Condition("collection", collection))
+        must.append(Condition("tenant_id", scope.tenant))
+        if scope.collection is not None:
+            must.append(Condition("collection", scope.collection))
     if doc_ids is not None:
         must.append(Condition("doc_id", list(doc_ids)))
     if filters is not None:
@@ -68,7 +68,7 @@ class DenseSearch:
 class SparseSearch:
     indices: list[int]
     values: list[float]
-    idf_scope: ScopeKey | str | None  # BM25: document frequencies from this scope's chunks only
+    idf_scope: ScopeKey | None  # BM25: document frequencies from this scope's chunks only
 
 
 @dataclass(frozen=True)
@@ -106,8 +106,10 @@ def query_plan(query: StrategyQuery) -> QueryPlan | None:
     )
 
 
-def point_payload(write: DocumentWrite, encoded: EncodedChunk) -> dict[str, Any]:
-    payload = encoded.chunk.model_dump(mode="json")
+def point_payload(
+    scope: ScopeKey, write: DocumentWrite, encoded: EncodedChunk
+) -> dict[str, Any]:
+    payload = {**encoded.chunk.model_dump(mode="json"), **scope_payload(scope)}
     payload["content_hash"] = write.content_hash
     payload["chunk_count"] = len(write.chunks)
     return payload

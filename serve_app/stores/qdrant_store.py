@@ -36,14 +36,11 @@ from serve_app.stores.base import (
     StrategyQuery,
     directory_bytes,
     in_scope,
-    legacy_records,
-    registry_fields,
-    registry_name,
     states_from_payloads,
-    versioned_names,
 )
 from serve_app.stores.index import StoreIndex
-from serve_app.stores.versioning import VersionTaken, open_versioned
+from serve_app.stores.registry import registry_fields, registry_name
+from serve_app.stores.versioning import VersionTaken, open_versioned, versioned_names
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +192,7 @@ class QdrantBackend:
         return (await self.client.count(name, exact=True)).count == 0
 
     async def _create_collection(
-        self, name: str, models: IndexModels, sparse: dict, quantization: Any
+        self, name: str, models: IndexModels, sparse: dict[str, Any], quantization: Any
     ) -> None:
         await self.client.create_collection(
             name,
@@ -253,20 +250,19 @@ class QdrantBackend:
             return False
 
     # -- writes --------------------------------------------------------------------------
-    def _point(self, write: DocumentWrite, encoded: Any) -> qm.PointStruct:
-        vectors = {
+    def _point(self, scope: ScopeKey, write: DocumentWrite, encoded: Any) -> qm.PointStruct:
+        vectors: dict[str, Any] = {
             name: qm.SparseVector(indices=value[0], values=value[1])
             if isinstance(value, tuple)
             else value
             for name, value in qr.point_vectors(encoded, self.strategies).items()
         }
         return qm.PointStruct(
-            id=encoded.chunk.id, vector=vectors, payload=qr.point_payload(write, encoded)
+            id=encoded.chunk.id, vector=vectors, payload=qr.point_payload(scope, write, encoded)
         )
 
-    async def upsert(self, scope: ScopeKey | str, writes: list[DocumentWrite]) -> None:
-        del scope  # carried by each chunk's payload
-        points = [self._point(w, e) for w in writes for e in w.chunks]
+    async def upsert(self, scope: ScopeKey, writes: list[DocumentWrite]) -> None:
+        points = [self._point(scope, w, e) for w in writes for e in w.chunks]
         size = self.config.upsert_batch_size
         for start in range(0, len(points), size):
             await self._call(
@@ -287,12 +283,12 @@ class QdrantBackend:
             )
         return int(count)
 
-    async def delete_ids(self, scope: ScopeKey | str, chunk_ids: list[str]) -> None:
+    async def delete_ids(self, scope: ScopeKey, chunk_ids: list[str]) -> None:
         selector = to_client_filter(qr.chunk_filter(scope))
         selector.must = [*(selector.must or []), qm.HasIdCondition(has_id=list(chunk_ids))]
         await self._delete_where("delete", selector)
 
-    async def delete_documents(self, scope: ScopeKey | str, doc_ids: list[str]) -> int:
+    async def delete_documents(self, scope: ScopeKey, doc_ids: list[str]) -> int:
         return await self._delete_where(
             "delete", to_client_filter(qr.chunk_filter(scope, doc_ids=doc_ids))
         )
@@ -325,7 +321,7 @@ class QdrantBackend:
             if offset is None or not page or done == pages:
                 return records, offset
 
-    async def chunk_ids(self, scope: ScopeKey | str, doc_ids: list[str]) -> dict[str, set[str]]:
+    async def chunk_ids(self, scope: ScopeKey, doc_ids: list[str]) -> dict[str, set[str]]:
         if not doc_ids:
             return {}
         records, _ = await self._scroll(qr.chunk_filter(scope, doc_ids=doc_ids), ["doc_id"])
@@ -334,7 +330,7 @@ class QdrantBackend:
             held.setdefault((record.payload or {})["doc_id"], set()).add(str(record.id))
         return held
 
-    async def document_states(self, scope: ScopeKey | str, doc_ids: list[str]) -> DocumentStates:
+    async def document_states(self, scope: ScopeKey, doc_ids: list[str]) -> DocumentStates:
         if not doc_ids:
             return {}
         records, _ = await self._scroll(
@@ -342,7 +338,7 @@ class QdrantBackend:
         )
         return states_from_payloads([r.payload or {} for r in records])
 
-    async def document_payloads(self, scope: ScopeKey | str, doc_id: str) -> list[dict]:
+    async def document_payloads(self, scope: ScopeKey, doc_id: str) -> list[dict[str, Any]]:
         records, _ = await self._scroll(qr.chunk_filter(scope, doc_ids=[doc_id]), True)
         return [{**(r.payload or {}), "id": str(r.id)} for r in records]
 
@@ -400,8 +396,8 @@ class QdrantBackend:
         return results
 
     async def _retrieve(
-        self, requests: list[tuple[ScopeKey | str, list[str]]], fields: list[str] | bool
-    ) -> list[dict[str, dict]]:
+        self, requests: list[tuple[ScopeKey, list[str]]], fields: list[str] | bool
+    ) -> list[dict[str, dict[str, Any]]]:
         wanted = list(dict.fromkeys(i for _, ids in requests for i in ids))
         if not wanted:
             return [{} for _ in requests]
@@ -415,16 +411,16 @@ class QdrantBackend:
             for key, ids in requests
         ]
 
-    async def present(self, requests: list[tuple[ScopeKey | str, list[str]]]) -> list[set[str]]:
+    async def present(self, requests: list[tuple[ScopeKey, list[str]]]) -> list[set[str]]:
         return [set(found) for found in await self._retrieve(requests, SCOPE_FIELDS)]
 
     async def chunks(
-        self, requests: list[tuple[ScopeKey | str, list[str]]]
+        self, requests: list[tuple[ScopeKey, list[str]]]
     ) -> list[dict[str, Chunk]]:
         found = await self._retrieve(requests, True)
         return [{i: qr.payload_to_chunk(p) for i, p in f.items()} for f in found]
 
-    async def count(self, scope: ScopeKey | str | None) -> int:
+    async def count(self, scope: ScopeKey | None) -> int:
         selector = to_client_filter(qr.chunk_filter(scope)) if scope else None
         response = await self._call(
             "count", self.client.count(self.alias, count_filter=selector, exact=True)
@@ -432,14 +428,14 @@ class QdrantBackend:
         return int(response.count)
 
     async def scroll_payloads(
-        self, scope: ScopeKey | str | None, fields: list[str] | None, offset: Any, limit: int
-    ) -> tuple[list[tuple[str, dict]], Any]:
+        self, scope: ScopeKey | None, fields: list[str] | None, offset: Any, limit: int
+    ) -> tuple[list[tuple[str, dict[str, Any]]], Any]:
         records, offset = await self._scroll(
             qr.chunk_filter(scope), fields if fields is not None else True, offset, 1, limit
         )
         return [(str(r.id), r.payload or {}) for r in records], offset
 
-    async def delete_scope(self, scope: ScopeKey | str) -> int:
+    async def delete_scope(self, scope: ScopeKey) -> int:
         return await self._delete_where("delete", to_client_filter(qr.chunk_filter(scope)))
 
     # -- inspection and the collection registry (in the collection's metadata) -----------
@@ -493,15 +489,12 @@ class QdrantBackend:
 
         return await self._call(f"registry {what}", answer())
 
-    async def open_registry(self) -> list[dict[str, Any]]:
+    async def open_registry(self) -> None:
         if not self.config.local_path:
             await self._require_insert_only()
         name = self.registry_collection
         if not await self._call("registry lookup", self.client.collection_exists(name)):
             await self._call("registry creation", self._create_registry(name))
-        target = self.physical or await self._call("alias lookup", self.alias_target())
-        info = await self._call("registry read", self.client.get_collection(target))
-        return legacy_records((info.config.metadata or {}).get("registry") or {})
 
     async def _require_insert_only(self) -> None:
         """Refuse a server that would ignore ``update_mode`` (older than 1.17): there a
@@ -525,13 +518,6 @@ class QdrantBackend:
             return  # another replica created it meanwhile
         if not self.config.local_path:  # listings filter on the tenant (strict mode: indexed)
             await self.client.create_payload_index(name, "tenant_id", qm.PayloadSchemaType.KEYWORD)
-
-    async def clear_legacy_registry(self) -> None:
-        # Metadata keys are merged by Qdrant: the model binding stays as it is.
-        target = self.physical or await self._call("alias lookup", self.alias_target())
-        await self._call(
-            "registry write", self.client.update_collection(target, metadata={"registry": {}})
-        )
 
     async def registry_records(self, tenant_id: str | None) -> list[dict[str, Any]]:
         selector = (

@@ -20,19 +20,31 @@ so that it returns the version the alias points to or fails with the model guard
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any, Protocol
 
 from serve_app.errors import ModelMismatchError, ServiceUnavailableError
 from serve_app.stores.base import (
     IndexModels,
     binding_changes,
-    next_version_name,
     revisions_warning,
     unrecorded_revisions,
-    versioned_names,
 )
 
 log = logging.getLogger(__name__)
+
+
+def versioned_names(alias: str, names: list[str]) -> list[str]:
+    """The ``{alias}-v{n}`` names among ``names``, oldest first."""
+    pattern = re.compile(rf"^{re.escape(alias)}-v(\d+)$")
+    found = [(int(m.group(1)), n) for n in names if (m := pattern.match(n))]
+    return [n for _, n in sorted(found)]
+
+
+def next_version_name(alias: str, names: list[str]) -> str:
+    existing = versioned_names(alias, names)
+    version = int(existing[-1].rsplit("-v", 1)[1]) + 1 if existing else 1
+    return f"{alias}-v{version}"
 
 OPEN_ATTEMPTS = 5
 

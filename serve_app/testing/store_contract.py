@@ -30,8 +30,8 @@ from serve_app.stores.base import (
     EncodedChunk,
     IndexModels,
     QueryVectors,
+    ScopeKey,
     SearchQuery,
-    scope,
 )
 
 MODELS = IndexModels(dense_model="m", dense_dim=4, splade_model="s", bm25_model="b")
@@ -48,19 +48,18 @@ def encoded(
     text: str,
     dense: list[float],
     terms: dict[int, float],
-    tenant: str = "t1",
+    tenant: ScopeKey | str = "t1",
     section: str = "Intro",
     metadata: dict | None = None,
     version: str = "",
     collection: str = "default",
 ) -> EncodedChunk:
     """A chunk with its vectors (``terms`` serve as SPLADE and BM25 weights). ``version`` goes
-    into the chunk id, as the ingest pipeline puts the content hash there."""
+    into the chunk id, as the ingest pipeline puts the content hash there; so do the tenant
+    and collection, as it puts the scope there."""
     chunk = Chunk(
         id=chunk_uuid(tenant, collection, doc_id, order, text, version),
         doc_id=doc_id,
-        tenant_id=tenant,
-        collection=collection,
         text=text,
         title=f"title {doc_id}",
         section=section,
@@ -88,7 +87,7 @@ def query(dense=(1, 0, 0, 0), terms=None, text: str = "q") -> QueryVectors:
     )
 
 
-def corpus(t1: str, t2: str) -> list[tuple[str, list[DocumentWrite]]]:
+def corpus(t1: ScopeKey, t2: ScopeKey) -> list[tuple[ScopeKey, list[DocumentWrite]]]:
     """Two documents (three chunks) in ``t1``, one chunk of another ``d1`` in ``t2``."""
     return [
         (
@@ -125,36 +124,36 @@ class StoreContract:
     """Every behaviour a ``ChunkIndex`` promises, on tenants of each test's own."""
 
     @pytest.fixture
-    def tenants(self) -> tuple[str, str]:
+    def tenants(self) -> tuple[ScopeKey, ScopeKey]:
         tag = uuid.uuid4().hex[:8]
-        return f"t1-{tag}", f"t2-{tag}"
+        return ScopeKey(f"t1-{tag}"), ScopeKey(f"t2-{tag}")
 
     @pytest.fixture
-    async def filled(self, store, tenants) -> tuple[ChunkIndex, str, str]:
+    async def filled(self, store, tenants) -> tuple[ChunkIndex, ScopeKey, ScopeKey]:
         for tenant, writes in corpus(*tenants):
             await store.write_documents(tenant, writes)
         return store, *tenants
 
     @staticmethod
-    async def texts(store: ChunkIndex, tenant: str, hits) -> list[str]:
+    async def texts(store: ChunkIndex, tenant: ScopeKey, hits) -> list[str]:
         return [c.text for c in await store.fetch(tenant, [h.chunk_id for h in hits])]
 
     async def test_a_collection_created_again_starts_empty(self, store, tenants):
         """A write admitted just before a collection was deleted can land after the
         delete's sweep; a collection created again under that name must not show it."""
         t1, _ = tenants
-        key = scope(t1, "again")
-        await store.create_collection(t1, "again")
-        assert await store.has_collection(t1, "again")
-        await store.delete_collection(t1, "again")
+        key = ScopeKey(t1.tenant, "again")
+        await store.create_collection(key)
+        assert await store.has_collection(key)
+        await store.delete_collection(key)
         late = encoded("late", 0, "late words", [1, 0, 0, 0], {1: 1.0}, t1, collection="again")
         await store.write_documents(key, [write("late", [late])])
         assert await store.count(key) == 1
-        created = await store.create_collection(t1, "again")
-        assert created["state"] == "ready" and await store.has_collection(t1, "again")
+        created = await store.create_collection(key)
+        assert created["state"] == "ready" and await store.has_collection(key)
         assert await store.count(key) == 0
         assert await store.search("dense", query(), 5, key) == []
-        await store.delete_collection(t1, "again")
+        await store.delete_collection(key)
 
     async def test_protocol_health_and_counts(self, filled):
         store, t1, t2 = filled
@@ -166,7 +165,7 @@ class StoreContract:
         store, t1, _ = filled
         hits = await store.search(strategy, query(), 10, t1)
         chunks = await store.fetch(t1, [h.chunk_id for h in hits])
-        assert hits and len(chunks) == len(hits) and all(c.tenant_id == t1 for c in chunks)
+        assert hits and len(chunks) == len(hits)
         assert [c.doc_id for c in chunks] == [h.doc_id for h in hits]
         assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
 
@@ -231,7 +230,7 @@ class StoreContract:
         assert await store.document_hashes(t1, ["d1", "d2", "missing"]) == {"d1": "h1", "d2": "h1"}
         assert await store.document_hashes(t1, []) == {}
         info = await store.document_info(t1, "d1")
-        assert info.title == "title d1" and len(info.chunk_ids) == 2 and info.tenant_id == t1
+        assert info.title == "title d1" and len(info.chunk_ids) == 2 and info.tenant_id == t1.tenant
         assert await store.document_info(t2, "d2") is None
         assert await store.delete_document(t1, "d1") == 2
         assert await store.delete_document(t1, "d1") == 0
@@ -266,7 +265,7 @@ class StoreContract:
                 ["splade"], query(terms={2: 1.0}), 2, t1, SearchFilters(sections=["Methods"])
             ),
             SearchQuery(["dense"], query(dense=(0, 1, 0, 0)), 10, t2),
-            SearchQuery(["dense", "splade"], query(), 10, "nobody"),
+            SearchQuery(["dense", "splade"], query(), 10, ScopeKey("nobody")),
         ]
         batch = await store.search_batch(queries)
         alone = [

@@ -12,6 +12,7 @@ from deployments.settings import service_config
 from deployments.store import StoreDeployment
 from serve_app.pipelines.retrieval import RetrieveSpec
 from serve_app.schemas import FusionSpec
+from serve_app.stores.base import ScopeKey
 from serve_app.testing.store_contract import MODELS, corpus, query
 
 
@@ -19,7 +20,7 @@ async def open_replica(config) -> object:
     replica_class = StoreDeployment.func_or_class
     replica = object.__new__(replica_class)
     await replica_class.__init__(replica, service_config(config), MODELS.as_dict())
-    for tenant, writes in corpus("t1", "t2"):
+    for tenant, writes in corpus(ScopeKey("t1"), ScopeKey("t2")):
         await replica.index.write_documents(tenant, writes)
     return replica
 
@@ -29,7 +30,7 @@ def spec(tenant: str, dense: tuple, terms: dict | None = None) -> RetrieveSpec:
         query=query(dense=dense, terms=terms),
         strategies=["bm25", "splade", "dense"],
         limit=10,
-        scope=tenant,
+        scope=ScopeKey(tenant),
         fusion=FusionSpec(method="rrf", k=60),
         fetch=2,
     )
@@ -65,7 +66,7 @@ async def test_concurrent_calls_share_one_search_and_each_gets_its_own_answers(
                 assert [c.chunk.id for c in a.candidates] == [c.chunk.id for c in b.candidates]
                 assert [c.ranks for c in a.candidates] == [c.ranks for c in b.candidates]
         # Tenants stay apart inside a merged batch: t2's call saw only t2's chunk.
-        assert {c.chunk.tenant_id for c in answers[1][0].candidates} == {"t2"}
+        assert [c.chunk.text for c in answers[1][0].candidates] == ["alpha other tenant"]
         assert answers[1][1].candidates[0].chunk.text == "beta decay of neutrons"
     finally:
         await replica.__del__()  # the replica's own shutdown: closes the index

@@ -16,6 +16,7 @@ from serve_app.pipelines.components import build_components
 from serve_app.pipelines.ingest import IngestPipeline
 from serve_app.pipelines.search import SearchPipeline
 from serve_app.schemas import Document, SearchRequest
+from serve_app.stores.base import ScopeKey
 from tests.e2e.ray_metrics import metric_lines, ray_metrics
 
 A = {"X-API-Key": "key-a"}
@@ -147,15 +148,15 @@ async def test_same_results_as_the_in_process_pipeline(http, corpus, app_config_
     assert http.post("/v1/documents", json={"documents": corpus}, headers=C).status_code == 200
     components = await build_components(app_config_factory())
     try:
-        documents = [Document(**d, tenant_id="tenant-c") for d in corpus]
-        await IngestPipeline(components).ingest(documents)
+        documents = [Document(**d) for d in corpus]
+        await IngestPipeline(components).ingest(ScopeKey("tenant-c"), documents)
         search = SearchPipeline(components)
         for query in (
             "vitamin D and bone density",
             "gene expression in tumour cells",
             corpus[7]["title"],
         ):
-            local = await search.search(SearchRequest(query=query, top_k=10), "tenant-c")
+            local = await search.search(SearchRequest(query=query, top_k=10), ScopeKey("tenant-c"))
             served = http.post("/v1/search", json={"query": query, "top_k": 10}, headers=C).json()
             assert [r.chunk.id for r in local.results] == [r["chunk_id"] for r in served["results"]]
             for mine, theirs in zip(local.results, served["results"], strict=True):

@@ -82,6 +82,7 @@ async def test_search_graph_end_to_end_on_vllm(
     from serve_app.pipelines.ingest import IngestPipeline
     from serve_app.pipelines.search import SearchPipeline
     from serve_app.schemas import Document, SearchRequest
+    from serve_app.stores.base import ScopeKey
 
     with httpx.Client(base_url=vllm_app, timeout=300) as http:
         ingested = http.post("/v1/documents", json={"documents": corpus})
@@ -130,12 +131,12 @@ async def test_search_graph_end_to_end_on_vllm(
     components = await build_components(local_config)
     try:
         await IngestPipeline(components).ingest(
-            [Document(**d, tenant_id="default") for d in corpus]
+            ScopeKey("default"), [Document(**d) for d in corpus]
         )
         search = SearchPipeline(components)
         for query, theirs in zip(queries, served, strict=True):
             request = SearchRequest(query=query, top_k=8, strategies=["dense"])
-            mine = (await search.search(request, "default")).results
+            mine = (await search.search(request, ScopeKey("default"))).results
             # Stored chunk ids carry the document version, whose hash includes the dense
             # backend; the chunk itself is (document, position).
             assert [(r.chunk.doc_id, r.chunk.order) for r in mine] == [

@@ -18,7 +18,8 @@ import pytest
 from ray_metrics import metric_lines, ray_metrics
 
 from serve_app.errors import ConflictError
-from serve_app.stores.base import versioned_names
+from serve_app.stores.base import ScopeKey
+from serve_app.stores.versioning import versioned_names
 from serve_app.testing.store_contract import MODELS, corpus, query
 from tests.support.qdrant_rest_double import QdrantRestDouble
 
@@ -103,7 +104,7 @@ async def test_two_store_replicas_open_themselves_and_share_one_index(
 
     index = RemoteIndex(handle, await handle.info.remote())
     await index.open(MODELS)
-    t1, t2 = f"t1-{uuid.uuid4().hex[:6]}", f"t2-{uuid.uuid4().hex[:6]}"
+    t1, t2 = ScopeKey(f"t1-{uuid.uuid4().hex[:6]}"), ScopeKey(f"t2-{uuid.uuid4().hex[:6]}")
     for tenant, writes in corpus(t1, t2):
         await index.write_documents(tenant, writes)
 
@@ -118,11 +119,11 @@ async def test_two_store_replicas_open_themselves_and_share_one_index(
     # The registry of named collections, changed at once through both replica processes:
     # no creation lost, and one name created at once through both is created once.
     wanted = [f"c{i}" for i in range(12)]
-    await asyncio.gather(*(index.create_collection(t1, name) for name in wanted))
+    await asyncio.gather(*(index.create_collection(ScopeKey(t1.tenant, name)) for name in wanted))
     listed = [c["name"] for c in await index.list_collections(t1)]
     assert sorted(listed) == sorted(["default", *wanted])
     results = await asyncio.gather(
-        *(index.create_collection(t2, "papers") for _ in range(6)), return_exceptions=True
+        *(index.create_collection(ScopeKey(t2.tenant, "papers")) for _ in range(6)), return_exceptions=True
     )
     assert sum(isinstance(r, dict) for r in results) == 1, results
     assert sum(isinstance(r, ConflictError) for r in results) == 5, results

@@ -11,6 +11,7 @@ from serve_app.pipelines.components import build_components
 from serve_app.pipelines.ingest import IngestPipeline
 from serve_app.pipelines.search import SearchPipeline
 from serve_app.schemas import SearchFilters, SearchRequest
+from serve_app.stores.base import ScopeKey
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,16 +23,16 @@ async def test_plos_articles_with_each_chunker(app_config_factory, plos_dir, chu
     components = await build_components(app_config_factory(chunker={"name": chunker}))
     try:
         ingest = IngestPipeline(components)
-        first = await ingest.ingest(documents)
-        count = await components.index.count("default")
+        first = await ingest.ingest(ScopeKey("default"), documents)
+        count = await components.index.count(ScopeKey("default"))
         assert count == first.chunks_written >= 2 * len(documents)
-        again = await ingest.ingest([load_file(f) for f in files])
+        again = await ingest.ingest(ScopeKey("default"), [load_file(f) for f in files])
         assert len(again.unchanged) == len(documents)
-        assert await components.index.count("default") == count
+        assert await components.index.count(ScopeKey("default")) == count
 
         search = SearchPipeline(components)
         target = documents[2]
-        response = await search.search(SearchRequest(query=target.title, top_k=5), "default")
+        response = await search.search(SearchRequest(query=target.title, top_k=5), ScopeKey("default"))
         assert target.id in {r.chunk.doc_id for r in response.results}
         hit = next(r for r in response.results if r.chunk.doc_id == target.id)
         assert hit.chunk.metadata["doi"] == target.id and hit.chunk.source.endswith(".xml")
@@ -41,7 +42,7 @@ async def test_plos_articles_with_each_chunker(app_config_factory, plos_dir, chu
                     query="statistical analysis",
                     filters=SearchFilters(metadata={"imrad": "Methods"}),
                 ),
-                "default",
+                ScopeKey("default"),
             )
             assert methods.results and all(
                 r.chunk.metadata["imrad"] == "Methods" for r in methods.results

@@ -24,23 +24,26 @@ from serve_app.evaluation.beir import load_beir
 from serve_app.pipelines.components import build_components
 from serve_app.pipelines.ingest import IngestPipeline
 from serve_app.pipelines.search import SearchPipeline
+from serve_app.stores.base import ScopeKey
 
 pytestmark = pytest.mark.slow
-TENANT = "t"
+TENANT = ScopeKey("t")
 N_QUERIES = 25
 
 
 @pytest.fixture(scope="module")
 async def topologies(app_config_factory, scifact_dir, opensearch_url, tmp_path_factory):
     config = app_config_factory()
-    dataset = load_beir(scifact_dir, "test", TENANT)
+    dataset = load_beir(scifact_dir, "test")
     query_ids = sorted(dataset.queries)[:N_QUERIES]
     relevant = {d for q in query_ids for d in dataset.qrels.get(q, {})}
     corpus = [d for d in dataset.corpus if d.id in relevant] + [
         d for d in dataset.corpus[:150] if d.id not in relevant
     ]
     components = await build_components(config)
-    writes = await IngestPipeline(components).build_writes([(d, f"h-{d.id}") for d in corpus])
+    writes = await IngestPipeline(components).build_writes(
+        TENANT, [(d, f"h-{d.id}") for d in corpus]
+    )
     tmp = tmp_path_factory.mktemp("congruence")
     os_config = opensearch_config(opensearch_url, splade_query_top_terms=10_000)
     stores = {
@@ -53,7 +56,7 @@ async def topologies(app_config_factory, scifact_dir, opensearch_url, tmp_path_f
     for name, store in stores.items():
         if name != "embedded":
             await store.open(components.models())
-        await store.write_documents(TENANT, [w for w, _ in writes])
+        await store.write_documents(TENANT, writes)
     search = SearchPipeline(components)
     texts = [dataset.queries[q] for q in query_ids]
     vectors = await search.encode_queries(texts, ["bm25", "splade", "dense"])

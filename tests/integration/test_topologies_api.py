@@ -15,6 +15,7 @@ from store_helpers import FlakyConnection
 from serve_app.api.app import create_app
 from serve_app.api.service import RetrievalService
 from serve_app.pipelines.components import build_components
+from serve_app.stores.base import ScopeKey
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="session")]
 
@@ -74,7 +75,7 @@ async def test_opensearch_failure_mid_ingest_is_reported_and_retry_converges(api
     assert error["code"] == "SERVICE_UNAVAILABLE"
     assert "keep their previous version" in error["message"]
     assert await found_docs(http, "antibiotic resistance plasmids") == set()
-    assert await components.index.backends[1].count("default") == 0
+    assert await components.index.backends[1].count(ScopeKey("default")) == 0
 
     retried = await http.post("/v1/documents", json={"documents": DOCS})
     assert retried.status_code == 200, retried.text
@@ -82,8 +83,8 @@ async def test_opensearch_failure_mid_ingest_is_reported_and_retry_converges(api
     assert chunks > 3
     again = await http.post("/v1/documents", json={"documents": DOCS})
     assert sorted(again.json()["unchanged"]) == sorted(d["id"] for d in DOCS)
-    assert await components.index.count("default") == chunks
-    assert await components.index.backends[1].count("default") == chunks
+    assert await components.index.count(ScopeKey("default")) == chunks
+    assert await components.index.backends[1].count(ScopeKey("default")) == chunks
 
     assert await found_docs(http, "antibiotic resistance plasmids") == {d["id"] for d in DOCS}
     for strategy in ("bm25", "splade", "dense"):
@@ -94,7 +95,7 @@ async def test_opensearch_failure_mid_ingest_is_reported_and_retry_converges(api
 
     assert (await http.delete("/v1/documents/doc-0")).status_code == 200
     assert "doc-0" not in await found_docs(http, "antibiotic resistance plasmids")
-    assert await components.index.backends[1].count("default") < chunks
+    assert await components.index.backends[1].count(ScopeKey("default")) < chunks
 
 
 async def served_chunks(http, doc_id: str) -> set[str]:
@@ -142,5 +143,5 @@ async def test_an_update_cut_by_its_deadline_serves_one_version_whole(api):
         assert await served_chunks(http, "cut") == v1
         assert set((await http.get("/v1/documents/cut")).json()["chunk_ids"]) == v1
     assert any(status == 504 for _, status, _ in outcomes), outcomes
-    total = await components.index.count("default")
-    assert total == await components.index.backends[1].count("default")  # no leftovers
+    total = await components.index.count(ScopeKey("default"))
+    assert total == await components.index.backends[1].count(ScopeKey("default"))  # no leftovers

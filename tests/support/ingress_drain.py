@@ -67,7 +67,7 @@ def run(graceful_s: float, docs: int) -> dict:
         client.deploy_apps(ServeDeploySchema.model_validate(document), _blocking=True)
         wait_ready(url)
 
-        corpus = load_beir(SCIFACT, "test", "default").corpus[:docs]
+        corpus = load_beir(SCIFACT, "test").corpus[:docs]
         body = {"documents": [{"id": d.id, "title": d.title, "text": d.text} for d in corpus]}
         upload: dict = {}
 

@@ -32,7 +32,7 @@ UPLOAD_TIMEOUT_S = 300.0
 
 
 def document_text(chars: int) -> str:
-    abstracts = [d.text for d in load_beir(SCIFACT, "test", "default").corpus if d.text]
+    abstracts = [d.text for d in load_beir(SCIFACT, "test").corpus if d.text]
     parts: list[str] = []
     size = 0
     while size < chars:

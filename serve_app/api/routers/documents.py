@@ -59,12 +59,10 @@ def add_document_routes(router: APIRouter, collection: Callable[..., Any]) -> No
         who.require("write")
 
         async def upload() -> IngestResponse:
-            if name is not None:
-                await service.scope(who.tenant_id, name)  # before reading a byte of the body
-            documents = await read_documents(request, who.tenant_id, service.config, loaders)
-            if name is not None:
-                documents = [d.model_copy(update={"collection": name}) for d in documents]
-            result = await service.ingest(documents)
+            # Resolved once, before reading a byte of the body.
+            key = await service.scope(who.tenant_id, name or DEFAULT_COLLECTION)
+            documents = await read_documents(request, service.config, loaders)
+            result = await service.ingest(key, documents)
             metrics.observe_stages("ingest", result.timings_ms)
             return IngestResponse.model_validate(result.model_dump())
 

@@ -89,11 +89,12 @@ DOCS = [
 async def make_service(config, llm):
     from serve_app.api.models import IngestRequest
     from serve_app.schemas import Document
+    from serve_app.stores.base import ScopeKey
 
     components = await build_components(config)
     service = RetrievalService(components, llm=llm)
     documents = [Document(**d.model_dump()) for d in IngestRequest(documents=DOCS).documents]
-    await service.ingest(documents)
+    await service.ingest(ScopeKey("default"), documents)
     return service
 
 
@@ -172,9 +173,10 @@ async def test_events_come_in_order_with_results_deltas_and_checked_citations(cl
 
 async def test_a_hostile_document_stays_inside_its_delimiters(service):
     from serve_app.generation.prompts import Passage, answer_messages
+    from serve_app.stores.base import ScopeKey
 
     hostile = await service.components.index.fetch_batch(
-        [("default", [c for c in (await service.get_document("default", "hostile")).chunk_ids])]
+        [(ScopeKey("default"), [c for c in (await service.get_document("default", "hostile")).chunk_ids])]
     )
     prompt = answer_messages("q", [Passage(1, hostile[0][0])], [])[-1].content
     # One block, one passage: the document's own markup cannot close it or open another.

@@ -13,6 +13,7 @@ from serve_app.api.service import RetrievalService
 from serve_app.generation import build_llm
 from serve_app.pipelines.components import build_components
 from serve_app.schemas import Document
+from serve_app.stores.base import ScopeKey
 from tests.support.data import SMOLLM2
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -36,7 +37,7 @@ async def client(app_config_factory):
     config = app_config_factory(llm=LLM, answer=ANSWER)
     llm = build_llm(config.llm)
     service = RetrievalService(await build_components(config), llm=llm)
-    await service.ingest(DOCS)
+    await service.ingest(ScopeKey("default"), DOCS)
     transport = httpx.ASGITransport(app=create_app(service))
     async with httpx.AsyncClient(transport=transport, base_url="http://t", timeout=120) as http:
         yield http

@@ -14,7 +14,7 @@ from serve_app.api.app import create_app
 from serve_app.api.auth import hash_api_key
 from serve_app.api.service import RetrievalService
 from serve_app.pipelines.components import build_components
-from serve_app.stores.base import scope
+from serve_app.stores.base import ScopeKey
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -119,7 +119,7 @@ async def test_deleting_a_collection_removes_its_chunks_everywhere(api):
     deleted = await http.delete("/v1/collections/trash", headers=a)
     assert deleted.status_code == 200 and deleted.json()["chunks_removed"] >= 1
     for backend in components.index.backends:
-        page, _ = await backend.scroll_payloads(scope("tenant-a", "trash"), ["doc_id"], None, 100)
+        page, _ = await backend.scroll_payloads(ScopeKey("tenant-a", "trash"), ["doc_id"], None, 100)
         assert page == []
     gone = await http.post("/v1/collections/trash/search", json={"query": "plasmids"}, headers=a)
     assert gone.status_code == 404

@@ -10,6 +10,9 @@ from serve_app.api.service import RetrievalService, sub_batches
 from serve_app.errors import ServiceUnavailableError
 from serve_app.pipelines.components import build_components
 from serve_app.schemas import Document
+from serve_app.stores.base import ScopeKey
+
+DEFAULT = ScopeKey("default")
 
 
 def doc(i: int, chars: int = 100) -> Document:
@@ -62,20 +65,20 @@ async def test_uploads_share_the_slots_and_extra_uploads_are_refused(components)
     components.chunker = gate
     service = RetrievalService(components)
     uploads = [
-        asyncio.create_task(service.ingest([doc(10 * u + i) for i in range(3)])) for u in range(3)
+        asyncio.create_task(service.ingest(DEFAULT, [doc(10 * u + i) for i in range(3)])) for u in range(3)
     ]
     await asyncio.sleep(0.2)
     # Three uploads of three sub-batches each, but only two sub-batches in the pipeline.
     assert gate.running == 2
     with pytest.raises(ServiceUnavailableError, match="max_pending_uploads"):
-        await service.ingest([doc(99)])
+        await service.ingest(DEFAULT, [doc(99)])
     gate.open.set()
     results = await asyncio.gather(*uploads)
     assert gate.most_running == 2
     assert sorted(d for r in results for d in r.written) == sorted(
         f"d{10 * u + i}" for u in range(3) for i in range(3)
     )
-    assert (await service.ingest([doc(99)])).written == ["d99"]  # admitted again
+    assert (await service.ingest(DEFAULT, [doc(99)])).written == ["d99"]  # admitted again
     components.chunker = gate.chunker
 
 
@@ -113,7 +116,7 @@ async def test_a_search_makes_its_store_calls_in_one_retrieval(components):
     components.index, components.retriever = service_calls, IndexRetriever(retrieval_calls)
     try:
         service = RetrievalService(components)
-        await service.ingest([doc(1).model_copy(update={"tenant_id": tenant})])
+        await service.ingest(ScopeKey(tenant), [doc(1)])
         service_calls.calls.clear()
         found = await service.search(SearchRequest(query="word", top_k=3), tenant)
         assert [r.chunk.doc_id for r in found.results] == ["d1"]
@@ -128,9 +131,7 @@ async def test_a_search_makes_its_store_calls_in_one_retrieval(components):
         assert service_calls.calls == [] and retrieval_calls.calls == ["has_collection"]
 
         await service.create_collection(tenant, "papers")
-        await service.ingest(
-            [doc(2).model_copy(update={"tenant_id": tenant, "collection": "papers"})]
-        )
+        await service.ingest(await service.scope(tenant, "papers"), [doc(2)])
         service_calls.calls.clear()
         retrieval_calls.calls.clear()
         named = await service.search(SearchRequest(query="word", collection="papers"), tenant)

@@ -23,7 +23,7 @@ from serve_app.api.service import RetrievalService
 from serve_app.config import AuthConfig
 from serve_app.pipelines.components import build_components
 from serve_app.schemas import valid_tenant_id
-from serve_app.stores.base import ScopeKey, in_scope, scope
+from serve_app.stores.base import ScopeKey, in_scope
 
 on_session_loop = pytest.mark.asyncio(loop_scope="session")
 
@@ -81,7 +81,7 @@ def test_any_claim_yields_its_own_tenant_or_nothing(claim):
     for collection in ("default", "proj", None):
         key = principal.scope(collection)
         assert key.tenant == claim
-        victims = {scope(VICTIM), scope(VICTIM, "proj"), scope(VICTIM, None)}
+        victims = {ScopeKey(VICTIM), ScopeKey(VICTIM, "proj"), ScopeKey(VICTIM, None)}
         assert (key in victims) == (claim == VICTIM)
         payload = {"tenant_id": VICTIM, "collection": "proj"}
         assert in_scope(payload, key) == (claim == VICTIM and collection in ("proj", None))
@@ -90,10 +90,10 @@ def test_any_claim_yields_its_own_tenant_or_nothing(claim):
 @settings(max_examples=300, deadline=None)
 @given(text=st.text())
 def test_a_string_is_a_whole_tenant_or_no_scope(text):
-    """Where a bare string stands for a scope, it is one tenant's default collection, never
-    split into a tenant and a collection."""
+    """A tenant id alone makes that tenant's default collection, never split into a tenant
+    and a collection (nothing parses a string into a scope)."""
     try:
-        key = ScopeKey.of(text)
+        key = ScopeKey(text)
     except ValueError:
         return
     assert (key.tenant, key.collection) == (text, "default")

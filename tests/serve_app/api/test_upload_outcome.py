@@ -13,6 +13,7 @@ from serve_app.api.service import RetrievalService
 from serve_app.errors import ServiceUnavailableError
 from serve_app.pipelines.components import build_components
 from serve_app.schemas import Document
+from serve_app.stores.base import ScopeKey
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -48,7 +49,7 @@ async def test_nothing_is_written_after_a_failed_upload_is_answered(app_config_f
             for i in range(12)
         ]
         with pytest.raises(ServiceUnavailableError) as raised:
-            await service.ingest(documents)
+            await service.ingest(ScopeKey("default"), documents)
         error = raised.value
         written = error.details["written"]
         assert len(written) < len(documents)
@@ -57,7 +58,7 @@ async def test_nothing_is_written_after_a_failed_upload_is_answered(app_config_f
         async def present() -> set[str]:
             found = set()
             for document in documents:
-                if await components.index.document_info("default", document.id) is not None:
+                if await components.index.document_info(ScopeKey("default"), document.id) is not None:
                     found.add(document.id)
             return found
 
@@ -65,7 +66,7 @@ async def test_nothing_is_written_after_a_failed_upload_is_answered(app_config_f
         await asyncio.sleep(3)  # sub-batches left running would write meanwhile
         assert await present() == set(written)
         for doc_id in written:  # each one whole: every chunk of its version present
-            info = await components.index.document_info("default", doc_id)
+            info = await components.index.document_info(ScopeKey("default"), doc_id)
             assert info is not None and len(info.chunk_ids) >= 1
     finally:
         await components.close()

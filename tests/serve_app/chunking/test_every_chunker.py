@@ -2,8 +2,9 @@
 
 import pytest
 
-from serve_app.chunking.base import canonical_text, contextual_header
+from serve_app.chunking.base import canonical_text, contextual_header, stored_chunk_id
 from serve_app.schemas import Document
+from serve_app.stores.base import ScopeKey
 
 NAMES = ["sliding_window", "sections", "imrad"]
 
@@ -51,10 +52,13 @@ class TestChunkerContract:
         (chunk,) = chunkers[name].chunk(doc)
         assert chunk.text == "One short sentence." and chunk.char_start == 0
 
-    def test_tenant_changes_ids(self, chunkers, name):
-        a = chunkers[name].chunk(Document(id="d", text="Same text.", tenant_id="a"))
-        b = chunkers[name].chunk(Document(id="d", text="Same text.", tenant_id="b"))
-        assert a[0].id != b[0].id
+    def test_the_scope_changes_stored_ids(self, chunkers, name):
+        (chunk,) = chunkers[name].chunk(Document(id="d", text="Same text."))
+        stored = {
+            stored_chunk_id(key, chunk.id, "h")
+            for key in (ScopeKey("a"), ScopeKey("b"), ScopeKey("a", "papers"))
+        }
+        assert len(stored) == 3
 
     def test_fingerprint_is_serialisable(self, chunkers, name):
         import json

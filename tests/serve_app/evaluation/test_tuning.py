@@ -151,9 +151,9 @@ def test_held_out_split_is_scored_for_every_method_and_encodings_are_reused(
     loaded: list[str] = []
     real_load = beir_module.load_beir
 
-    def spy(folder, split, tenant, max_docs=None):
+    def spy(folder, split, max_docs=None):
         loaded.append(split)
-        return real_load(folder, split, tenant, max_docs)
+        return real_load(folder, split, max_docs)
 
     monkeypatch.setattr(encodings, "fill", counting_fill)
     monkeypatch.setattr(beir_module, "load_beir", spy)

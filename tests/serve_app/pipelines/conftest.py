@@ -6,13 +6,13 @@ from serve_app.pipelines.components import build_components
 from serve_app.schemas import Document
 
 
-def scifact_docs(scifact_dir, n: int, tenant: str = "default") -> list[Document]:
+def scifact_docs(scifact_dir, n: int) -> list[Document]:
     docs = []
     with (scifact_dir / "corpus.jsonl").open() as handle:
         for line in handle:
             row = json.loads(line)
             docs.append(
-                Document(id=row["_id"], title=row["title"], text=row["text"], tenant_id=tenant)
+                Document(id=row["_id"], title=row["title"], text=row["text"])
             )
             if len(docs) == n:
                 break

@@ -8,39 +8,42 @@ from serve_app.errors import InvalidInputError, PayloadTooLargeError
 from serve_app.pipelines.ingest import IngestPipeline, encoding_text
 from serve_app.pipelines.timing import StageTimer
 from serve_app.schemas import Chunk, Document, Section
+from serve_app.stores.base import ScopeKey
+
+DEFAULT = ScopeKey("default")
 
 
 async def test_ingest_then_reingest_is_idempotent(components, corpus):
     pipeline = IngestPipeline(components)
-    first = await pipeline.ingest(corpus)
+    first = await pipeline.ingest(DEFAULT, corpus)
     assert first.documents == len(corpus) and len(first.written) == len(corpus)
     assert first.chunks_written >= len(corpus)
-    count = await components.index.count("default")
+    count = await components.index.count(DEFAULT)
     assert count == first.chunks_written
 
-    again = await pipeline.ingest([d.model_copy(deep=True) for d in corpus])
+    again = await pipeline.ingest(DEFAULT, [d.model_copy(deep=True) for d in corpus])
     assert again.written == [] and sorted(again.unchanged) == sorted(d.id for d in corpus)
     assert not any(k.startswith("encode") for k in again.timings_ms)  # no model work
-    assert await components.index.count("default") == count
+    assert await components.index.count(DEFAULT) == count
 
 
 async def test_changed_document_replaces_its_chunks(components, corpus):
     pipeline = IngestPipeline(components)
-    await pipeline.ingest(corpus)
-    before = await components.index.count("default")
+    await pipeline.ingest(DEFAULT, corpus)
+    before = await components.index.count(DEFAULT)
     doc = corpus[0]
     long_text = " ".join([doc.text] * 6)
-    grown = await pipeline.ingest([doc.model_copy(update={"text": long_text})])
+    grown = await pipeline.ingest(DEFAULT, [doc.model_copy(update={"text": long_text})])
     assert grown.written == [doc.id] and grown.chunks_written > 1
-    info = await components.index.document_info("default", doc.id)
+    info = await components.index.document_info(DEFAULT, doc.id)
     assert len(info.chunk_ids) == grown.chunks_written
-    shrunk = await pipeline.ingest([doc])
+    shrunk = await pipeline.ingest(DEFAULT, [doc])
     # Chunk ids carry the document's content hash: every chunk of the grown version goes,
     # even those whose text the shrunk one repeats (two versions never share a stored chunk).
     assert shrunk.stale_chunks_removed == grown.chunks_written
-    after = await components.index.document_info("default", doc.id)
+    after = await components.index.document_info(DEFAULT, doc.id)
     assert set(after.chunk_ids).isdisjoint(info.chunk_ids)
-    assert await components.index.count("default") == before
+    assert await components.index.count(DEFAULT) == before
 
 
 async def test_bad_batch_writes_nothing(components):
@@ -48,15 +51,15 @@ async def test_bad_batch_writes_nothing(components):
     limit = components.config.limits.max_document_chars
     good = Document(id="fresh-good", text="A perfectly fine document.")
     huge = Document(id="fresh-huge", text="x" * (limit + 1))
-    before = await components.index.count("default")
+    before = await components.index.count(DEFAULT)
     with pytest.raises(PayloadTooLargeError, match="fresh-huge"):
-        await pipeline.ingest([good, huge])
+        await pipeline.ingest(DEFAULT, [good, huge])
     with pytest.raises(InvalidInputError, match="twice"):
-        await pipeline.ingest([good, good])
+        await pipeline.ingest(DEFAULT, [good, good])
     with pytest.raises(InvalidInputError, match="no documents"):
-        await pipeline.ingest([])
-    assert await components.index.count("default") == before
-    assert await components.index.document_info("default", "fresh-good") is None
+        await pipeline.ingest(DEFAULT, [])
+    assert await components.index.count(DEFAULT) == before
+    assert await components.index.document_info(DEFAULT, "fresh-good") is None
 
 
 @pytest.mark.parametrize(
@@ -81,31 +84,32 @@ async def test_what_every_chunk_repeats_is_bounded_apart_from_the_text(component
     assert document.char_count() <= components.config.limits.max_document_chars
     assert document.repeated_chars() > limit
     pipeline = IngestPipeline(components)
-    before = await components.index.count("default")
+    before = await components.index.count(DEFAULT)
     with pytest.raises(PayloadTooLargeError, match=r"limits\.max_repeated_chars") as refused:
-        await pipeline.ingest([Document(id="fine", text="A fine document."), document])
+        await pipeline.ingest(DEFAULT, [Document(id="fine", text="A fine document."), document])
     assert refused.value.status == 413 and "'repeats'" in str(refused.value)
-    assert await components.index.count("default") == before
+    assert await components.index.count(DEFAULT) == before
 
 
 async def test_a_document_at_the_repeated_limit_is_written(components):
     limit = components.config.limits.max_repeated_chars
     at_limit = Document(id="at-limit", title="t" * (limit - 2), text="Short body.")
     assert at_limit.repeated_chars() == limit  # the title and "{}", the empty metadata
-    result = await IngestPipeline(components).ingest([at_limit])
+    result = await IngestPipeline(components).ingest(DEFAULT, [at_limit])
     assert result.written == ["at-limit"]
 
 
 async def test_tenants_are_separate(components):
     pipeline = IngestPipeline(components)
-    await pipeline.ingest([Document(id="shared-id", text="Tenant A text.", tenant_id="a")])
-    result = await pipeline.ingest([Document(id="shared-id", text="Tenant B text.", tenant_id="b")])
+    a, b = ScopeKey("a"), ScopeKey("b")
+    await pipeline.ingest(a, [Document(id="shared-id", text="Tenant A text.")])
+    result = await pipeline.ingest(b, [Document(id="shared-id", text="Tenant B text.")])
     assert result.written == ["shared-id"]
-    info_a = await components.index.document_info("a", "shared-id")
-    info_b = await components.index.document_info("b", "shared-id")
+    info_a = await components.index.document_info(a, "shared-id")
+    info_b = await components.index.document_info(b, "shared-id")
     assert set(info_a.chunk_ids).isdisjoint(info_b.chunk_ids)
-    assert await pipeline.delete("a", "shared-id") == 1
-    assert await components.index.document_info("b", "shared-id") is not None
+    assert await pipeline.delete(a, "shared-id") == 1
+    assert await components.index.document_info(b, "shared-id") is not None
 
 
 async def test_sectioned_document_keeps_provenance(components):
@@ -118,8 +122,8 @@ async def test_sectioned_document_keeps_provenance(components):
         ],
         metadata={"year": 2021},
     )
-    await IngestPipeline(components).ingest([doc])
-    info = await components.index.document_info("default", "sectioned")
+    await IngestPipeline(components).ingest(DEFAULT, [doc])
+    info = await components.index.document_info(DEFAULT, "sectioned")
     assert info.metadata["year"] == 2021 and len(info.chunk_ids) == 2
 
 

@@ -15,7 +15,8 @@ import pytest
 from store_helpers import make_store, opensearch_config, write
 
 from serve_app.errors import ModelMismatchError
-from serve_app.stores.base import versioned_names
+from serve_app.stores.base import ScopeKey
+from serve_app.stores.versioning import versioned_names
 from serve_app.testing.store_contract import MODELS, encoded, query
 from tests.support.qdrant_rest_double import QdrantRestDouble
 
@@ -61,10 +62,10 @@ async def test_concurrent_openers_agree_on_one_version(
             assert await backends[0].alias_target() == f"{alias}-v1"
             assert {b.physical for b in backends} == {f"{alias}-v1"}
         chunk = encoded("d1", 0, "alpha beta", [1, 0, 0, 0], {1: 1.0}, tenant="t")
-        await stores[0].write_documents("t", [write("d1", [chunk])])
+        await stores[0].write_documents(ScopeKey("t"), [write("d1", [chunk])])
         for store in stores[1:]:
-            assert await store.count("t") == 1
-            hits = await store.search("dense", query(), 5, "t")
+            assert await store.count(ScopeKey("t")) == 1
+            hits = await store.search("dense", query(), 5, ScopeKey("t"))
             assert [h.doc_id for h in hits] == ["d1"]
     finally:
         for store in stores:

@@ -8,7 +8,7 @@ from store_helpers import MODELS, encoded, query, write
 
 from serve_app.config import EmbeddedStoreConfig
 from serve_app.errors import ModelMismatchError
-from serve_app.stores.base import IndexModels
+from serve_app.stores.base import IndexModels, ScopeKey
 from serve_app.stores.embedded import EdgeBackend, embedded_index
 
 
@@ -22,35 +22,35 @@ async def index(tmp_path):
 
 async def test_bm25_applies_idf(index):
     await index.write_documents(
-        "t1",
+        ScopeKey("t1"),
         [
             write("d1", [encoded("d1", 0, "alpha", [1, 0, 0, 0], {1: 1.0, 2: 0.5})]),
             write("d2", [encoded("d2", 0, "gamma", [0, 1, 0, 0], {1: 0.2, 3: 1.0})]),
             write("d3", [encoded("d3", 0, "delta", [0, 0, 1, 0], {3: 1.0})]),
         ],
     )
-    raw = await index.search("splade", query(terms={1: 1.0}), 10, "t1")
-    idf = await index.search("bm25", query(terms={1: 1.0}), 10, "t1")
+    raw = await index.search("splade", query(terms={1: 1.0}), 10, ScopeKey("t1"))
+    idf = await index.search("bm25", query(terms={1: 1.0}), 10, ScopeKey("t1"))
     assert [h.chunk_id for h in raw] == [h.chunk_id for h in idf]
     assert raw[0].score != pytest.approx(idf[0].score)
 
 
 async def test_bm25_idf_is_per_tenant(index):
     await index.write_documents(
-        "t1",
+        ScopeKey("t1"),
         [
             write("d", [encoded("d", 0, "x", [1, 0, 0, 0], {7: 1.0, 8: 1.0})]),
             write("e", [encoded("e", 0, "y", [0, 1, 0, 0], {8: 1.0})]),
         ],
     )
-    before = (await index.search("bm25", query(terms={7: 1.0}), 5, "t1"))[0].score
+    before = (await index.search("bm25", query(terms={7: 1.0}), 5, ScopeKey("t1")))[0].score
     # Another tenant indexing the same term many times must not change t1's BM25 scores.
     noise = [
         write(f"n{i}", [encoded(f"n{i}", 0, "z", [0, 0, 1, 0], {7: 1.0}, tenant="t2")])
         for i in range(20)
     ]
-    await index.write_documents("t2", noise)
-    after = (await index.search("bm25", query(terms={7: 1.0}), 5, "t1"))[0].score
+    await index.write_documents(ScopeKey("t2"), noise)
+    after = (await index.search("bm25", query(terms={7: 1.0}), 5, ScopeKey("t1")))[0].score
     assert after == pytest.approx(before)
 
 
@@ -59,14 +59,14 @@ async def test_persists_and_reopens(tmp_path):
     store = embedded_index(path, EmbeddedStoreConfig())
     await store.open(MODELS)
     await store.write_documents(
-        "t1", [write("d1", [encoded("d1", 0, "alpha", [1, 0, 0, 0], {1: 1.0})])]
+        ScopeKey("t1"), [write("d1", [encoded("d1", 0, "alpha", [1, 0, 0, 0], {1: 1.0})])]
     )
     await store.close()
     reopened = embedded_index(path, EmbeddedStoreConfig())
     await reopened.open(MODELS)
-    assert await reopened.count("t1") == 1
-    (hit,) = (await reopened.search("dense", query(), 5, "t1"))[:1]
-    assert (await reopened.fetch("t1", [hit.chunk_id]))[0].text == "alpha"
+    assert await reopened.count(ScopeKey("t1")) == 1
+    (hit,) = (await reopened.search("dense", query(), 5, ScopeKey("t1")))[:1]
+    assert (await reopened.fetch(ScopeKey("t1"), [hit.chunk_id]))[0].text == "alpha"
     await reopened.close()
 
 
@@ -86,19 +86,19 @@ async def test_an_interrupted_replace_is_not_unchanged_and_its_retry_removes_the
     hash, the ingest writes it again, and that removes the old chunks."""
     old = write("d", [encoded("d", i, f"old {i}", [1, 0, 0, 0], {1: 1.0}, version="h1") for i in range(3)], "h1")  # fmt: skip
     new = write("d", [encoded("d", i, f"new {i}", [1, 0, 0, 0], {1: 1.0}, version="h2") for i in range(2)], "h2")  # fmt: skip
-    await index.write_documents("t1", [old])
+    await index.write_documents(ScopeKey("t1"), [old])
     (backend,) = index.backends
-    await backend.upsert("t1", [new])  # the write, without what follows it
-    assert await index.count("t1") == 5
-    assert await index.document_hashes("t1", ["d"]) == {}  # neither version is whole alone
-    assert await index.write_documents("t1", [new]) == 3  # the retry
-    assert await index.document_hashes("t1", ["d"]) == {"d": "h2"}
-    hits = await index.search("dense", query(), 10, "t1")
+    await backend.upsert(ScopeKey("t1"), [new])  # the write, without what follows it
+    assert await index.count(ScopeKey("t1")) == 5
+    assert await index.document_hashes(ScopeKey("t1"), ["d"]) == {}  # neither version is whole alone
+    assert await index.write_documents(ScopeKey("t1"), [new]) == 3  # the retry
+    assert await index.document_hashes(ScopeKey("t1"), ["d"]) == {"d": "h2"}
+    hits = await index.search("dense", query(), 10, ScopeKey("t1"))
     assert sorted(await _texts(index, hits)) == ["new 0", "new 1"]
 
 
 async def _texts(index, hits):
-    return [c.text for c in await index.fetch("t1", [h.chunk_id for h in hits])]
+    return [c.text for c in await index.fetch(ScopeKey("t1"), [h.chunk_id for h in hits])]
 
 
 def test_id_texts_give_the_canonical_text_of_each_id_and_stay_bounded():
@@ -132,9 +132,9 @@ def test_id_texts_of_many_ids_match_one_at_a_time():
 
 async def test_search_hits_carry_the_ids_the_chunks_were_written_with(index):
     chunks = [encoded(f"d{i}", 0, f"text {i}", [1, i, 0, 0], {1: 1.0 + i}) for i in range(6)]
-    await index.write_documents("t1", [write(c.chunk.doc_id, [c]) for c in chunks])
-    first = await index.search("dense", query(), 10, "t1")
-    second = await index.search("dense", query(), 10, "t1")  # ids seen before
+    await index.write_documents(ScopeKey("t1"), [write(c.chunk.doc_id, [c]) for c in chunks])
+    first = await index.search("dense", query(), 10, ScopeKey("t1"))
+    second = await index.search("dense", query(), 10, ScopeKey("t1"))  # ids seen before
     assert sorted(h.chunk_id for h in first) == sorted(c.chunk.id for c in chunks)
     assert first == second and all(type(h.chunk_id) is str for h in first)
 
@@ -149,7 +149,7 @@ async def test_opening_an_index_builds_what_its_writes_left_unindexed(tmp_path, 
     docs = [
         write(f"d{n}", [encoded(f"d{n}", 0, f"t{n}", [1, n, 0, 1], {n: 1.0})]) for n in range(200)
     ]
-    await store.write_documents("t1", docs)
+    await store.write_documents(ScopeKey("t1"), docs)
     await store.close()
     # The engine's threshold lowered afterwards, so that these 200 points are due a graph.
     shard_path = str(path / "shard")
@@ -169,5 +169,5 @@ async def test_opening_an_index_builds_what_its_writes_left_unindexed(tmp_path, 
     await (reopened.open(MODELS) if reopen == "open" else reopened.attach())
     opened = reopened.backends[0].shard.info()
     assert opened.indexed_vectors_count == 3 * opened.points_count == 3 * written.points_count
-    assert await reopened.search("dense", query(), 5, "t1")
+    assert await reopened.search("dense", query(), 5, ScopeKey("t1"))
     await reopened.close()

@@ -16,7 +16,7 @@ from serve_app.errors import (
     NotFoundError,
     ServiceUnavailableError,
 )
-from serve_app.stores.base import PAYLOAD_INDEXES, scope
+from serve_app.stores.base import PAYLOAD_INDEXES, ScopeKey
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -33,7 +33,7 @@ async def store(request, tmp_path):
 async def _fill(store) -> None:
     """t1: d1 (2 chunks) and d2 (1) in default, d1 (1 chunk) in ``papers``; t2: d1 (1)."""
     await store.write_documents(
-        "t1",
+        ScopeKey("t1"),
         [
             write(
                 "d1",
@@ -45,9 +45,9 @@ async def _fill(store) -> None:
             write("d2", [encoded("d2", 0, "gamma rays", [0.9, 0.1, 0, 0], {1: 0.2})]),
         ],
     )
-    await store.create_collection("t1", "papers")
+    await store.create_collection(ScopeKey("t1", "papers"))
     await store.write_documents(
-        scope("t1", "papers"),
+        ScopeKey("t1", "papers"),
         [
             write(
                 "d1",
@@ -56,7 +56,7 @@ async def _fill(store) -> None:
         ],
     )
     await store.write_documents(
-        "t2", [write("d1", [encoded("d1", 0, "alpha other tenant", [1, 0, 0, 0], {1: 5.0}, "t2")])]
+        ScopeKey("t2"), [write("d1", [encoded("d1", 0, "alpha other tenant", [1, 0, 0, 0], {1: 5.0}, "t2")])]
     )
 
 
@@ -96,34 +96,34 @@ async def test_inspect_reports_every_store_and_collection(store):
 
 async def test_inspect_narrows_to_a_tenant_and_a_collection(store):
     await _fill(store)
-    assert set(_by_collection(await store.inspect("t1"))) == {("t1", "default"), ("t1", "papers")}
-    only = _by_collection(await store.inspect("t1", "papers"))
+    assert set(_by_collection(await store.inspect(ScopeKey("t1", None)))) == {("t1", "default"), ("t1", "papers")}
+    only = _by_collection(await store.inspect(ScopeKey("t1", "papers")))
     assert list(only) == [("t1", "papers")]
-    await store.create_collection("t2", "empty")
-    empty = _by_collection(await store.inspect("t2", "empty"))[("t2", "empty")]
+    await store.create_collection(ScopeKey("t2", "empty"))
+    empty = _by_collection(await store.inspect(ScopeKey("t2", "empty")))[("t2", "empty")]
     assert set(empty["chunks"].values()) == {0}
 
 
 async def test_collections_are_kept_apart_inside_a_tenant(store):
     await _fill(store)
-    papers = scope("t1", "papers")
-    assert [c["name"] for c in await store.list_collections("t1")] == ["default", "papers"]
-    assert [c["name"] for c in await store.list_collections("t2")] == ["default"]
-    assert await store.has_collection("t1", "papers") and not await store.has_collection(
-        "t2", "papers"
+    papers = ScopeKey("t1", "papers")
+    assert [c["name"] for c in await store.list_collections(ScopeKey("t1"))] == ["default", "papers"]
+    assert [c["name"] for c in await store.list_collections(ScopeKey("t2"))] == ["default"]
+    assert await store.has_collection(ScopeKey("t1", "papers")) and not await store.has_collection(
+        ScopeKey("t2", "papers")
     )
     with pytest.raises(ConflictError):
-        await store.create_collection("t1", "papers")
+        await store.create_collection(ScopeKey("t1", "papers"))
     in_papers = await store.search("dense", query(), 10, papers)
     assert [c.text for c in await store.fetch(papers, [h.chunk_id for h in in_papers])] == [
         "alpha in papers"
     ]
-    in_default = await store.search("dense", query(), 10, "t1")
+    in_default = await store.search("dense", query(), 10, ScopeKey("t1"))
     assert len(in_default) == 3 and not {h.chunk_id for h in in_papers} & {
         h.chunk_id for h in in_default
     }
-    assert await store.fetch("t1", [h.chunk_id for h in in_papers]) == []
-    assert (await store.count(papers), await store.count("t1")) == (1, 3)
+    assert await store.fetch(ScopeKey("t1"), [h.chunk_id for h in in_papers]) == []
+    assert (await store.count(papers), await store.count(ScopeKey("t1"))) == (1, 3)
     info = await store.document_info(papers, "d1")
     assert (info.tenant_id, info.collection, len(info.chunk_ids)) == ("t1", "papers", 1)
     assert await store.document_hashes(papers, ["d1", "d2"]) == {"d1": "h1"}
@@ -131,17 +131,17 @@ async def test_collections_are_kept_apart_inside_a_tenant(store):
 
 async def test_deleting_a_collection_leaves_no_chunk_of_it_in_any_store(store):
     await _fill(store)
-    assert await store.delete_collection("t1", "papers") == 1
+    assert await store.delete_collection(ScopeKey("t1", "papers")) == 1
     for backend in store.backends:
         page, _ = await backend.scroll_payloads(None, ["tenant_id", "collection"], None, 100)
         assert [p["collection"] for _, p in page].count("papers") == 0
         assert len(page) == 4  # t1's default collection and t2 are untouched
-    assert [c["name"] for c in await store.list_collections("t1")] == ["default"]
-    assert not await store.has_collection("t1", "papers")
+    assert [c["name"] for c in await store.list_collections(ScopeKey("t1"))] == ["default"]
+    assert not await store.has_collection(ScopeKey("t1", "papers"))
     with pytest.raises(NotFoundError):
-        await store.delete_collection("t1", "papers")
+        await store.delete_collection(ScopeKey("t1", "papers"))
     with pytest.raises(InvalidInputError, match="default collection"):
-        await store.delete_collection("t1", "default")
+        await store.delete_collection(ScopeKey("t1", "default"))
 
 
 async def test_a_failed_collection_delete_is_closed_and_finished_by_a_retry(store, monkeypatch):
@@ -153,12 +153,12 @@ async def test_a_failed_collection_delete_is_closed_and_finished_by_a_retry(stor
 
     monkeypatch.setattr(last, "delete_scope", down)
     with pytest.raises(ServiceUnavailableError):
-        await store.delete_collection("t1", "papers")
+        await store.delete_collection(ScopeKey("t1", "papers"))
     # Half deleted: no longer usable, still listed as being deleted.
-    assert not await store.has_collection("t1", "papers")
-    assert [c["state"] for c in await store.list_collections("t1")] == ["ready", "deleting"]
+    assert not await store.has_collection(ScopeKey("t1", "papers"))
+    assert [c["state"] for c in await store.list_collections(ScopeKey("t1"))] == ["ready", "deleting"]
     monkeypatch.undo()
-    await store.delete_collection("t1", "papers")
+    await store.delete_collection(ScopeKey("t1", "papers"))
     for backend in store.backends:
-        assert await backend.count(scope("t1", "papers")) == 0
-    assert [c["name"] for c in await store.list_collections("t1")] == ["default"]
+        assert await backend.count(ScopeKey("t1", "papers")) == 0
+    assert [c["name"] for c in await store.list_collections(ScopeKey("t1"))] == ["default"]

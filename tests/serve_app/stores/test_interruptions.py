@@ -11,6 +11,7 @@ import pytest
 from store_helpers import TOPOLOGY_NAMES, make_store
 
 from serve_app.schemas import SearchFilters
+from serve_app.stores.base import ScopeKey
 from serve_app.stores.index import StoreIndex
 from serve_app.testing.store_contract import MODELS, encoded, query, write
 
@@ -52,7 +53,7 @@ class Interrupter:
             self.cancel_at = self.target = None
 
 
-def version(tenant: str, tag: str, n: int):
+def version(tenant: ScopeKey, tag: str, n: int):
     chunks = [
         encoded("d", i, f"{tag} chunk {i}", [1, 0.1 * i, 0, 0], {1: 1.0, 2 + i: 0.5}, tenant, version=tag)
         for i in range(n)
@@ -60,7 +61,7 @@ def version(tenant: str, tag: str, n: int):
     return write("d", chunks, content_hash=tag), sorted(c.chunk.text for c in chunks)
 
 
-async def served(index: StoreIndex, tenant: str) -> list[str]:
+async def served(index: StoreIndex, tenant: ScopeKey) -> list[str]:
     """Texts of document d that any strategy returns and the final fetch serves."""
     found = await index.search_many(
         list(index.strategies), query(terms={1: 1.0}, text="chunk"), 100, tenant,
@@ -83,7 +84,7 @@ async def test_a_replace_cancelled_at_every_store_call_serves_one_version(index)
     outcomes = []
     seen: set[str] = set()
     for n in range(1, 40):
-        tenant = f"t{n}"
+        tenant = ScopeKey(f"t{n}")
         old, old_texts = version(tenant, "v1", 3)
         new, new_texts = version(tenant, "v2", 4)
         await index.write_documents(tenant, [old])
@@ -116,7 +117,7 @@ async def test_a_replace_cancelled_at_every_store_call_serves_one_version(index)
 async def test_a_new_document_cancelled_at_every_store_call_is_whole_or_absent(index):
     interrupter = Interrupter(index)
     for n in range(1, 40):
-        tenant = f"n{n}"
+        tenant = ScopeKey(f"n{n}")
         new, new_texts = version(tenant, "v1", 3)
         outcome = await interrupter.run(n, index.write_documents(tenant, [new]))
         assert await served(index, tenant) in ([], new_texts)
@@ -129,7 +130,7 @@ async def test_a_new_document_cancelled_at_every_store_call_is_whole_or_absent(i
 async def test_a_delete_cancelled_at_every_store_call_is_done_or_not_begun(index):
     interrupter = Interrupter(index)
     for n in range(1, 20):
-        tenant = f"x{n}"
+        tenant = ScopeKey(f"x{n}")
         doc, texts = version(tenant, "v1", 3)
         await index.write_documents(tenant, [doc])
         outcome = await interrupter.run(n, index.delete_document(tenant, "d"))

@@ -16,7 +16,7 @@ from store_helpers import MODELS, encoded, opensearch_config, query, write
 from serve_app.errors import ServeAppError
 from serve_app.schemas import SearchFilters
 from serve_app.stores import opensearch_bodies as bodies
-from serve_app.stores.base import IndexModels, scope
+from serve_app.stores.base import IndexModels, ScopeKey
 from serve_app.stores.index import StoreIndex
 from serve_app.stores.opensearch_store import OpenSearchBackend
 
@@ -45,45 +45,33 @@ async def _workflow(opensearch_url) -> None:
         encoded("d1", 1, "beta decay", [0, 1, 0, 0], {2: 2.0}, section="Methods"),
         encoded("d1", 2, "gamma", [0, 0, 1, 0], {3: 1.0}, metadata={"year": 2020, "tag": "x"}),
     ]
-    await index.write_documents("t1", [write("d1", chunks)])
-    await index.write_documents("t1", [write("d1", chunks[:2], "h2")])  # stale sweep
+    await index.write_documents(ScopeKey("t1"), [write("d1", chunks)])
+    await index.write_documents(ScopeKey("t1"), [write("d1", chunks[:2], "h2")])  # stale sweep
     filters = SearchFilters(doc_ids=["d1"], sections=["Methods"], metadata={"tag": ["x", "y"]})
-    await index.search_many(["bm25", "splade"], query(text="decay", terms={1: 1, 2: 2}), 5, "t1")
-    await index.search_many(["bm25", "splade"], query(text="decay"), 5, "t1", filters)
-    await index.document_hashes("t1", ["d1", "d2"])
-    await index.document_info("t1", "d1")
-    await index.fetch("t1", [c.chunk.id for c in chunks])
-    await index.fetch_batch([("t1", [chunks[0].chunk.id]), ("t2", [chunks[1].chunk.id])])
-    await index.count("t1")
+    await index.search_many(["bm25", "splade"], query(text="decay", terms={1: 1, 2: 2}), 5, ScopeKey("t1"))
+    await index.search_many(["bm25", "splade"], query(text="decay"), 5, ScopeKey("t1"), filters)
+    await index.document_hashes(ScopeKey("t1"), ["d1", "d2"])
+    await index.document_info(ScopeKey("t1"), "d1")
+    await index.fetch(ScopeKey("t1"), [c.chunk.id for c in chunks])
+    await index.fetch_batch([(ScopeKey("t1"), [chunks[0].chunk.id]), (ScopeKey("t2"), [chunks[1].chunk.id])])
+    await index.count(ScopeKey("t1"))
     await index.count()
     (backend,) = index.backends
-    await backend.scroll_payloads("t1", ["tenant_id"], None, 2)  # StoreIndex.count's pages
-    await index.create_collection("t1", "papers")
-    await index.write_documents(scope("t1", "papers"), [write("d1", chunks[:1])])
-    await index.inspect("t1")
-    await index.delete_collection("t1", "papers")
-    await index.delete_document("t1", "d1")
+    await backend.scroll_payloads(ScopeKey("t1"), ["tenant_id"], None, 2)  # StoreIndex.count's pages
+    await index.create_collection(ScopeKey("t1", "papers"))
+    await index.write_documents(ScopeKey("t1", "papers"), [write("d1", chunks[:1])])
+    await index.inspect(ScopeKey("t1", None))
+    await index.delete_collection(ScopeKey("t1", "papers"))
+    await index.delete_document(ScopeKey("t1"), "d1")
     with pytest.raises(ServeAppError):  # osmem has no _snapshot API; the body is still checked
         await index.snapshot_stores()[0].create_snapshot("nightly")
     await index.close()
-
-    # A registry kept by an earlier version in the mapping's _meta is carried over at open.
-    reopened = recording_index(config)
-    (backend,) = reopened.backends
-    physical = await backend.alias_target()
-    legacy = {"tenants": {"t1": {"old": {"created_at": "2026-01-01T00:00:00+00:00"}}}}
-    meta = {**await backend._meta(physical), "registry": legacy}
-    await backend.client.indices.put_mapping(index=physical, body={"_meta": meta})
-    await reopened.open(MODELS)
-    assert [c["name"] for c in await reopened.list_collections("t1")] == ["default", "old"]
-    assert "registry" not in await backend._meta(physical)
-    await reopened.close()
 
     # neural_sparse (OpenSearch >= 2.11 with the neural-search plugin; osmem lacks it).
     neural = recording_index(config.model_copy(update={"splade_query": "neural_sparse"}))
     await neural.open(MODELS)
     with pytest.raises(ServeAppError, match="neural_sparse"):
-        await neural.search_many(["splade"], query(terms={1: 1.0}), 5, "t1")
+        await neural.search_many(["splade"], query(terms={1: 1.0}), 5, ScopeKey("t1"))
     await neural.close()
 
     # A model change with migrate: a new version and one atomic alias switch.
@@ -111,7 +99,6 @@ async def test_every_request_body_validates_against_the_spec(opensearch_url):
         ("post", "/{index}/_mget"),
         ("post", "/{index}/_count"),
         ("put", "/_snapshot/{repository}/{snapshot}"),
-        ("put", "/{index}/_mapping"),  # a registry of an earlier version carried over
         # the collection registry: one document per collection
         ("head", "/{index}"),
         ("put", "/{index}/_create/{id}"),
@@ -138,16 +125,16 @@ def test_the_validator_rejects_what_opensearch_would_reject():
 @pytest.mark.parametrize("mode", ["rank_feature", "neural_sparse"])
 def test_query_bodies_validate(mode):
     config = opensearch_config("http://unused", splade_query=mode, splade_query_top_terms=2)
-    clauses = bodies.filter_clauses("t", SearchFilters(metadata={"year": 2020, "ok": True}))
+    clauses = bodies.filter_clauses(ScopeKey("t"), SearchFilters(metadata={"year": 2020, "ok": True}))
     vector = query(terms={5: 0.1, 6: 3.0, 7: 2.0}).splade
     splade = bodies.splade_query(config, vector, 10, clauses)
     validate("POST", "/i/_search", splade)
     validate("POST", "/i/_search", bodies.bm25_query(config, "q", 10, clauses))
     validate("PUT", "/i-v1", bodies.index_body(config, MODELS))
-    validate("POST", "/i/_search", bodies.hashes_query("t", ["a"]))
-    validate("POST", "/i/_search", bodies.document_query("t", "a", 10))
-    validate("POST", "/i/_delete_by_query", bodies.ids_query("t", ["x", "y"]))
-    validate("POST", "/i/_delete_by_query", bodies.documents_query("t", ["a", "b"]))
+    validate("POST", "/i/_search", bodies.hashes_query(ScopeKey("t"), ["a"]))
+    validate("POST", "/i/_search", bodies.document_query(ScopeKey("t"), "a", 10))
+    validate("POST", "/i/_delete_by_query", bodies.ids_query(ScopeKey("t"), ["x", "y"]))
+    validate("POST", "/i/_delete_by_query", bodies.documents_query(ScopeKey("t"), ["a", "b"]))
     # Pruned to the query's top terms, strongest first.
     if mode == "rank_feature":
         fields = [c["rank_feature"]["field"] for c in splade["query"]["bool"]["should"]]

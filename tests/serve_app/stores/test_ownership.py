@@ -15,6 +15,7 @@ from store_helpers import MODELS, encoded, write
 
 from serve_app.config import EmbeddedStoreConfig
 from serve_app.errors import IndexInUseError, StoreUnavailableError
+from serve_app.stores.base import ScopeKey
 from serve_app.stores.embedded import embedded_index
 from serve_app.stores.ownership import OWNER_URL_ENV
 
@@ -74,9 +75,9 @@ async def test_a_second_process_is_refused_until_the_holder_goes(tmp_path, how):
         first.wait(60)
     await other.open(MODELS)
     await other.write_documents(
-        "t1", [write("d1", [encoded("d1", 0, "alpha", [1, 0, 0, 0], {1: 1.0})])]
+        ScopeKey("t1"), [write("d1", [encoded("d1", 0, "alpha", [1, 0, 0, 0], {1: 1.0})])]
     )
-    assert await other.count("t1") == 1
+    assert await other.count(ScopeKey("t1")) == 1
     await other.close()
 
 
@@ -86,7 +87,7 @@ async def test_a_store_whose_engine_refuses_writes_is_unavailable_and_not_ready(
     await index.open(MODELS)
     try:
         await index.write_documents(
-            "t1", [write("d1", [encoded("d1", 0, "a", [1, 0, 0, 0], {1: 1.0})])]
+            ScopeKey("t1"), [write("d1", [encoded("d1", 0, "a", [1, 0, 0, 0], {1: 1.0})])]
         )
         assert await index.healthy()
         # What a process that ignores the lock does: its failed open breaks the owner's files.
@@ -94,7 +95,7 @@ async def test_a_store_whose_engine_refuses_writes_is_unavailable_and_not_ready(
             edge.EdgeShard.load(str(path / "shard"))
         with pytest.raises(StoreUnavailableError) as refused:
             await index.write_documents(
-                "t1", [write("d2", [encoded("d2", 0, "b", [0, 1, 0, 0], {2: 1.0})])]
+                ScopeKey("t1"), [write("d2", [encoded("d2", 0, "b", [0, 1, 0, 0], {2: 1.0})])]
             )
         assert refused.value.status == 503 and refused.value.code == "STORE_UNAVAILABLE"
         assert not await index.healthy()

@@ -17,7 +17,8 @@ import pytest
 from store_helpers import make_store, opensearch_config, write
 
 from serve_app.errors import ConfigError, ConflictError, NotFoundError
-from serve_app.stores.base import registry_key, scope
+from serve_app.stores.base import ScopeKey
+from serve_app.stores.registry import registry_key
 from serve_app.testing.store_contract import MODELS, encoded
 from tests.support.qdrant_rest_double import QdrantRestDouble
 
@@ -53,7 +54,7 @@ async def opened(*args, models=MODELS, **kw):
 
 
 async def names(store, tenant):
-    return [c["name"] for c in await store.list_collections(tenant)]
+    return [c["name"] for c in await store.list_collections(ScopeKey(tenant))]
 
 
 @pytest.mark.parametrize("topology", TOPOLOGIES)
@@ -64,20 +65,20 @@ async def test_collections_created_and_deleted_at_once_through_every_replica_are
     async with opened(topology, tmp_path, opensearch_url, qdrant_url, alias) as stores:
         wanted = [f"c{r}-{i}" for r in range(REPLICAS) for i in range(5)]
         await asyncio.gather(
-            *(stores[int(name[1])].create_collection("t", name) for name in wanted)
+            *(stores[int(name[1])].create_collection(ScopeKey("t", name)) for name in wanted)
         )
         for store in stores:
             assert sorted(await names(store, "t")) == sorted(["default", *wanted])
         # half of them deleted at once, each through another replica than created it
         gone = wanted[::2]
         await asyncio.gather(
-            *(stores[(int(name[1]) + 1) % REPLICAS].delete_collection("t", name) for name in gone)
+            *(stores[(int(name[1]) + 1) % REPLICAS].delete_collection(ScopeKey("t", name)) for name in gone)
         )
         kept = sorted(set(wanted) - set(gone))
         for store in stores:
             assert sorted(await names(store, "t")) == sorted(["default", *kept])
-            assert all([await store.has_collection("t", n) for n in kept])
-            assert not any([await store.has_collection("t", n) for n in gone])
+            assert all([await store.has_collection(ScopeKey("t", n)) for n in kept])
+            assert not any([await store.has_collection(ScopeKey("t", n)) for n in gone])
 
 
 @pytest.mark.parametrize("topology", TOPOLOGIES)
@@ -89,7 +90,7 @@ async def test_one_name_created_at_once_through_every_replica_is_created_once(
         for attempt in range(3):
             name = f"papers{attempt}"
             results = await asyncio.gather(
-                *(store.create_collection("t", name) for store in stores),
+                *(store.create_collection(ScopeKey("t", name)) for store in stores),
                 return_exceptions=True,
             )
             created = [r for r in results if isinstance(r, dict)]
@@ -97,15 +98,15 @@ async def test_one_name_created_at_once_through_every_replica_is_created_once(
             assert len(created) == 1 and len(refused) == REPLICAS - 1, results
             # and it stays created: a later creation, through any replica, is refused
             with pytest.raises(ConflictError, match="exists already"):
-                await stores[attempt].create_collection("t", name)
+                await stores[attempt].create_collection(ScopeKey("t", name))
         # and deleting one name through every replica at once removes it once, cleanly
         results = await asyncio.gather(
-            *(store.delete_collection("t", "papers0") for store in stores),
+            *(store.delete_collection(ScopeKey("t", "papers0")) for store in stores),
             return_exceptions=True,
         )
         assert all(isinstance(r, int | NotFoundError) for r in results), results
         assert await names(stores[1], "t") == ["default", "papers1", "papers2"]
-        created = await stores[2].create_collection("t", "papers0")  # the name is free again
+        created = await stores[2].create_collection(ScopeKey("t", "papers0"))  # the name is free again
         assert created["name"] == "papers0"
 
 
@@ -118,17 +119,17 @@ async def test_a_collection_being_deleted_cannot_be_created_again_until_it_is_go
         first,
         second,
     ):
-        await first.create_collection("t", "papers")
+        await first.create_collection(ScopeKey("t", "papers"))
         chunk = encoded("d1", 0, "alpha", [1, 0, 0, 0], {1: 1.0}, tenant="t", collection="papers")
-        await first.write_documents(scope("t", "papers"), [write("d1", [chunk])])
-        key = registry_key("t", "papers")
+        await first.write_documents(ScopeKey("t", "papers"), [write("d1", [chunk])])
+        key = registry_key(ScopeKey("t", "papers"))
         record = await first.chunk_store.registry_record(key)
         await first.chunk_store.update_registry_record(key, {**record, "state": "deleting"})
         with pytest.raises(ConflictError, match="being deleted"):
-            await second.create_collection("t", "papers")
-        assert not await second.has_collection("t", "papers")
-        assert await second.delete_collection("t", "papers") == 1  # a retry finishes it
-        assert await first.count(scope("t", "papers")) == 0
+            await second.create_collection(ScopeKey("t", "papers"))
+        assert not await second.has_collection(ScopeKey("t", "papers"))
+        assert await second.delete_collection(ScopeKey("t", "papers")) == 1  # a retry finishes it
+        assert await first.count(ScopeKey("t", "papers")) == 0
         # an update of a record that is gone does not bring it back
         assert not await first.chunk_store.update_registry_record(key, record)
         assert await names(first, "t") == ["default"]
@@ -140,33 +141,14 @@ async def test_the_registry_outlives_a_migration_to_a_new_version(
 ):
     alias = f"mig-{uuid.uuid4().hex[:8]}"
     async with opened(topology, tmp_path, opensearch_url, qdrant_url, alias, count=1) as (before,):
-        await before.create_collection("t", "papers")
+        await before.create_collection(ScopeKey("t", "papers"))
     other = dataclasses.replace(MODELS, dense_model="another-model")
     async with opened(
         topology, tmp_path, opensearch_url, qdrant_url, alias, count=1, migrate=True, models=other
     ) as (after,):
         assert {b.physical for b in after.backends} == {f"{alias}-v2"}
         assert await names(after, "t") == ["default", "papers"]
-        assert await after.has_collection("t", "papers")
-
-
-async def test_a_registry_kept_in_collection_metadata_is_carried_over_once(
-    tmp_path, opensearch_url, qdrant_url
-):
-    """An index written before the registry had its own collection kept it in the chunk
-    collection's metadata (Qdrant); replicas opening it together carry it over once."""
-    alias = f"old-{uuid.uuid4().hex[:8]}"
-    async with opened("qdrant", tmp_path, opensearch_url, qdrant_url, alias, 1) as (writer,):
-        (backend,) = writer.backends
-        legacy = {"tenants": {"t": {"a": {"created_at": "2026-01-01T00:00:00+00:00"}, "b": {}}}}
-        await backend.client.update_collection(backend.physical, metadata={"registry": legacy})
-        await backend.client.delete_collection(f"{alias}-collections")
-    async with opened("qdrant", tmp_path, opensearch_url, qdrant_url, alias) as stores:
-        for store in stores:
-            assert await names(store, "t") == ["default", "b", "a"]  # undated first
-        info = await stores[0].backends[0].client.get_collection(f"{alias}-v1")
-        assert info.config.metadata["registry"] == {}
-        assert info.config.metadata["models"]  # the binding stays
+        assert await after.has_collection(ScopeKey("t", "papers"))
 
 
 async def test_a_qdrant_server_that_would_ignore_insert_only_is_refused_at_open(
@@ -197,7 +179,7 @@ async def test_an_opensearch_create_retried_after_it_landed_is_still_its_own(
     alias = f"retry-{uuid.uuid4().hex[:8]}"
     async with opened("opensearch+qdrant", tmp_path, opensearch_url, None, alias, 1) as (store,):
         backend = store.chunk_store
-        key = registry_key("t", "papers")
+        key = registry_key(ScopeKey("t", "papers"))
         landed = uuid.UUID(int=7)
         await backend.client.create(
             index=backend.registry_index,

@@ -10,7 +10,7 @@ from store_helpers import MODELS, encoded, make_store, query, write
 
 from serve_app.errors import ModelMismatchError
 from serve_app.schemas import SearchFilters
-from serve_app.stores.base import IndexModels
+from serve_app.stores.base import IndexModels, ScopeKey
 from serve_app.stores.opensearch_bodies import MAPPING_VERSION
 from serve_app.stores.opensearch_store import OpenSearchBackend
 from serve_app.stores.qdrant_store import QdrantBackend
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 async def _fill(store) -> None:
     await store.write_documents(
-        "t1",
+        ScopeKey("t1"),
         [
             write(
                 "d1",
@@ -43,7 +43,7 @@ async def _fill(store) -> None:
         ],
     )
     await store.write_documents(
-        "t2",
+        ScopeKey("t2"),
         [
             write(
                 "d1", [encoded("d1", 0, "alpha other tenant", [1, 0, 0, 0], {1: 5.0}, tenant="t2")]
@@ -61,18 +61,18 @@ async def test_bm25_in_qdrant_applies_per_tenant_idf(tmp_path):
     store = make_store("qdrant", tmp_path)
     await store.open(MODELS)
     await store.write_documents(
-        "t1", [write("d", [encoded("d", 0, "x", [1, 0, 0, 0], {7: 1.0, 8: 1.0})])]
+        ScopeKey("t1"), [write("d", [encoded("d", 0, "x", [1, 0, 0, 0], {7: 1.0, 8: 1.0})])]
     )
-    await store.write_documents("t1", [write("e", [encoded("e", 0, "y", [0, 1, 0, 0], {8: 1.0})])])
-    before = (await store.search("bm25", query(terms={7: 1.0}), 5, "t1"))[0].score
-    raw = (await store.search("splade", query(terms={7: 1.0}), 5, "t1"))[0].score
+    await store.write_documents(ScopeKey("t1"), [write("e", [encoded("e", 0, "y", [0, 1, 0, 0], {8: 1.0})])])
+    before = (await store.search("bm25", query(terms={7: 1.0}), 5, ScopeKey("t1")))[0].score
+    raw = (await store.search("splade", query(terms={7: 1.0}), 5, ScopeKey("t1")))[0].score
     assert before != pytest.approx(raw)  # IDF applied
     noise = [
         write(f"n{i}", [encoded(f"n{i}", 0, "z", [0, 0, 1, 0], {7: 1.0}, tenant="t2")])
         for i in range(20)
     ]
-    await store.write_documents("t2", noise)
-    after = (await store.search("bm25", query(terms={7: 1.0}), 5, "t1"))[0].score
+    await store.write_documents(ScopeKey("t2"), noise)
+    after = (await store.search("bm25", query(terms={7: 1.0}), 5, ScopeKey("t1")))[0].score
     assert after == pytest.approx(before)
     await store.close()
 
@@ -82,15 +82,15 @@ async def test_bm25_in_opensearch_matches_analysed_text(tmp_path, opensearch_url
     await store.open(MODELS)
     await _fill(store)
     # "decays" and "neutron" stem to the indexed forms (english analyzer).
-    hits = await store.search("bm25", query(text="neutron decays"), 10, "t1")
-    assert await _texts(store, "t1", hits) == ["beta decay of neutrons", "alpha particles decay"]
-    title_hits = await store.search("bm25", query(text="title d2"), 10, "t1")
+    hits = await store.search("bm25", query(text="neutron decays"), 10, ScopeKey("t1"))
+    assert await _texts(store, ScopeKey("t1"), hits) == ["beta decay of neutrons", "alpha particles decay"]
+    title_hits = await store.search("bm25", query(text="title d2"), 10, ScopeKey("t1"))
     assert title_hits[0].doc_id == "d2"  # the boosted title field is searched too
     filtered = await store.search(
-        "bm25", query(text="decay"), 10, "t1", SearchFilters(sections=["Intro"])
+        "bm25", query(text="decay"), 10, ScopeKey("t1"), SearchFilters(sections=["Intro"])
     )
-    assert await _texts(store, "t1", filtered) == ["alpha particles decay"]
-    assert await store.search("bm25", query(text="decay"), 10, "t3") == []
+    assert await _texts(store, ScopeKey("t1"), filtered) == ["alpha particles decay"]
+    assert await store.search("bm25", query(text="decay"), 10, ScopeKey("t3")) == []
     await store.close()
 
 
@@ -117,19 +117,19 @@ async def test_model_guard_and_migration_switch_the_alias(topology, tmp_path, op
         topology, tmp_path, opensearch_url, qdrant_local="q", os_config=os_config, migrate=True
     )
     await migrated.open(OTHER)
-    assert await migrated.count("t1") == 0  # a fresh version behind the alias
+    assert await migrated.count(ScopeKey("t1")) == 0  # a fresh version behind the alias
     for backend in migrated.backends:
         assert backend.physical.endswith("-v2")
     await migrated.write_documents(
-        "t1", [write("d9", [encoded("d9", 0, "new", [1, 0, 0, 0], {1: 1.0})])]
+        ScopeKey("t1"), [write("d9", [encoded("d9", 0, "new", [1, 0, 0, 0], {1: 1.0})])]
     )
-    assert await migrated.count("t1") == 1
+    assert await migrated.count(ScopeKey("t1")) == 1
     await migrated.close()
 
     # Reopening with the new models finds v2 through the alias; the old models are refused.
     reopened = make_store(topology, tmp_path, opensearch_url, qdrant_local="q", os_config=os_config)
     await reopened.open(OTHER)
-    assert await reopened.count("t1") == 1
+    assert await reopened.count(ScopeKey("t1")) == 1
     await reopened.close()
 
 

@@ -12,6 +12,7 @@ from store_helpers import MODELS, FlakyConnection, encoded, opensearch_config, q
 
 from serve_app.config import QdrantConfig
 from serve_app.errors import ServiceUnavailableError
+from serve_app.stores.base import ScopeKey
 from serve_app.stores.index import StoreIndex
 from serve_app.stores.opensearch_store import OpenSearchBackend
 from serve_app.stores.qdrant_store import QdrantBackend
@@ -51,29 +52,29 @@ def document(doc_id: str, n: int, version: str = "v1"):
 async def visible(store: StoreIndex, doc_id: str) -> list[str]:
     """Chunk texts of ``doc_id`` that any strategy can return as a final result."""
     q = query(dense=(1, 0.5, 0, 0), terms={1: 1.0, 9: 1.0}, text=f"{doc_id} decay chunk")
-    found = await store.search_many(["bm25", "splade", "dense"], q, 100, "t1")
+    found = await store.search_many(["bm25", "splade", "dense"], q, 100, ScopeKey("t1"))
     ids = list(dict.fromkeys(h.chunk_id for hits in found.values() for h in hits))
-    return sorted(c.text for c in await store.fetch("t1", ids) if c.doc_id == doc_id)
+    return sorted(c.text for c in await store.fetch(ScopeKey("t1"), ids) if c.doc_id == doc_id)
 
 
 async def stored(store: StoreIndex) -> tuple[int, int]:
     text, vectors = store.backends
-    return await text.count("t1"), await vectors.count("t1")
+    return await text.count(ScopeKey("t1")), await vectors.count(ScopeKey("t1"))
 
 
 async def test_opensearch_fails_mid_ingest_then_retry_converges(split):
     FlakyConnection.bulk_budget = 1  # the first bulk batch lands, the second fails
     with pytest.raises(ServiceUnavailableError, match="keep their previous version"):
-        await split.write_documents("t1", [document("a", 3), document("b", 2)])
+        await split.write_documents(ScopeKey("t1"), [document("a", 3), document("b", 2)])
     assert await stored(split) == (0, 0)  # the landed batch was rolled back
     assert await visible(split, "a") == [] and await visible(split, "b") == []
-    assert await split.document_hashes("t1", ["a", "b"]) == {}
+    assert await split.document_hashes(ScopeKey("t1"), ["a", "b"]) == {}
 
     FlakyConnection.bulk_budget = None
-    await split.write_documents("t1", [document("a", 3), document("b", 2)])
+    await split.write_documents(ScopeKey("t1"), [document("a", 3), document("b", 2)])
     assert await stored(split) == (5, 5)
     assert len(await visible(split, "a")) == 3
-    assert await split.document_hashes("t1", ["a", "b"]) == {"a": "a-v1", "b": "b-v1"}
+    assert await split.document_hashes(ScopeKey("t1"), ["a", "b"]) == {"a": "a-v1", "b": "b-v1"}
 
 
 async def test_qdrant_fails_mid_ingest_then_retry_converges(split, monkeypatch):
@@ -89,16 +90,16 @@ async def test_qdrant_fails_mid_ingest_then_retry_converges(split, monkeypatch):
 
     monkeypatch.setattr(qdrant.client, "upsert", flaky_upsert)
     with pytest.raises(ServiceUnavailableError, match="keep their previous version"):
-        await split.write_documents("t1", [document("a", 3)])
+        await split.write_documents(ScopeKey("t1"), [document("a", 3)])
     assert await stored(split) == (0, 0)
     assert await visible(split, "a") == []
 
-    await split.write_documents("t1", [document("a", 3)])
+    await split.write_documents(ScopeKey("t1"), [document("a", 3)])
     assert await stored(split) == (3, 3) and len(await visible(split, "a")) == 3
 
 
 async def test_a_failed_update_keeps_the_old_version_even_with_opensearch_gone(split):
-    await split.write_documents("t1", [document("a", 3)])
+    await split.write_documents(ScopeKey("t1"), [document("a", 3)])
     old = await visible(split, "a")
     assert len(old) == 3
 
@@ -106,21 +107,21 @@ async def test_a_failed_update_keeps_the_old_version_even_with_opensearch_gone(s
     # reach it: two v2 chunks are left in OpenSearch only.
     FlakyConnection.bulk_budget, FlakyConnection.down_after_bulk_failure = 1, True
     with pytest.raises(ServiceUnavailableError, match="keep their previous version"):
-        await split.write_documents("t1", [document("a", 4, "v2")])
+        await split.write_documents(ScopeKey("t1"), [document("a", 4, "v2")])
     FlakyConnection.bulk_budget, FlakyConnection.down = None, False
 
     assert await stored(split) == (5, 3)  # the leftovers exist ...
     assert await visible(split, "a") == old  # ... in one store only: v1 is served, whole
-    assert await split.document_hashes("t1", ["a"]) == {}  # two hashes: the retry rewrites
+    assert await split.document_hashes(ScopeKey("t1"), ["a"]) == {}  # two hashes: the retry rewrites
 
-    await split.write_documents("t1", [document("a", 4, "v2")])
+    await split.write_documents(ScopeKey("t1"), [document("a", 4, "v2")])
     assert await stored(split) == (4, 4)
     texts = await visible(split, "a")
     assert len(texts) == 4 and all(" v2 " in t for t in texts)
 
 
 async def test_a_failed_delete_serves_nothing_and_its_retry_converges(split, monkeypatch):
-    await split.write_documents("t1", [document("a", 2)])
+    await split.write_documents(ScopeKey("t1"), [document("a", 2)])
     qdrant = split.backends[1]
 
     async def refuse(*args, **kwargs):
@@ -128,9 +129,9 @@ async def test_a_failed_delete_serves_nothing_and_its_retry_converges(split, mon
 
     monkeypatch.setattr(qdrant.client, "delete", refuse)
     with pytest.raises(ServiceUnavailableError):
-        await split.delete_document("t1", "a")
+        await split.delete_document(ScopeKey("t1"), "a")
     assert await visible(split, "a") == []  # gone from OpenSearch: nothing served
     assert await stored(split) == (0, 2)
     monkeypatch.undo()
-    assert await split.delete_document("t1", "a") == 0  # nothing was served to remove ...
+    assert await split.delete_document(ScopeKey("t1"), "a") == 0  # nothing was served to remove ...
     assert await stored(split) == (0, 0)  # ... and the leftovers are gone
