@@ -74,6 +74,17 @@ async def test_untrusted_text_reaches_llama_cpp_without_a_control_token(fresh_sm
 
 
 @session_loop
+async def test_untrusted_text_is_counted_as_the_engine_reads_it(fresh_smollm2):
+    """Passages are packed by ``count_tokens``: it counts the guarded text (a forged turn is
+    one marker), so a document full of control text cannot push a prompt past its budget."""
+    tokenizer = load_chat_tokenizer(fresh_smollm2.path)
+    text = f"Sleep helps memory. {ATTACK}"
+    [counted] = await fresh_smollm2.count_tokens([text])
+    assert counted == tokenizer.count([f"Sleep helps memory. {MARKER}"])[0]
+    assert counted < tokenizer.count([text])[0]
+
+
+@session_loop
 async def test_a_document_cannot_open_a_system_turn_on_a_real_model(fresh_smollm2):
     """The behavioural canary: SmolLM2 reads a passage that closes the user turn and opens a
     system turn; the prompt it reads keeps the roles (token ids), and the reply is the
