@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from serve_app.config.base import Section
+from serve_app.errors import RequestSchemaError
 from serve_app.schemas import MetadataKey
 
 # Allowances, in tokens, for the prompt's fixed text: the system prompt, the reminder after
@@ -95,3 +96,32 @@ class AnswerConfig(Section):
             "max_tokens": max_tokens or self.max_tokens,
         }
         return {**parts, "total": sum(parts.values())}
+
+    def top_k_limit(self, context_tokens: int) -> int:
+        """The most passages a request may ask for: the largest ``top_k`` whose worst prompt
+        (``worst_prompt_tokens``: every other part at its allowance, the default
+        ``max_tokens``) fits ``context_tokens``. The guarantee the defaults have (checked at
+        load) then holds for every ``top_k`` a request may ask, and the deadlines sized for
+        the defaults' prompt hold for it too (the prompt is most of the time to a first
+        token on a CPU)."""
+        others = self.worst_prompt_tokens(top_k=1)
+        room = context_tokens - (others["total"] - others["passages"])
+        return max(0, room // (self.max_passage_tokens + PASSAGE_MARKUP_TOKENS))
+
+    def check_top_k(self, top_k: int, context_tokens: int) -> None:
+        """RequestSchemaError (422 INVALID_INPUT, ``details.limit``) for a ``top_k`` above
+        ``top_k_limit``, naming the numbers it comes from."""
+        limit = self.top_k_limit(context_tokens)
+        if top_k <= limit:
+            return
+        others = self.worst_prompt_tokens(top_k=1)
+        error = RequestSchemaError(
+            f"top_k {top_k} is above {limit}, the most passages this deployment answers: "
+            f"{limit} passages of up to {self.max_passage_tokens} tokens (answer."
+            f"max_passage_tokens, +{PASSAGE_MARKUP_TOKENS} markup) and the rest of the "
+            f"largest prompt ({others['total'] - others['passages']} tokens: answer."
+            "history_tokens, answer.max_question_tokens, answer.max_tokens and the prompt's "
+            f"own text) fill llm.context_tokens ({context_tokens})"
+        )
+        error.details = {"field": "top_k", "limit": limit}
+        raise error

@@ -77,7 +77,8 @@ class LLM(Protocol):
         ...
 
     async def count_tokens(self, texts: list[str]) -> list[int]:
-        """The tokens of each text as the model's tokenizer splits it (plain text)."""
+        """The tokens of each text as the engine reads it inside a message: after the
+        special-token guard (``special_tokens.py``), split by the model's tokenizer."""
         ...
 
     async def count_prompt_tokens(self, messages: list[Message]) -> int:

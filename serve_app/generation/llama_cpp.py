@@ -221,7 +221,7 @@ class LlamaCppLLM:
         return request_body(self.guard.messages(messages), self._params(params), stream)
 
     async def count_tokens(self, texts: list[str]) -> list[int]:
-        return self.tokenizer.count(texts)
+        return self.tokenizer.count([self.guard.neutralise(text) for text in texts])
 
     async def count_prompt_tokens(self, messages: list[Message]) -> int:
         guarded = [m.as_dict() for m in self.guard.messages(messages)]

@@ -156,7 +156,8 @@ class VllmLLM:
         return self.tokenizer.encode(self.prompt(messages))
 
     async def count_tokens(self, texts: list[str]) -> list[int]:
-        return [len(ids) for ids in self.tokenizer(texts, add_special_tokens=False).input_ids]
+        guarded = [self.guard.neutralise(text) for text in texts]
+        return [len(ids) for ids in self.tokenizer(guarded, add_special_tokens=False).input_ids]
 
     async def count_prompt_tokens(self, messages: list[Message]) -> int:
         return len(self.prompt_ids(messages))

@@ -289,14 +289,16 @@ class AnswerPipeline:
         """Before any byte: the request's question and history (``asked_tokens``, counted),
         ``top_k`` passages at their allowance (``answer.max_passage_tokens`` and markup) and
         its ``max_tokens`` must fit ``llm.context_tokens``, else PromptTooLongError (422)
-        naming the numbers. Passages are packed within the allowance, so a request that
+        naming the numbers; a ``top_k`` above the deployment's limit is a 422 INVALID_INPUT
+        (``AnswerConfig.check_top_k``). Passages are packed within the allowance, so a request that
         passes fits (the exact prompt is counted again before generation)."""
         settings = self.config.answer
         top_k = request.top_k or settings.top_k
+        window = self.config.llm.context_tokens
+        settings.check_top_k(top_k, window)
         max_tokens = min(request.max_tokens or settings.max_tokens, settings.max_tokens_limit)
         worst = settings.worst_prompt_tokens(top_k, max_tokens)
         need = worst["total"] - worst["history"] - worst["question"] + asked_tokens
-        window = self.config.llm.context_tokens
         if need > window:
             raise PromptTooLongError(
                 f"top_k {top_k} passages (up to {worst['passages']} tokens), the question and "

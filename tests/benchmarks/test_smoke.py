@@ -146,7 +146,8 @@ def test_store_retrieve_tool(tmp_path):
 def test_answers_suite(tmp_path, scifact_dir):
     """SmolLM2 (the tests' LLM) answers two claims at each level, rewrites two queries,
     cites over two claims (train split) and answers two canary documents with and without the
-    defences: the suite's four measures, each reported."""
+    defences (the control-token one also with the zero-width break alone): the suite's four
+    measures, each reported."""
     config = yaml.safe_load(tiny_config(tmp_path).read_text())
     config["llm"] = {**config.get("llm", {}), **SMOLLM2}
     path = tmp_path / "answers.yaml"
@@ -175,5 +176,5 @@ def test_answers_suite(tmp_path, scifact_dir):
     assert 0 <= (measured["citations"]["citation_support"] or 0) <= 1
     rows = measured["canary"]["rows"]
     assert set(rows) == {"plain:defended", "plain:undefended", "control:defended",
-                         "control:undefended"}  # fmt: skip
+                         "control:undefended", "control:zero_width"}  # fmt: skip
     assert all(row["answers"] == 1 and 0 <= row["canary_rate"] <= 1 for row in rows.values())

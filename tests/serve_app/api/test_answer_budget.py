@@ -60,6 +60,18 @@ async def test_an_over_budget_request_is_a_422_naming_the_numbers(client):
     assert "answer.max_question_tokens" in response.json()["error"]["message"]
 
 
+async def test_a_top_k_over_the_budget_s_limit_is_a_422_before_generation(client):
+    """1,024 tokens less 320 of fixed text, 64 of history, 64 of question and 32 of answer
+    hold 4 passages of 96 + 24 tokens. Before: top_k 5 was answered (200) although a
+    question and history at their allowance could not fit beside five passages."""
+    body = {"question": "Does sleep improve recall?", "top_k": 5, "stream": True}
+    response = await client.post("/v1/answer", json=body)
+    assert response.status_code == 422, response.text[:300]
+    error = response.json()["error"]
+    assert error["code"] == "INVALID_INPUT" and error["details"] == {"field": "top_k", "limit": 4}
+    assert "top_k 5 is above 4" in error["message"]
+
+
 async def test_packed_passages_show_what_the_prompt_held(client):
     response = await client.post(
         "/v1/answer",

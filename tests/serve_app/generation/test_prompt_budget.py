@@ -1,7 +1,8 @@
 """The answer prompt's budget: the shipped configurations' defaults fit their context window,
 a configuration whose defaults cannot fit fails at load naming the numbers, and the allowances
 for the prompt's fixed text hold on the shipped models' own tokenizers (the 1.5B GGUF of
-config/local.yaml, the Qwen3 tokenizer of config/gpu.yaml's model, and the tests' SmolLM2)."""
+config/local.yaml, the Qwen3 tokenizer of config/gpu.yaml's model, and the tests' SmolLM2);
+a request's ``top_k`` is bounded by the same budget."""
 
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 
 from serve_app.config import load_config
 from serve_app.config.answer import PASSAGE_MARKUP_TOKENS, PROMPT_OVERHEAD_TOKENS
-from serve_app.errors import ConfigError
+from serve_app.errors import ConfigError, RequestSchemaError
 from serve_app.generation.gguf_tokenizer import load_chat_tokenizer
 from serve_app.generation.model_files import resolve_gguf
 from serve_app.generation.prompts import LABEL_CHARS, Passage, answer_messages
@@ -23,6 +24,31 @@ def test_the_shipped_defaults_fit_the_context_window(name):
     config = load_config(ROOT / "config" / name, environ={})
     worst = config.answer.worst_prompt_tokens()
     assert config.llm.enabled and worst["total"] <= config.llm.context_tokens, worst
+
+
+@pytest.mark.parametrize("name", ["local.yaml", "gpu.yaml"])
+def test_the_top_k_limit_is_the_most_passages_the_worst_prompt_holds(name):
+    """A request may ask for at most the passages whose worst prompt (every other part at its
+    allowance) fits the window: one more would not."""
+    config = load_config(ROOT / "config" / name, environ={})
+    window, answer = config.llm.context_tokens, config.answer
+    limit = answer.top_k_limit(window)
+    assert answer.top_k <= limit
+    assert answer.worst_prompt_tokens(top_k=limit)["total"] <= window
+    assert answer.worst_prompt_tokens(top_k=limit + 1)["total"] > window
+    answer.check_top_k(limit, window)
+    with pytest.raises(RequestSchemaError) as refused:
+        answer.check_top_k(limit + 1, window)
+    assert refused.value.status == 422
+    assert refused.value.details == {"field": "top_k", "limit": limit}
+    assert f"llm.context_tokens ({window})" in refused.value.message
+
+
+def test_the_shipped_local_configuration_answers_at_most_six_passages():
+    """4,096 tokens less 320 of fixed text, 1,024 of history, 512 of question and 384 of
+    answer leave 1,856: six passages of 256 + 24 tokens (the schema alone allowed 20)."""
+    config = load_config(ROOT / "config" / "local.yaml", environ={})
+    assert config.answer.top_k_limit(config.llm.context_tokens) == 6
 
 
 def test_a_configuration_whose_defaults_cannot_fit_fails_at_load(tmp_path: Path):
