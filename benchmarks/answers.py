@@ -91,12 +91,12 @@ def load(args: argparse.Namespace, concurrency: list[int]) -> Any:
 async def build(
     config: Any, args: argparse.Namespace, scifact: bool = True
 ) -> tuple[Any, Any, Any, dict]:
-    from serve_app.api.service import RetrievalService
     from serve_app.evaluation.beir import load_beir
     from serve_app.evaluation.runner import ingest_corpus
     from serve_app.generation import build_llm
     from serve_app.pipelines.components import build_components
     from serve_app.pipelines.ingest import IngestPipeline
+    from serve_app.service import RetrievalService
 
     components = await build_components(config)
     llm = build_llm(config.llm)
@@ -129,7 +129,7 @@ async def one_answer(pipeline: Any, question: str, max_tokens: int) -> dict[str,
         question=question, understand=False, multi_query=False, max_tokens=max_tokens
     )
     started = time.perf_counter()
-    prepared = await pipeline.prepare(request, TENANT)
+    prepared = await pipeline.prepare(await pipeline.check(request, TENANT))
     first = last = None
     done: dict[str, Any] = {}
     async for kind, data in pipeline.events(prepared):

@@ -283,9 +283,9 @@ async def _answer(config: AppConfig, args: argparse.Namespace) -> int:
         finally:
             await client.close()
         return 1 if failed else 0
-    from serve_app.api.service import RetrievalService
     from serve_app.generation import build_llm
     from serve_app.pipelines.components import build_components
+    from serve_app.service import RetrievalService
 
     if not config.llm.enabled:
         raise InvalidInputError("answers need an LLM: set llm.enabled (config/local.yaml has one)")
@@ -299,7 +299,7 @@ async def _answer(config: AppConfig, args: argparse.Namespace) -> int:
             print(json.dumps(answer, indent=2))
             return 1 if answer["error"] is not None else 0
         failed = False
-        async for kind, data in pipeline.stream(request, args.tenant):
+        async for kind, data in pipeline.stream(await pipeline.check(request, args.tenant)):
             _print_event(kind, data)
             failed = failed or kind == "error"
     finally:

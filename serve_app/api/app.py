@@ -24,8 +24,8 @@ from serve_app.api.middleware import Authenticate, BodyLimit, RequestEnvelope
 from serve_app.api.models import IngestRequest
 from serve_app.api.observability import Metrics
 from serve_app.api.routers import admin, answer, collections, documents, operations, search
-from serve_app.api.service import RetrievalService
 from serve_app.loaders.pool import LoaderPool
+from serve_app.service import RetrievalService
 
 
 def loader_pool(service: RetrievalService) -> LoaderPool:

@@ -11,10 +11,10 @@ from fastapi import Header, Path, Request
 
 from serve_app.api.auth import Principal
 from serve_app.api.observability import Metrics
-from serve_app.api.service import RetrievalService
 from serve_app.errors import TimeoutExceededError, UnauthenticatedError
 from serve_app.loaders.pool import LoaderPool
 from serve_app.schemas import COLLECTION_MAX_LENGTH, COLLECTION_PATTERN
+from serve_app.service import RetrievalService
 
 T = TypeVar("T")
 

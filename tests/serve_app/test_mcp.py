@@ -19,9 +19,9 @@ from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
 
 from serve_app.api.app import create_app  # noqa: E402
 from serve_app.api.auth import hash_api_key  # noqa: E402
-from serve_app.api.service import RetrievalService  # noqa: E402
 from serve_app.pipelines.components import build_components  # noqa: E402
 from serve_app.ports import free_port  # noqa: E402
+from serve_app.service import RetrievalService  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [

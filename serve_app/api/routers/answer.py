@@ -19,10 +19,10 @@ from serve_app.api import deps
 from serve_app.api.auth import Principal
 from serve_app.api.errors import error_classes, error_response
 from serve_app.api.observability import Metrics
-from serve_app.api.service import RetrievalService
 from serve_app.errors import ServeAppError
 from serve_app.pipelines.answer import Event
 from serve_app.schemas import AnswerRequest
+from serve_app.service import RetrievalService
 
 DESCRIPTION = (
     "With `stream` true (the default): `text/event-stream` with the events `metadata`, "
@@ -138,10 +138,10 @@ async def run_answer(
         if answer["error"] is not None:
             return failed_answer(answer)
         return JSONResponse(answer)
-    await deps.within(seconds, service.check_answer(request, who.tenant_id))
+    checked = await deps.within(seconds, service.check_answer(request, who.tenant_id))
 
     async def observed() -> AsyncIterator[Event]:
-        events = service.answer_stream(request, who.tenant_id, seconds)
+        events = service.answer_stream(checked, seconds)
         try:
             async for kind, data in events:
                 if kind == "done":

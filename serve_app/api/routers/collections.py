@@ -15,8 +15,8 @@ from serve_app.api.auth import Principal
 from serve_app.api.routers.answer import add_answer_routes
 from serve_app.api.routers.documents import add_document_routes
 from serve_app.api.routers.search import add_search_routes
-from serve_app.api.service import RetrievalService
 from serve_app.schemas import CollectionName
+from serve_app.service import RetrievalService
 
 router = APIRouter(prefix="/v1/collections")
 

@@ -18,10 +18,10 @@ from serve_app.api import deps
 from serve_app.api.auth import Principal
 from serve_app.api.models import DeleteResponse, IngestResponse
 from serve_app.api.observability import Metrics
-from serve_app.api.service import RetrievalService
 from serve_app.api.uploads import read_documents
 from serve_app.loaders.pool import LoaderPool
 from serve_app.schemas import DEFAULT_COLLECTION, DocumentInfo
+from serve_app.service import RetrievalService
 
 UPLOAD_BODY = {
     "requestBody": {

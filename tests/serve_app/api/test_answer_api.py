@@ -16,10 +16,10 @@ import httpx
 import pytest
 
 from serve_app.api.app import create_app
-from serve_app.api.service import RetrievalService
 from serve_app.generation import GenerationParams, Message, build_llm
 from serve_app.pipelines.components import build_components
 from serve_app.ports import free_port
+from serve_app.service import RetrievalService
 from tests.support.data import SMOLLM2
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")

@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from serve_app.api.app import create_app
-from serve_app.api.service import RetrievalService
 from serve_app.pipelines.components import build_components
+from serve_app.service import RetrievalService
 
 HANG_S = 30.0
 DOC = {"documents": [{"id": "d1", "text": "a short document"}]}

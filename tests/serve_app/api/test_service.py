@@ -6,10 +6,11 @@ import asyncio
 
 import pytest
 
-from serve_app.api.service import RetrievalService, sub_batches
 from serve_app.errors import ServiceUnavailableError
 from serve_app.pipelines.components import build_components
 from serve_app.schemas import Document
+from serve_app.service import RetrievalService
+from serve_app.service.uploads import sub_batches
 
 
 def doc(i: int, chars: int = 100) -> Document:

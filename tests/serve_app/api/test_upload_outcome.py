@@ -9,10 +9,10 @@ import asyncio
 
 import pytest
 
-from serve_app.api.service import RetrievalService
 from serve_app.errors import ServiceUnavailableError
 from serve_app.pipelines.components import build_components
 from serve_app.schemas import Document
+from serve_app.service import RetrievalService
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

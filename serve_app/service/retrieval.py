@@ -1,4 +1,5 @@
-"""What the HTTP API calls: the pipelines plus readiness checks, in-process or over Serve."""
+"""``RetrievalService``: the use cases over the pipelines and the collection registry, plus
+readiness checks; the same object in process and in the Ray ingress."""
 
 from __future__ import annotations
 
@@ -9,12 +10,11 @@ from typing import Any
 
 from serve_app.errors import (
     NotFoundError,
-    ServeAppError,
     ServiceUnavailableError,
     collection_not_found,
 )
 from serve_app.generation.base import LLM
-from serve_app.pipelines.answer import AnswerPipeline, Event
+from serve_app.pipelines.answer import AnswerPipeline, CheckedAnswer, Event
 from serve_app.pipelines.components import Components
 from serve_app.pipelines.ingest import ChunkBudget, IngestPipeline
 from serve_app.pipelines.search import SearchPipeline
@@ -27,6 +27,7 @@ from serve_app.schemas import (
     SearchRequest,
     SearchResponse,
 )
+from serve_app.service.uploads import partial_failure, sub_batches
 from serve_app.stores.base import ScopeKey, scope
 
 log = logging.getLogger("serve_app.api")
@@ -41,48 +42,6 @@ def _named(tenant_id: str, collection: str) -> tuple[str, str] | None:
     """(tenant, collection) to look up, or None for the default collection, which every
     tenant has (on Ray Serve a lookup is a store round trip)."""
     return None if collection == DEFAULT_COLLECTION else (tenant_id, collection)
-
-
-def sub_batches(documents: list[Document], size: int, chars: int) -> list[list[Document]]:
-    """Consecutive groups of at most ``size`` documents and ``chars`` characters (a document
-    longer than ``chars`` alone in its group), in order."""
-    groups: list[list[Document]] = []
-    current: list[Document] = []
-    budget = 0
-    for document in documents:
-        length = document.char_count()
-        if current and (len(current) >= size or budget + length > chars):
-            groups.append(current)
-            current, budget = [], 0
-        current.append(document)
-        budget += length
-    if current:
-        groups.append(current)
-    return groups
-
-
-def _partial_failure(failure: BaseExceptionGroup, done: list[IngestResult]) -> BaseException:
-    """The error of a failed upload, naming what its finished sub-batches wrote: they stay
-    written (each document whole); the rest of the request wrote nothing."""
-    errors = failure.exceptions
-    error = next((e for e in errors if isinstance(e, ServeAppError)), errors[0])
-    if isinstance(error, asyncio.CancelledError):
-        return error
-    if not isinstance(error, ServeAppError):
-        return error
-    written = [doc for part in done for doc in part.written]
-    unchanged = [doc for part in done for doc in part.unchanged]
-    error.details = {**(error.details or {}), "written": written, "unchanged": unchanged}
-    if written or unchanged:
-        error.message += (
-            f"; {len(written)} documents of this request were written and {len(unchanged)} "
-            "were unchanged before the failure (error.details); nothing else was written: "
-            "retry the request (unchanged documents are skipped)"
-        )
-    else:
-        error.message += "; nothing of this request was written"
-    error.args = (error.message,)
-    return error
 
 
 class RetrievalService:
@@ -107,7 +66,9 @@ class RetrievalService:
         if check_llm is not None:
             self.checks = {**self.checks, "llm": check_llm}
             self.advisory_checks.add("llm")
-        self.answer_pipeline = AnswerPipeline(self.config, llm, self.search, self._collection_names)
+        self.answer_pipeline = AnswerPipeline(
+            self.config, llm, self.search_pipeline, components.index
+        )
         self._ingest_slots: asyncio.Semaphore | None = None
         self._uploads = 0
 
@@ -156,7 +117,7 @@ class RetrievalService:
                 for batch in batches:
                     group.create_task(one(batch))
         except BaseExceptionGroup as failure:
-            raise _partial_failure(failure, done) from None
+            raise partial_failure(failure, done) from None
         finally:
             self._uploads -= 1
         parts = done
@@ -178,15 +139,15 @@ class RetrievalService:
             request, scope(tenant_id, collection), confirm=_named(tenant_id, collection)
         )
 
-    async def check_answer(self, request: AnswerRequest, tenant_id: str) -> None:
-        """What refuses an answer before its first byte (``AnswerPipeline.check``)."""
-        await self.answer_pipeline.check(request, tenant_id)
+    async def check_answer(self, request: AnswerRequest, tenant_id: str) -> CheckedAnswer:
+        """What refuses an answer before its first byte (``AnswerPipeline.check``): once."""
+        return await self.answer_pipeline.check(request, tenant_id)
 
     def answer_stream(
-        self, request: AnswerRequest, tenant_id: str, bound_s: float
+        self, checked: CheckedAnswer, bound_s: float | None = None
     ) -> AsyncIterator[Event]:
-        """The answer's events, preparation included (``AnswerPipeline.stream``)."""
-        return self.answer_pipeline.stream(request, tenant_id, bound_s)
+        """The events of a checked answer, preparation included (``AnswerPipeline.stream``)."""
+        return self.answer_pipeline.stream(checked, bound_s)
 
     async def answer(
         self, request: AnswerRequest, tenant_id: str, bound_s: float | None = None
@@ -220,9 +181,6 @@ class RetrievalService:
         if named is not None and not await self.components.index.has_collection(*named):
             raise collection_not_found(collection)
         return scope(tenant_id, collection)
-
-    async def _collection_names(self, tenant_id: str) -> list[str]:
-        return [c["name"] for c in await self.list_collections(tenant_id)]
 
     async def list_collections(self, tenant_id: str) -> list[dict]:
         return await self.components.index.list_collections(tenant_id)
