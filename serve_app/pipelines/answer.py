@@ -625,7 +625,10 @@ class AnswerPipeline:
         """The non-streaming answer: the metadata and the ``done`` (or ``error``) event's
         fields in one object (``error`` null, or the error event's body and ``answer``
         null). The errors of ``check`` are raised."""
-        checked = await self.check(request, tenant_id)
+        return await self.collect(await self.check(request, tenant_id), bound_s)
+
+    async def collect(self, checked: CheckedAnswer, bound_s: float | None = None) -> dict[str, Any]:
+        """The non-streaming answer of a checked request (as ``answer``)."""
         out: dict[str, Any] = {"error": None}
         async for kind, data in self.stream(checked, bound_s):
             if kind == "metadata":

@@ -149,11 +149,9 @@ class RetrievalService:
         """The events of a checked answer, preparation included (``AnswerPipeline.stream``)."""
         return self.answer_pipeline.stream(checked, bound_s)
 
-    async def answer(
-        self, request: AnswerRequest, tenant_id: str, bound_s: float | None = None
-    ) -> dict[str, Any]:
-        """The whole answer as one object (the JSON variant)."""
-        return await self.answer_pipeline.answer(request, tenant_id, bound_s)
+    async def answer(self, checked: CheckedAnswer, bound_s: float | None = None) -> dict[str, Any]:
+        """The whole answer of a checked request as one object (the JSON variant)."""
+        return await self.answer_pipeline.collect(checked, bound_s)
 
     async def get_document(
         self, tenant_id: str, doc_id: str, collection: str = DEFAULT_COLLECTION
