@@ -9,9 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from serve_app.errors import (
-    NotFoundError,
     ServiceUnavailableError,
-    collection_not_found,
 )
 from serve_app.generation.base import LLM
 from serve_app.pipelines.answer import AnswerPipeline, CheckedAnswer, Event
@@ -19,14 +17,13 @@ from serve_app.pipelines.components import Components
 from serve_app.pipelines.ingest import ChunkBudget, IngestPipeline
 from serve_app.pipelines.search import SearchPipeline
 from serve_app.schemas import (
-    DEFAULT_COLLECTION,
     AnswerRequest,
     Document,
-    DocumentInfo,
     IngestResult,
     SearchRequest,
     SearchResponse,
 )
+from serve_app.service.collections import CollectionService, named
 from serve_app.service.uploads import partial_failure, sub_batches
 from serve_app.stores.base import ScopeKey, scope
 
@@ -38,21 +35,18 @@ ReadinessCheck = Callable[[], Awaitable[None]]
 BatchObserver = Callable[[str, dict], None]
 
 
-def _named(tenant_id: str, collection: str) -> tuple[str, str] | None:
-    """(tenant, collection) to look up, or None for the default collection, which every
-    tenant has (on Ray Serve a lookup is a store round trip)."""
-    return None if collection == DEFAULT_COLLECTION else (tenant_id, collection)
+class RetrievalService(CollectionService):
+    """Every use case: ingest, search and answer over the pipelines, the collection and
+    document operations of ``CollectionService``, readiness."""
 
-
-class RetrievalService:
     def __init__(
         self,
         components: Components,
         checks: dict[str, ReadinessCheck] | None = None,
         llm: LLM | None = None,
     ) -> None:
+        super().__init__(components.index, components.config)
         self.components = components
-        self.config = components.config
         self.ingest_pipeline = IngestPipeline(components)
         self.search_pipeline = SearchPipeline(components)
         self.checks = checks or {"store": self._store_check}
@@ -76,7 +70,7 @@ class RetrievalService:
         if not await self.components.index.healthy():
             raise RuntimeError("store not healthy")
 
-    async def ingest(self, documents: list[Document]) -> IngestResult:
+    async def ingest(self, documents: list[Document], key: ScopeKey | None = None) -> IngestResult:
         """Validate everything, then ingest in bounded sub-batches, a few at a time.
 
         Each document is written whole or not at all; if a later sub-batch fails, earlier
@@ -86,8 +80,9 @@ class RetrievalService:
         from this replica); past ``api.max_pending_uploads`` uploads are refused with 503.
         """
         self.ingest_pipeline.validate(documents)
-        for tenant, collection in {(d.tenant_id, d.collection) for d in documents}:
-            await self.scope(tenant, collection)
+        if key is None:  # else the caller resolved the documents' one scope (``scope``)
+            for tenant, collection in {(d.tenant_id, d.collection) for d in documents}:
+                await self.scope(tenant, collection)
         api = self.config.api
         if self._uploads >= api.max_pending_uploads:
             raise ServiceUnavailableError(
@@ -136,7 +131,7 @@ class RetrievalService:
         lookup of its own (on Ray Serve a round trip outside the query's batch)."""
         collection = request.collection
         return await self.search_pipeline.search(
-            request, scope(tenant_id, collection), confirm=_named(tenant_id, collection)
+            request, scope(tenant_id, collection), confirm=named(tenant_id, collection)
         )
 
     async def check_answer(self, request: AnswerRequest, tenant_id: str) -> CheckedAnswer:
@@ -152,62 +147,6 @@ class RetrievalService:
     async def answer(self, checked: CheckedAnswer, bound_s: float | None = None) -> dict[str, Any]:
         """The whole answer of a checked request as one object (the JSON variant)."""
         return await self.answer_pipeline.collect(checked, bound_s)
-
-    async def get_document(
-        self, tenant_id: str, doc_id: str, collection: str = DEFAULT_COLLECTION
-    ) -> DocumentInfo:
-        key = await self.scope(tenant_id, collection)
-        info = await self.components.index.document_info(key, doc_id)
-        if info is None:
-            raise NotFoundError(f"document {doc_id!r} not found")
-        return info
-
-    async def delete_document(
-        self, tenant_id: str, doc_id: str, collection: str = DEFAULT_COLLECTION
-    ) -> int:
-        key = await self.scope(tenant_id, collection)
-        removed = await self.ingest_pipeline.delete(key, doc_id)
-        if removed == 0:
-            raise NotFoundError(f"document {doc_id!r} not found")
-        return removed
-
-    # -- named collections and inspection ------------------------------------------------
-    async def scope(self, tenant_id: str, collection: str) -> ScopeKey:
-        """The store scope of the tenant's collection; NotFoundError for one it lacks (another
-        tenant's collection of the same name included); only a named one is looked up."""
-        named = _named(tenant_id, collection)
-        if named is not None and not await self.components.index.has_collection(*named):
-            raise collection_not_found(collection)
-        return scope(tenant_id, collection)
-
-    async def list_collections(self, tenant_id: str) -> list[dict]:
-        return await self.components.index.list_collections(tenant_id)
-
-    async def create_collection(self, tenant_id: str, name: str) -> dict:
-        return await self.components.index.create_collection(tenant_id, name)
-
-    async def describe_collection(self, tenant_id: str, name: str) -> dict:
-        """The collection with its chunk and document counts per store."""
-        await self.scope(tenant_id, name)
-        report = await self.components.index.inspect(tenant_id, name)
-        listed = {c["name"]: c for c in await self.list_collections(tenant_id)}
-        counts = next(
-            (c for c in report["collections"] if c["collection"] == name),
-            {"chunks": {}, "documents": {}, "models": None},
-        )
-        return {
-            **listed[name],
-            "chunks": counts["chunks"],
-            "documents": counts["documents"],
-            "models": counts["models"],
-        }
-
-    async def delete_collection(self, tenant_id: str, name: str) -> int:
-        return await self.components.index.delete_collection(tenant_id, name)
-
-    async def inspect(self, tenant_id: str | None, collection: str | None) -> dict:
-        report = await self.components.index.inspect(tenant_id, collection)
-        return {"topology": self.config.stores.topology, **report}
 
     async def readiness(self, timeout_s: float = 2.0) -> dict[str, str]:
         """name -> "ok", "failing" or "timeout", each check bounded by ``timeout_s``. The

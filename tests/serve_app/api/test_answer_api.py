@@ -172,10 +172,10 @@ async def test_events_come_in_order_with_results_deltas_and_checked_citations(cl
 
 async def test_a_hostile_document_stays_inside_its_delimiters(service):
     from serve_app.generation.prompts import Passage, answer_messages
+    from serve_app.stores.base import scope
 
-    hostile = await service.components.index.fetch_batch(
-        [("default", [c for c in (await service.get_document("default", "hostile")).chunk_ids])]
-    )
+    info = await service.get_document(scope("default"), "hostile")
+    hostile = await service.components.index.fetch_batch([("default", list(info.chunk_ids))])
     prompt = answer_messages("q", [Passage(1, hostile[0][0])], [])[-1].content
     # One block, one passage: the document's own markup cannot close it or open another.
     assert prompt.count("</passage>") == 1 and prompt.count("<passage ") == 1

@@ -152,3 +152,24 @@ async def test_admin_inspect_needs_the_admin_scope(api):
     )
     (entry,) = one.json()["collections"]
     assert entry["tenant_id"] == "tenant-b" and set(entry["documents"].values()) == {1}
+
+
+async def test_an_upload_looks_its_collection_up_once(api, monkeypatch):
+    """Before: the route checked the named collection, then the ingest checked it again."""
+    http, components = api
+    assert (
+        await http.post("/v1/collections", json={"name": "once"}, headers=key("key-a"))
+    ).is_success
+    has_collection = components.index.has_collection
+    lookups: list[tuple] = []
+
+    async def counted(*args):
+        lookups.append(args)
+        return await has_collection(*args)
+
+    monkeypatch.setattr(components.index, "has_collection", counted)
+    response = await http.post(
+        "/v1/collections/once/documents", json={"documents": [PAPER]}, headers=key("key-a")
+    )
+    assert response.status_code == 200, response.text
+    assert lookups == [("tenant-a", "once")]
