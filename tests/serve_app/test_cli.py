@@ -114,3 +114,7 @@ def test_the_cli_offers_the_apis_collection_and_document_operations(config_file,
     assert "not found" in capsys.readouterr().err
     assert run(config_file, "collections", "delete", "papers") == 0
     assert json.loads(capsys.readouterr().out)["deleted"] == "papers"
+    # In process as over HTTP (one service): a search of a collection the tenant lacks is
+    # NOT_FOUND, never an empty result (before: the CLI searched it and printed nothing).
+    assert run(config_file, "search", "dense vectors", "--collection", "papers") == 2
+    assert "error [NOT_FOUND]: collection 'papers' not found" in capsys.readouterr().err
