@@ -107,12 +107,12 @@ def load(args: argparse.Namespace, concurrency: list[int]) -> Any:
 async def build(
     config: Any, args: argparse.Namespace, scifact: bool = True
 ) -> tuple[Any, Any, Any, dict]:
-    from serve_app.api.service import RetrievalService
     from serve_app.evaluation.beir import load_beir
     from serve_app.evaluation.runner import ingest_corpus
     from serve_app.generation import build_llm
     from serve_app.pipelines.components import build_components
     from serve_app.pipelines.ingest import IngestPipeline
+    from serve_app.service import RetrievalService
     from serve_app.stores.base import ScopeKey
 
     components = await build_components(config)
@@ -155,7 +155,7 @@ async def one_answer(
     done: dict[str, Any] = {}
     metadata: dict[str, Any] = {}
     try:
-        prepared = await pipeline.prepare(request, TENANT)
+        prepared = await pipeline.prepare(await pipeline.check(request, TENANT))
         async for kind, data in pipeline.events(prepared):
             now = time.perf_counter()
             if kind == "metadata":
@@ -281,8 +281,8 @@ async def bound(config: Any, args: argparse.Namespace, service: Any, dataset: An
     """For each llm.threads setting: the prompt rate, then one lone answer's first token
     against the bound (the tokens it read, the understanding call's included, over the
     fastest rate measured in this run)."""
-    from serve_app.api.service import RetrievalService
     from serve_app.generation import build_llm
+    from serve_app.service import RetrievalService
 
     question = LATENCY_QUESTION.format(claim=claims(dataset, 1)[0][1])
     rows = []

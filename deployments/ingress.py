@@ -27,9 +27,9 @@ from deployments.replica_logging import configure_replica_logging
 from deployments.settings import ServiceConfig
 from serve_app.api.app import create_app
 from serve_app.api.observability import Metrics
-from serve_app.api.service import ReadinessCheck, RetrievalService
 from serve_app.encoders.bm25 import Bm25Encoder
 from serve_app.pipelines.components import build_components
+from serve_app.service import ReadinessCheck, RetrievalService
 
 
 def _ping(name: str, handle: DeploymentHandle) -> ReadinessCheck:

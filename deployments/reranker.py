@@ -32,6 +32,4 @@ class RerankerDeployment(ModelReplica[ServedReranker]):
         self, requests: list[tuple[str, list[str]]]
     ) -> list[tuple[list[float], dict]]:
         """Scores for each (query, passages) request; their pairs share the model's batches."""
-        return list(
-            await asyncio.gather(*(self.model.score_with_stats(q, p) for q, p in requests))
-        )
+        return list(await asyncio.gather(*(self.model.score_with_stats(q, p) for q, p in requests)))

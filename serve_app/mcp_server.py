@@ -231,7 +231,7 @@ def build_server(service: ToolClient) -> MCPServer:
 
 def run(args: argparse.Namespace) -> int:
     """Serve until the client goes (stdio) or the process is stopped; arguments from
-    ``serve-app mcp`` (serve_app/cli.py)."""
+    ``serve-app mcp`` (serve_app/cli/mcp.py)."""
     service = ToolClient(args.url, os.environ.get(args.api_key_env), args.timeout_s)
     server = build_server(service)
     if args.transport == "stdio":

@@ -23,9 +23,17 @@ from serve_app.api.edge import Edge
 from serve_app.api.middleware import Authenticate, BodyLimit, RequestEnvelope
 from serve_app.api.models import IngestRequest
 from serve_app.api.observability import Metrics
-from serve_app.api.routers import admin, answer, collections, documents, operations, search
-from serve_app.api.service import RetrievalService
+from serve_app.api.routers import (
+    admin,
+    answer,
+    collections,
+    documents,
+    openai_compat,
+    operations,
+    search,
+)
 from serve_app.loaders.pool import LoaderPool
+from serve_app.service import RetrievalService
 
 
 def loader_pool(service: RetrievalService) -> LoaderPool:
@@ -76,6 +84,7 @@ def create_app(
     documents.add_document_routes(default, deps.default_collection)
     search.add_search_routes(default, deps.default_collection)
     answer.add_answer_routes(default, deps.default_collection)
+    openai_compat.add_openai_routes(default, deps.default_collection)
     routers = (default, collections.router, collections.named_router, admin.router)
     for router in (*routers, operations.router):
         app.include_router(router)

@@ -4,17 +4,18 @@ and deadlines. All async: a sync dependency would hop to the threadpool on every
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
-from typing import TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal, TypeVar
 
-from fastapi import Header, Path, Request
+from fastapi import Depends, Header, Path, Request
 
 from serve_app.api.auth import Principal
 from serve_app.api.observability import Metrics
-from serve_app.api.service import RetrievalService
 from serve_app.errors import TimeoutExceededError, UnauthenticatedError
 from serve_app.loaders.pool import LoaderPool
-from serve_app.schemas import COLLECTION_MAX_LENGTH, COLLECTION_PATTERN
+from serve_app.schemas import COLLECTION_MAX_LENGTH, COLLECTION_PATTERN, DEFAULT_COLLECTION
+from serve_app.service import RetrievalService
+from serve_app.stores.base import ScopeKey
 
 T = TypeVar("T")
 
@@ -74,6 +75,26 @@ async def ingest_deadline_s(
 ) -> float:
     """Seconds an upload may take: ``api.ingest_timeout_s``, or less."""
     return _bounded(request.app.state.service.config.api.ingest_timeout_s, x_request_timeout_ms)
+
+
+def scope_key(
+    collection: Callable[..., Any], needs: Literal["read", "write"]
+) -> Callable[..., Awaitable[ScopeKey]]:
+    """A dependency resolving the request's ``ScopeKey`` once: the credential's tenant (which
+    must hold ``needs``), the collection ``collection`` names (None: ``default``), and its
+    existence (``RetrievalService.scope``, within the request's deadline)."""
+
+    async def resolve(
+        request: Request,
+        name: str | None = Depends(collection),
+        who: Principal = Depends(principal),
+        seconds: float = Depends(deadline_s),
+    ) -> ScopeKey:
+        who.require(needs)
+        service: RetrievalService = request.app.state.service
+        return await within(seconds, service.scope(who.tenant_id, name or DEFAULT_COLLECTION))
+
+    return resolve
 
 
 async def within(seconds: float, work: Awaitable[T]) -> T:

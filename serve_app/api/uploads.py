@@ -55,10 +55,7 @@ async def read_documents(
     body = await request.body()
     try:
         parsed = IngestRequest.model_validate_json(body)
-        return [
-            Document.model_validate(d.model_dump(exclude_none=True))
-            for d in parsed.documents
-        ]
+        return [Document.model_validate(d.model_dump(exclude_none=True)) for d in parsed.documents]
     except ValidationError as error:
         raise InvalidInputError(describe_validation_errors(error.errors())) from None
 

@@ -8,10 +8,14 @@ usage, timings) or ``error`` (the generation failed or ran out of time; the resu
 already sent). An irrelevant question, or one no document matches, ends early with one
 ``delta`` carrying a helpful message and ``done`` marked ``early_return``.
 
-``check`` runs before any byte is sent (no LLM, an unknown collection, a replica whose slots
-and queue are full: error statuses); ``stream`` then runs everything else (understanding,
-retrieval, the wait for a slot, the generation), so a server-sent-events response can start
-at once and keep the connection alive meanwhile. Every failure after ``check`` is an
+``check`` runs before any byte is sent (no LLM, an unknown collection, a prompt that cannot
+fit, a replica whose slots and queue are full: error statuses) and returns the checked
+request; ``stream`` then runs everything else on it (understanding, retrieval, the wait for a
+slot, the generation), so a server-sent-events response can start at once and keep the
+connection alive meanwhile. Nothing is checked twice.
+
+The pipeline depends on the search pipeline and the collection registry below it, never on
+the service above it. Every failure after ``check`` is an
 ``error`` event, an unexpected exception included; every generation opened is closed on every
 way out (the end, an error, a deadline, the reader closing the iterator at any event).
 """
@@ -21,9 +25,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from serve_app.config import AppConfig
 from serve_app.errors import (
@@ -49,6 +53,7 @@ from serve_app.generation.understanding import (
     understanding_messages,
     understanding_schema,
 )
+from serve_app.pipelines.search import SearchPipeline
 from serve_app.query_fusion import aggregate_sub_queries, distinct_queries
 from serve_app.schemas import (
     DEFAULT_COLLECTION,
@@ -56,14 +61,21 @@ from serve_app.schemas import (
     ScoredChunk,
     SearchFilters,
     SearchRequest,
-    SearchResponse,
 )
+from serve_app.stores.base import ScopeKey
 
 log = logging.getLogger(__name__)
 
-SearchFn = Callable[[SearchRequest, str], Awaitable[SearchResponse]]
-CollectionsFn = Callable[[str], Awaitable[list[str]]]
 Event = tuple[str, dict[str, Any]]
+
+
+class CollectionRegistry(Protocol):
+    """The part of the collection registry answers read."""
+
+    async def has_collection(self, key: ScopeKey) -> bool: ...
+
+    async def list_collections(self, tenant: ScopeKey) -> list[dict[str, Any]]: ...
+
 
 IRRELEVANT = (
     "This question does not seem to be about {corpus}, so there is nothing to answer it "
@@ -122,6 +134,16 @@ def _result(passage: Passage, item: ScoredChunk, found_by: list[str], score: flo
     }
 
 
+@dataclass(frozen=True)
+class CheckedAnswer:
+    """A request that ``AnswerPipeline.check`` let through: its tenant and the earlier turns
+    the prompt keeps (counted once, by the model's tokenizer)."""
+
+    request: AnswerRequest
+    tenant_id: str
+    history: list[Message]
+
+
 @dataclass
 class PreparedAnswer:
     request: AnswerRequest
@@ -141,12 +163,19 @@ class PreparedAnswer:
 
 class AnswerPipeline:
     def __init__(
-        self, config: AppConfig, llm: LLM | None, search: SearchFn, collections: CollectionsFn
+        self,
+        config: AppConfig,
+        llm: LLM | None,
+        search: SearchPipeline,
+        collections: CollectionRegistry,
     ) -> None:
         self.config = config
         self.llm = llm
         self.search = search
         self.collections = collections
+
+    async def _collection_names(self, tenant_id: str) -> list[str]:
+        return [c["name"] for c in await self.collections.list_collections(ScopeKey(tenant_id))]
 
     # -- before the first byte ----------------------------------------------------------------
     async def _understand(
@@ -163,7 +192,7 @@ class AnswerPipeline:
         explicit_collection = "collection" in request.model_fields_set
         collections = []
         if with_filters and not explicit_collection:
-            collections = await self.collections(tenant_id)
+            collections = await self._collection_names(tenant_id)
         messages = understanding_messages(
             request.question,
             history,
@@ -214,8 +243,11 @@ class AnswerPipeline:
     ) -> tuple[list[Passage], list[dict], dict[str, float]]:
         multi = self.config.answer.multi_query
         per_query = max(multi.per_query_top_k, top_k) if len(sub_queries) > 1 else top_k
+        # The collection exists: ``check`` looked it up, or understanding chose it from the
+        # tenant's list; the searches need no confirmation of their own.
+        key = ScopeKey(tenant_id, collection)
         searches = [
-            self.search(
+            self.search.search(
                 SearchRequest(
                     query=query,
                     collection=collection,
@@ -225,7 +257,7 @@ class AnswerPipeline:
                     rerank=request.rerank,
                     filters=filters,
                 ),
-                tenant_id,
+                key,
             )
             for query in sub_queries
         ]
@@ -337,34 +369,32 @@ class AnswerPipeline:
             )
         return prompt_tokens
 
-    async def check(self, request: AnswerRequest, tenant_id: str) -> list[Message]:
+    async def check(self, request: AnswerRequest, tenant_id: str) -> CheckedAnswer:
         """What can refuse an answer before any byte or generation: no LLM (503), a
         collection the tenant lacks (404), a prompt that cannot fit the model's context
         (422, ``_check_allowance``), a replica in this process whose slots and queue are full
-        (429; through Ray Serve the replica's refusal comes as an error event). Returns the
-        earlier turns the prompt keeps."""
+        (429; through Ray Serve the replica's refusal comes as an error event). A named
+        collection is one registry lookup."""
         if self.llm is None:
             raise ServiceUnavailableError(
                 "answers need an LLM and this deployment has none (llm.enabled: false)"
             )
-        named = request.collection != DEFAULT_COLLECTION
-        if named and request.collection not in await self.collections(tenant_id):
+        key = ScopeKey(tenant_id, request.collection)
+        if not key.is_default and not await self.collections.has_collection(key):
             raise collection_not_found(request.collection)
         history, asked_tokens = await self._history(request)
         self._check_allowance(request, asked_tokens)
         slots = getattr(self.llm, "slots", None)
         if slots is not None:
             slots.check()
-        return history
+        return CheckedAnswer(request, tenant_id, history)
 
-    async def prepare(
-        self, request: AnswerRequest, tenant_id: str, bound_s: float | None = None
-    ) -> PreparedAnswer:
-        """``check``, understanding, retrieval and the opening of the generation, all within
-        ``bound_s`` (the request's bound, at most ``answer.deadlines.total_s``). Raises the
-        errors of ``check`` and of the search."""
+    async def prepare(self, checked: CheckedAnswer, bound_s: float | None = None) -> PreparedAnswer:
+        """Understanding, retrieval and the opening of the generation of a checked request,
+        all within ``bound_s`` (the request's bound, at most ``answer.deadlines.total_s``).
+        Raises the errors of the search."""
         started = time.perf_counter()
-        history = await self.check(request, tenant_id)
+        request, tenant_id, history = checked.request, checked.tenant_id, checked.history
         assert self.llm is not None
         settings = self.config.answer
         total_s = min(settings.deadlines.total_s, bound_s or settings.deadlines.total_s)
@@ -488,15 +518,16 @@ class AnswerPipeline:
 
     # -- the stream ---------------------------------------------------------------------------
     async def stream(
-        self, request: AnswerRequest, tenant_id: str, bound_s: float | None = None
+        self, checked: CheckedAnswer, bound_s: float | None = None
     ) -> AsyncIterator[Event]:
-        """The whole answer as events, preparation included; a failure before the metadata
-        is one ``error`` event (its body as the error status would carry it)."""
+        """The whole answer of a checked request as events, preparation included; a failure
+        before the metadata is one ``error`` event (its body as the error status would carry
+        it)."""
         prepared: PreparedAnswer | None = None
         events: AsyncIterator[Event] | None = None
         try:
             try:
-                prepared = await self.prepare(request, tenant_id, bound_s)
+                prepared = await self.prepare(checked, bound_s)
             except ServeAppError as error:
                 yield "error", _error_body(error)
                 return
@@ -596,9 +627,12 @@ class AnswerPipeline:
         """The non-streaming answer: the metadata and the ``done`` (or ``error``) event's
         fields in one object (``error`` null, or the error event's body and ``answer``
         null). The errors of ``check`` are raised."""
-        await self.check(request, tenant_id)
+        return await self.collect(await self.check(request, tenant_id), bound_s)
+
+    async def collect(self, checked: CheckedAnswer, bound_s: float | None = None) -> dict[str, Any]:
+        """The non-streaming answer of a checked request (as ``answer``)."""
         out: dict[str, Any] = {"error": None}
-        async for kind, data in self.stream(request, tenant_id, bound_s):
+        async for kind, data in self.stream(checked, bound_s):
             if kind == "metadata":
                 out.update(data)
             elif kind in ("done", "error"):

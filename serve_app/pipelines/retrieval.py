@@ -64,7 +64,9 @@ class Retriever(Protocol):
     async def retrieve(self, spec: RetrieveSpec) -> Retrieved: ...
 
 
-def fuse_hits(spec: RetrieveSpec, hits: dict[str, list[Hit]]) -> tuple[list[tuple[str, float]], dict[str, dict[str, float]], dict[str, dict[str, int]]]:
+def fuse_hits(
+    spec: RetrieveSpec, hits: dict[str, list[Hit]]
+) -> tuple[list[tuple[str, float]], dict[str, dict[str, float]], dict[str, dict[str, int]]]:
     """(fused [(chunk id, score)], scores and ranks per strategy) of one query's hits."""
     ranked = {s: [(h.chunk_id, h.score) for h in per] for s, per in hits.items()}
     fused = fuse(

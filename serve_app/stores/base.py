@@ -37,6 +37,7 @@ SCOPE_FIELDS = ["tenant_id", "collection"]
 PAYLOAD_INDEXES = ("tenant_id", "collection", "doc_id", "section")
 """The payload fields every chunk store indexes for its filters (checked by ``validate``)."""
 
+
 @dataclass(frozen=True, slots=True)
 class ScopeKey:
     """What every store call is scoped by: one tenant and one of its collections, or every
@@ -82,9 +83,9 @@ def payload_scope(payload: dict[str, Any]) -> ScopeKey:
 def in_scope(payload: dict[str, Any], key: ScopeKey) -> bool:
     if payload.get("tenant_id") != key.tenant:
         return False
-    return key.every_collection or (
-        payload.get("collection") or DEFAULT_COLLECTION
-    ) == key.collection
+    return (
+        key.every_collection or (payload.get("collection") or DEFAULT_COLLECTION) == key.collection
+    )
 
 
 def scope_payload(key: ScopeKey) -> dict[str, str]:
@@ -277,9 +278,7 @@ class ServingIndex(Protocol):
         """Many queries (a coalesced batch) in one call per store."""
         ...
 
-    async def fetch_batch(
-        self, requests: list[tuple[ScopeKey, list[str]]]
-    ) -> list[list[Chunk]]:
+    async def fetch_batch(self, requests: list[tuple[ScopeKey, list[str]]]) -> list[list[Chunk]]:
         """Per (scope, ids) request: the scope's chunks with these ids, in the order asked
         (unknown ids are skipped), in one call per store."""
         ...
@@ -395,9 +394,7 @@ class Backend(Protocol):
         """doc id -> the ids of its chunks held here (documents with none are absent)."""
         ...
 
-    async def document_states(
-        self, scope: ScopeKey, doc_ids: list[str]
-    ) -> DocumentStates: ...
+    async def document_states(self, scope: ScopeKey, doc_ids: list[str]) -> DocumentStates: ...
 
     async def query(self, queries: list[StrategyQuery]) -> list[list[Hit]]:
         """Hits per query, best first, in one round trip."""
@@ -427,9 +424,7 @@ class Backend(Protocol):
 class ChunkBackend(Backend, Protocol):
     """A backend whose payloads are whole chunks."""
 
-    async def chunks(
-        self, requests: list[tuple[ScopeKey, list[str]]]
-    ) -> list[dict[str, Chunk]]:
+    async def chunks(self, requests: list[tuple[ScopeKey, list[str]]]) -> list[dict[str, Chunk]]:
         """Per (scope, ids) request: id -> chunk, for the ids held here in that scope."""
         ...
 

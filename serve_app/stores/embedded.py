@@ -458,9 +458,7 @@ class EdgeBackend:
         found = self._retrieve_sync(requests, SCOPE_FIELDS)  # inline, as ``query``
         return [set(f) for f in found]
 
-    async def chunks(
-        self, requests: list[tuple[ScopeKey, list[str]]]
-    ) -> list[dict[str, Chunk]]:
+    async def chunks(self, requests: list[tuple[ScopeKey, list[str]]]) -> list[dict[str, Chunk]]:
         found = self._retrieve_sync(requests, True)  # inline, as ``query``
         return [{i: qr.payload_to_chunk(p) for i, p in f.items()} for f in found]
 

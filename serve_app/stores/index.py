@@ -287,9 +287,7 @@ class StoreIndex:
     async def fetch(self, scope: ScopeKey, chunk_ids: list[str]) -> list[Chunk]:
         return (await self.fetch_batch([(scope, chunk_ids)]))[0]
 
-    async def fetch_batch(
-        self, requests: list[tuple[ScopeKey, list[str]]]
-    ) -> list[list[Chunk]]:
+    async def fetch_batch(self, requests: list[tuple[ScopeKey, list[str]]]) -> list[list[Chunk]]:
         if not any(ids for _, ids in requests):
             return [[] for _ in requests]
         found, present = await asyncio.gather(
@@ -443,9 +441,7 @@ class StoreIndex:
             "created_at": created_at,
             "state": "creating",
         }
-        if key.is_default or not await self.chunk_store.insert_registry_record(
-            record_key, record
-        ):
+        if key.is_default or not await self.chunk_store.insert_registry_record(record_key, record):
             held = None if key.is_default else await self.chunk_store.registry_record(record_key)
             state = "being deleted" if (held or {}).get("state") == "deleting" else "exists"
             raise ConflictError(f"collection {name!r} {state} already")
@@ -471,9 +467,7 @@ class StoreIndex:
         if (
             record is not None
             and record.get("state") != "deleting"
-            and not await self.chunk_store.update_registry_record(
-                record_key, {"state": "deleting"}
-            )
+            and not await self.chunk_store.update_registry_record(record_key, {"state": "deleting"})
         ):
             record = None  # dropped meanwhile by a delete through another replica
         if record is None:

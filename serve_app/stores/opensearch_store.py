@@ -355,9 +355,7 @@ class OpenSearchBackend:
         found = await self._mget(requests, {"_source_includes": SCOPE_FIELDS})
         return [set(f) for f in found]
 
-    async def chunks(
-        self, requests: list[tuple[ScopeKey, list[str]]]
-    ) -> list[dict[str, Chunk]]:
+    async def chunks(self, requests: list[tuple[ScopeKey, list[str]]]) -> list[dict[str, Chunk]]:
         found = await self._mget(requests, {"_source_excludes": ["splade", "body"]})
         return [{i: source_to_chunk(s) for i, s in f.items()} for f in found]
 

@@ -106,9 +106,7 @@ def query_plan(query: StrategyQuery) -> QueryPlan | None:
     )
 
 
-def point_payload(
-    scope: ScopeKey, write: DocumentWrite, encoded: EncodedChunk
-) -> dict[str, Any]:
+def point_payload(scope: ScopeKey, write: DocumentWrite, encoded: EncodedChunk) -> dict[str, Any]:
     payload = {**encoded.chunk.model_dump(mode="json"), **scope_payload(scope)}
     payload["content_hash"] = write.content_hash
     payload["chunk_count"] = len(write.chunks)

@@ -414,9 +414,7 @@ class QdrantBackend:
     async def present(self, requests: list[tuple[ScopeKey, list[str]]]) -> list[set[str]]:
         return [set(found) for found in await self._retrieve(requests, SCOPE_FIELDS)]
 
-    async def chunks(
-        self, requests: list[tuple[ScopeKey, list[str]]]
-    ) -> list[dict[str, Chunk]]:
+    async def chunks(self, requests: list[tuple[ScopeKey, list[str]]]) -> list[dict[str, Chunk]]:
         found = await self._retrieve(requests, True)
         return [{i: qr.payload_to_chunk(p) for i, p in f.items()} for f in found]
 

@@ -46,6 +46,7 @@ def next_version_name(alias: str, names: list[str]) -> str:
     version = int(existing[-1].rsplit("-v", 1)[1]) + 1 if existing else 1
     return f"{alias}-v{version}"
 
+
 OPEN_ATTEMPTS = 5
 
 

@@ -22,6 +22,8 @@ PROTOCOL = {
 
 def test_the_protocol_is_read_whole():
     assert {"search_batch", "fetch_batch", "create_collection", "inspect", "count"} <= set(PROTOCOL)
+
+
 REPLICA_OWNED = {"open", "close"}  # the replica opens at start and closes at shutdown
 
 

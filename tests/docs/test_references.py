@@ -147,7 +147,7 @@ def known():
 @pytest.fixture(scope="module")
 def routes(local_config) -> set[tuple[str, str]]:
     from serve_app.api.app import create_app
-    from serve_app.api.service import RetrievalService
+    from serve_app.service import RetrievalService
 
     service = RetrievalService.__new__(RetrievalService)  # the routes need no model or store
     service.config = local_config

@@ -123,7 +123,8 @@ async def test_two_store_replicas_open_themselves_and_share_one_index(
     listed = [c["name"] for c in await index.list_collections(t1)]
     assert sorted(listed) == sorted(["default", *wanted])
     results = await asyncio.gather(
-        *(index.create_collection(ScopeKey(t2.tenant, "papers")) for _ in range(6)), return_exceptions=True
+        *(index.create_collection(ScopeKey(t2.tenant, "papers")) for _ in range(6)),
+        return_exceptions=True,
     )
     assert sum(isinstance(r, dict) for r in results) == 1, results
     assert sum(isinstance(r, ConflictError) for r in results) == 5, results

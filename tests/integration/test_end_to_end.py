@@ -32,7 +32,9 @@ async def test_plos_articles_with_each_chunker(app_config_factory, plos_dir, chu
 
         search = SearchPipeline(components)
         target = documents[2]
-        response = await search.search(SearchRequest(query=target.title, top_k=5), ScopeKey("default"))
+        response = await search.search(
+            SearchRequest(query=target.title, top_k=5), ScopeKey("default")
+        )
         assert target.id in {r.chunk.doc_id for r in response.results}
         hit = next(r for r in response.results if r.chunk.doc_id == target.id)
         assert hit.chunk.metadata["doi"] == target.id and hit.chunk.source.endswith(".xml")

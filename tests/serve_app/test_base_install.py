@@ -34,7 +34,9 @@ class Blocked(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, Blocked())
 """
 
-SCRIPT = BLOCK_EXTRAS + """
+SCRIPT = (
+    BLOCK_EXTRAS
+    + """
 from deployments.cli import main
 config, docs = sys.argv[1:3]
 assert main(["--config", config, "ingest", docs]) == 0
@@ -42,6 +44,7 @@ assert main(["--config", config, "search", "dense vectors", "--json"]) == 0
 loaded = sorted(m for m in sys.modules if m.split(".")[0] in {blocked!r})
 print("LOADED", loaded)
 """
+)
 
 
 def test_cli_runs_the_embedded_topology_without_extras(tmp_path):
@@ -70,7 +73,9 @@ def test_cli_runs_the_embedded_topology_without_extras(tmp_path):
 
 # Each command on the base install: one that needs an extra is refused before it does
 # anything, naming the extra; the others run.
-COMMANDS_SCRIPT = BLOCK_EXTRAS + """
+COMMANDS_SCRIPT = (
+    BLOCK_EXTRAS
+    + """
 import contextlib, io, json
 from deployments.cli import main
 config = sys.argv[1]
@@ -82,6 +87,7 @@ for argv in json.loads(sys.argv[2]):
     out[" ".join(argv)] = [code, err.getvalue()]
 print("RESULT", json.dumps(out))
 """
+)
 
 NEEDS_AN_EXTRA = {
     ("serve", "--port", "1"): "serve",
@@ -100,9 +106,7 @@ def test_every_command_runs_or_names_its_extra_before_working(tmp_path):
     config_path = tmp_path / "config.yaml"
     config_path.write_text(yaml.safe_dump(config))
     beir = tmp_path / "beir"  # never read: the refusal comes first
-    argvs = [
-        [part.format(beir=beir) for part in argv] for argv in [*NEEDS_AN_EXTRA, *RUNS]
-    ]
+    argvs = [[part.format(beir=beir) for part in argv] for argv in [*NEEDS_AN_EXTRA, *RUNS]]
     blocked = set(EXTRAS) | {"ir_measures", "mcp", "kubernetes", "xllamacpp", "psutil"}
     done = subprocess.run(
         [

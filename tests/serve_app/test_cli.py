@@ -103,7 +103,10 @@ def test_the_cli_offers_the_apis_collection_and_document_operations(config_file,
     names = [c["name"] for c in json.loads(capsys.readouterr().out)["collections"]]
     assert names == ["default", "papers"]
     assert run(config_file, "search", "dense vectors", "--collection", "papers", "--json") == 0
-    assert json.loads(capsys.readouterr().out)["results"][0]["chunk"]["doc_id"] in {"notes", "guide"}
+    assert json.loads(capsys.readouterr().out)["results"][0]["chunk"]["doc_id"] in {
+        "notes",
+        "guide",
+    }
     assert run(config_file, "search", "dense vectors", "--json") == 0
     assert json.loads(capsys.readouterr().out)["results"] == []  # the default one is empty
     assert run(config_file, "documents", "get", "notes", "--collection", "papers") == 0
@@ -114,3 +117,7 @@ def test_the_cli_offers_the_apis_collection_and_document_operations(config_file,
     assert "not found" in capsys.readouterr().err
     assert run(config_file, "collections", "delete", "papers") == 0
     assert json.loads(capsys.readouterr().out)["deleted"] == "papers"
+    # In process as over HTTP (one service): a search of a collection the tenant lacks is
+    # NOT_FOUND, never an empty result (before: the CLI searched it and printed nothing).
+    assert run(config_file, "search", "dense vectors", "--collection", "papers") == 2
+    assert "error [NOT_FOUND]: collection 'papers' not found" in capsys.readouterr().err

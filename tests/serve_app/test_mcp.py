@@ -19,9 +19,9 @@ from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
 
 from serve_app.api.app import create_app  # noqa: E402
 from serve_app.api.auth import hash_api_key  # noqa: E402
-from serve_app.api.service import RetrievalService  # noqa: E402
 from serve_app.pipelines.components import build_components  # noqa: E402
 from serve_app.ports import free_port  # noqa: E402
+from serve_app.service import RetrievalService  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [
@@ -235,3 +235,49 @@ def test_the_cli_answers_through_a_running_service(service_url):
         env=env, cwd=ROOT, capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert missing.returncode == 2 and "error [NOT_FOUND]" in missing.stderr
+
+
+async def test_search_and_answer_agree_across_http_cli_and_mcp(service_url):
+    """One application service behind every door: a search and an answer's passages are the
+    same through the HTTP API, `serve-app ... --url` and the MCP server."""
+    import subprocess
+
+    import httpx
+
+    headers = {"X-API-Key": "key-a"}
+    async with httpx.AsyncClient(base_url=service_url, headers=headers, timeout=120) as http:
+        indexed = await http.post("/v1/documents", json={"documents": DOCS})
+        assert indexed.status_code == 200, indexed.text
+        query, question = "antibiotic resistance plasmids", "What carries resistance genes?"
+        searched = (await http.post("/v1/search", json={"query": query, "top_k": 5})).json()
+        ask = {"question": question, "understand": False, "max_tokens": 8, "stream": False}
+        answered = (await http.post("/v1/answer", json=ask)).json()
+    env = {"SERVE_APP_API_KEY": "key-a", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+
+    def cli(*args: str) -> dict:
+        command = [sys.executable, "-m", "serve_app.cli", *args, "--url", service_url, "--json"]
+        done = subprocess.run(
+            command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=180
+        )
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    cli_searched = cli("search", query, "--top-k", "5")
+    cli_answered = cli("answer", question, "--no-understand", "--max-tokens", "8")
+    async with asyncio.timeout(240):
+        async with (
+            stdio_client(server_params(service_url)) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            mcp_searched = payload(await session.call_tool("search", {"query": query, "top_k": 5}))
+            tool_args = {"question": question, "understand": False, "max_tokens": 8}
+            mcp_answered = payload(await session.call_tool("answer", tool_args))
+
+    def hits(found: dict) -> list[tuple[str, str]]:
+        return [(r["doc_id"], r["chunk_id"]) for r in found["results"]]
+
+    assert hits(searched) and hits(searched) == hits(cli_searched) == hits(mcp_searched)
+    passages = [r["doc_id"] for r in answered["results"]]
+    assert passages and passages == [r["doc_id"] for r in cli_answered["results"]]
+    assert passages == [p["doc_id"] for p in mcp_answered["passages"]]

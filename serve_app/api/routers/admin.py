@@ -6,8 +6,8 @@ from fastapi import APIRouter, Depends, Query
 
 from serve_app.api import deps
 from serve_app.api.auth import Principal
-from serve_app.api.service import RetrievalService
 from serve_app.schemas import COLLECTION_PATTERN, TENANT_PATTERN
+from serve_app.service import RetrievalService
 
 router = APIRouter(prefix="/v1/admin")
 

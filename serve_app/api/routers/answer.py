@@ -19,10 +19,10 @@ from serve_app.api import deps
 from serve_app.api.auth import Principal
 from serve_app.api.errors import error_classes, error_response
 from serve_app.api.observability import Metrics
-from serve_app.api.service import RetrievalService
 from serve_app.errors import ServeAppError
 from serve_app.pipelines.answer import Event
 from serve_app.schemas import AnswerRequest
+from serve_app.service import RetrievalService
 
 DESCRIPTION = (
     "With `stream` true (the default): `text/event-stream` with the events `metadata`, "
@@ -81,13 +81,21 @@ class EventStreamResponse(Response):
 
     media_type = "text/event-stream"
 
-    def __init__(self, events: AsyncIterator[Event | None], retry_ms: int = 3000) -> None:
+    def __init__(
+        self,
+        events: AsyncIterator[Event | None],
+        retry_ms: int | None = 3000,
+        encoder: Callable[[str, dict[str, Any], int], bytes] = encode,
+        end: bytes = b"",
+    ) -> None:
         # Not Response.__init__: that would announce a Content-Length of its empty body.
         self.status_code = 200
         self.background = None
         self.init_headers({"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         self.events = events
         self.retry_ms = retry_ms
+        self.encode = encoder
+        self.end = end  # written after the last event (OpenAI's ``data: [DONE]``)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         async def body(chunk: bytes) -> None:
@@ -95,15 +103,16 @@ class EventStreamResponse(Response):
 
         async def pump() -> None:
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-            await body(f"retry: {self.retry_ms}\n\n".encode())
+            if self.retry_ms is not None:
+                await body(f"retry: {self.retry_ms}\n\n".encode())
             number = 0
             async for event in self.events:
                 if event is None:
                     await body(HEARTBEAT)
                     continue
                 number += 1
-                await body(encode(*event, event_id=number))
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+                await body(self.encode(*event, number))
+            await send({"type": "http.response.body", "body": self.end, "more_body": False})
 
         async def disconnected() -> None:
             while (await receive())["type"] != "http.disconnect":
@@ -132,16 +141,16 @@ async def run_answer(
     metrics: Metrics,
 ) -> Response:
     who.require("read")
+    checked = await deps.within(seconds, service.check_answer(request, who.tenant_id))
     if not request.stream:
-        answer = await deps.within(seconds, service.answer(request, who.tenant_id, seconds))
+        answer = await deps.within(seconds, service.answer(checked, seconds))
         metrics.observe_stages("answer", answer.get("timings_ms", {}))
         if answer["error"] is not None:
             return failed_answer(answer)
         return JSONResponse(answer)
-    await deps.within(seconds, service.check_answer(request, who.tenant_id))
 
     async def observed() -> AsyncIterator[Event]:
-        events = service.answer_stream(request, who.tenant_id, seconds)
+        events = service.answer_stream(checked, seconds)
         try:
             async for kind, data in events:
                 if kind == "done":

@@ -14,9 +14,10 @@ from serve_app.api import deps
 from serve_app.api.auth import Principal
 from serve_app.api.routers.answer import add_answer_routes
 from serve_app.api.routers.documents import add_document_routes
+from serve_app.api.routers.openai_compat import add_openai_routes
 from serve_app.api.routers.search import add_search_routes
-from serve_app.api.service import RetrievalService
 from serve_app.schemas import CollectionName
+from serve_app.service import RetrievalService
 
 router = APIRouter(prefix="/v1/collections")
 
@@ -98,3 +99,4 @@ named_router = APIRouter(prefix="/v1/collections/{name}")
 add_document_routes(named_router, deps.named_collection)
 add_search_routes(named_router, deps.named_collection)
 add_answer_routes(named_router, deps.named_collection)
+add_openai_routes(named_router, deps.named_collection)

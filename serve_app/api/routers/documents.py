@@ -3,8 +3,8 @@ deadline. ``add_document_routes`` puts the same handlers under ``/v1/documents``
 tenant's ``default`` collection) and ``/v1/collections/{name}/documents``: one handler per
 operation, so the two can never differ.
 
-The upload takes the raw request: the principal and the collection are checked before a
-body byte is read, and the body is read (under ``api.max_request_bytes``) inside the
+The upload takes the raw request: the principal and the collection (the scope) are checked
+before a body byte is read, and the body is read (under ``api.max_request_bytes``) inside the
 deadline."""
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 
 from serve_app.api import deps
-from serve_app.api.auth import Principal
 from serve_app.api.models import DeleteResponse, IngestResponse
 from serve_app.api.observability import Metrics
-from serve_app.api.service import RetrievalService
 from serve_app.api.uploads import read_documents
 from serve_app.loaders.pool import LoaderPool
-from serve_app.schemas import DEFAULT_COLLECTION, DocumentInfo
+from serve_app.schemas import DocumentInfo
+from serve_app.service import RetrievalService
+from serve_app.stores.base import ScopeKey
 
 UPLOAD_BODY = {
     "requestBody": {
@@ -44,23 +44,21 @@ UPLOAD_BODY = {
 
 def add_document_routes(router: APIRouter, collection: Callable[..., Any]) -> None:
     """The document operations under ``router``, for the collection that the dependency
-    ``collection`` names (None: the tenant's ``default`` collection)."""
+    ``collection`` names (None: the tenant's ``default`` collection), its scope resolved once
+    (``deps.scope_key``) before a body byte is read."""
+    readable = deps.scope_key(collection, "read")
+    writable = deps.scope_key(collection, "write")
 
     @router.post("/documents", response_model=IngestResponse, openapi_extra=UPLOAD_BODY)
     async def ingest_documents(
         request: Request,
-        name: str | None = Depends(collection),
-        who: Principal = Depends(deps.principal),
+        key: ScopeKey = Depends(writable),
         seconds: float = Depends(deps.ingest_deadline_s),
         service: RetrievalService = Depends(deps.service),
         loaders: LoaderPool = Depends(deps.loaders),
         metrics: Metrics = Depends(deps.metrics),
     ) -> IngestResponse:
-        who.require("write")
-
         async def upload() -> IngestResponse:
-            # Resolved once, before reading a byte of the body.
-            key = await service.scope(who.tenant_id, name or DEFAULT_COLLECTION)
             documents = await read_documents(request, service.config, loaders)
             result = await service.ingest(key, documents)
             metrics.observe_stages("ingest", result.timings_ms)
@@ -71,24 +69,18 @@ def add_document_routes(router: APIRouter, collection: Callable[..., Any]) -> No
     @router.get("/documents/{doc_id:path}", response_model=DocumentInfo)
     async def get_document(
         doc_id: str,
-        name: str | None = Depends(collection),
-        who: Principal = Depends(deps.principal),
+        key: ScopeKey = Depends(readable),
         seconds: float = Depends(deps.deadline_s),
         service: RetrievalService = Depends(deps.service),
     ) -> DocumentInfo:
-        who.require("read")
-        found = service.get_document(who.tenant_id, doc_id, name or DEFAULT_COLLECTION)
-        return await deps.within(seconds, found)
+        return await deps.within(seconds, service.get_document(key, doc_id))
 
     @router.delete("/documents/{doc_id:path}", response_model=DeleteResponse)
     async def delete_document(
         doc_id: str,
-        name: str | None = Depends(collection),
-        who: Principal = Depends(deps.principal),
+        key: ScopeKey = Depends(writable),
         seconds: float = Depends(deps.deadline_s),
         service: RetrievalService = Depends(deps.service),
     ) -> DeleteResponse:
-        who.require("write")
-        deleting = service.delete_document(who.tenant_id, doc_id, name or DEFAULT_COLLECTION)
-        removed = await deps.within(seconds, deleting)
+        removed = await deps.within(seconds, service.delete_document(key, doc_id))
         return DeleteResponse(deleted=doc_id, chunks_removed=removed)

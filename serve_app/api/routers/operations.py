@@ -11,8 +11,8 @@ from fastapi.responses import JSONResponse, Response
 from serve_app.api import deps
 from serve_app.api.models import ReadyResponse
 from serve_app.api.observability import INSTANCE_ENV, METRICS_URL_ENV, Metrics
-from serve_app.api.service import RetrievalService
 from serve_app.errors import NotFoundError, ServiceUnavailableError
+from serve_app.service import RetrievalService
 
 router = APIRouter()
 

@@ -13,8 +13,8 @@ from serve_app.api import deps
 from serve_app.api.auth import Principal
 from serve_app.api.models import SearchResponseOut
 from serve_app.api.observability import Metrics
-from serve_app.api.service import RetrievalService
 from serve_app.schemas import FUSION_METHODS, FusionSpec, SearchRequest, SearchResponse
+from serve_app.service import RetrievalService
 
 
 async def run_search(

@@ -16,10 +16,10 @@ import httpx
 import pytest
 
 from serve_app.api.app import create_app
-from serve_app.api.service import RetrievalService
 from serve_app.generation import GenerationParams, Message, build_llm
 from serve_app.pipelines.components import build_components
 from serve_app.ports import free_port
+from serve_app.service import RetrievalService
 from tests.support.data import SMOLLM2
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -175,8 +175,9 @@ async def test_a_hostile_document_stays_inside_its_delimiters(service):
     from serve_app.generation.prompts import Passage, answer_messages
     from serve_app.stores.base import ScopeKey
 
+    info = await service.get_document(ScopeKey("default"), "hostile")
     hostile = await service.components.index.fetch_batch(
-        [(ScopeKey("default"), [c for c in (await service.get_document("default", "hostile")).chunk_ids])]
+        [(ScopeKey("default"), list(info.chunk_ids))]
     )
     prompt = answer_messages("q", [Passage(1, hostile[0][0])], [])[-1].content
     # One block, one passage: the document's own markup cannot close it or open another.

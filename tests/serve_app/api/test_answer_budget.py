@@ -9,10 +9,10 @@ import httpx
 import pytest
 
 from serve_app.api.app import create_app
-from serve_app.api.service import RetrievalService
 from serve_app.generation import build_llm
 from serve_app.pipelines.components import build_components
 from serve_app.schemas import Document
+from serve_app.service import RetrievalService
 from serve_app.stores.base import ScopeKey
 from tests.support.data import SMOLLM2
 
@@ -33,16 +33,21 @@ ANSWER = {
 
 
 @pytest.fixture(scope="module")
-async def client(app_config_factory):
+async def service(app_config_factory):
     config = app_config_factory(llm=LLM, answer=ANSWER)
     llm = build_llm(config.llm)
     service = RetrievalService(await build_components(config), llm=llm)
     await service.ingest(ScopeKey("default"), DOCS)
+    yield service
+    await service.components.close()
+    llm.close()
+
+
+@pytest.fixture(scope="module")
+async def client(service):
     transport = httpx.ASGITransport(app=create_app(service))
     async with httpx.AsyncClient(transport=transport, base_url="http://t", timeout=120) as http:
         yield http
-    await service.components.close()
-    llm.close()
 
 
 async def test_an_over_budget_request_is_a_422_naming_the_numbers(client):
@@ -85,3 +90,34 @@ async def test_packed_passages_show_what_the_prompt_held(client):
         assert result["trimmed"] and result["text"].endswith("adults.")
         assert result["char_end"] - result["char_start"] == len(result["text"])
         assert 2 <= result["text"].count("Slow-wave") < 40
+
+
+async def test_an_answer_is_checked_once(client, service, monkeypatch):
+    """Before: the route checked the request, then the stream checked it again (the question
+    counted twice, every collection listed twice to find one)."""
+    await client.post("/v1/collections", json={"name": "checked-once"})
+    counted: list[str] = []
+    lookups: list[str] = []
+    count_tokens = service.llm.count_tokens
+
+    async def counting(texts: list[str]) -> list[int]:
+        counted.extend(texts)
+        return await count_tokens(texts)
+
+    def looking(name, method):
+        async def look(*args):
+            lookups.append(name)
+            return await method(*args)
+
+        return look
+
+    index = service.components.index
+    monkeypatch.setattr(service.llm, "count_tokens", counting)
+    for name in ("has_collection", "list_collections"):
+        monkeypatch.setattr(index, name, looking(name, getattr(index, name)))
+    question = "Does slow-wave sleep improve recall?"
+    body = {"question": question, "max_tokens": 8}
+    response = await client.post("/v1/collections/checked-once/answer", json=body)
+    assert response.status_code == 200, response.text[:300]
+    assert counted.count(question) == 1
+    assert lookups == ["has_collection"]

@@ -136,7 +136,7 @@ async def test_closing_the_events_at_the_metadata_stops_the_generation(app_confi
     try:
         pipeline = service.answer_pipeline
         request = AnswerRequest(question="Tell me everything about sleep.", max_tokens=400)
-        prepared = await pipeline.prepare(request, "default")
+        prepared = await pipeline.prepare(await pipeline.check(request, "default"))
         events = pipeline.events(prepared)
         kind, _ = await anext(events)
         assert kind == "metadata"

@@ -8,8 +8,8 @@ import pytest
 
 from serve_app.api.app import create_app
 from serve_app.api.auth import hash_api_key
-from serve_app.api.service import RetrievalService
 from serve_app.pipelines.components import build_components
+from serve_app.service import RetrievalService
 
 HS_SECRET = "test-secret-of-sufficient-length-0123456789"
 KEYS = {"key-a": "tenant-a", "key-b": "tenant-b"}

@@ -12,8 +12,8 @@ import pytest
 
 from serve_app.api.app import create_app
 from serve_app.api.auth import hash_api_key
-from serve_app.api.service import RetrievalService
 from serve_app.pipelines.components import build_components
+from serve_app.service import RetrievalService
 from serve_app.stores.base import ScopeKey
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -119,7 +119,9 @@ async def test_deleting_a_collection_removes_its_chunks_everywhere(api):
     deleted = await http.delete("/v1/collections/trash", headers=a)
     assert deleted.status_code == 200 and deleted.json()["chunks_removed"] >= 1
     for backend in components.index.backends:
-        page, _ = await backend.scroll_payloads(ScopeKey("tenant-a", "trash"), ["doc_id"], None, 100)
+        page, _ = await backend.scroll_payloads(
+            ScopeKey("tenant-a", "trash"), ["doc_id"], None, 100
+        )
         assert page == []
     gone = await http.post("/v1/collections/trash/search", json={"query": "plasmids"}, headers=a)
     assert gone.status_code == 404
@@ -152,3 +154,24 @@ async def test_admin_inspect_needs_the_admin_scope(api):
     )
     (entry,) = one.json()["collections"]
     assert entry["tenant_id"] == "tenant-b" and set(entry["documents"].values()) == {1}
+
+
+async def test_an_upload_looks_its_collection_up_once(api, monkeypatch):
+    """Before: the route checked the named collection, then the ingest checked it again."""
+    http, components = api
+    assert (
+        await http.post("/v1/collections", json={"name": "once"}, headers=key("key-a"))
+    ).is_success
+    has_collection = components.index.has_collection
+    lookups: list[tuple] = []
+
+    async def counted(*args):
+        lookups.append(args)
+        return await has_collection(*args)
+
+    monkeypatch.setattr(components.index, "has_collection", counted)
+    response = await http.post(
+        "/v1/collections/once/documents", json={"documents": [PAPER]}, headers=key("key-a")
+    )
+    assert response.status_code == 200, response.text
+    assert lookups == [("tenant-a", "once")]

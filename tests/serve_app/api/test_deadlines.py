@@ -13,10 +13,11 @@ import httpx
 import pytest
 
 from serve_app.api.app import create_app
-from serve_app.api.service import RetrievalService
 from serve_app.pipelines.components import build_components
+from serve_app.service import RetrievalService
 
 HANG_S = 30.0
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "q"}]}
 DOC = {"documents": [{"id": "d1", "text": "a short document"}]}
 
 # (method, route path) -> the request sent to it
@@ -38,8 +39,11 @@ CASES: dict[tuple[str, str], dict] = {
     ("GET", "/v1/collections/{name}/search"): {"url": "/v1/collections/c1/search", "params": {"q": "q"}},
     ("POST", "/v1/answer"): {"url": "/v1/answer", "json": {"question": "q"}},
     ("POST", "/v1/collections/{name}/answer"): {"url": "/v1/collections/c1/answer", "json": {"question": "q", "stream": False}},
+    ("POST", "/v1/chat/completions"): {"url": "/v1/chat/completions", "json": CHAT},
+    ("POST", "/v1/collections/{name}/chat/completions"): {"url": "/v1/collections/c1/chat/completions", "json": {**CHAT, "stream": True}},
 }  # fmt: skip
-UNTIMED = {("GET", "/healthz"), ("GET", "/metrics")}  # no I/O: nothing to wait for
+# No I/O: nothing to wait for.
+UNTIMED = {("GET", "/healthz"), ("GET", "/metrics"), ("GET", "/v1/models"), ("GET", "/v1/collections/{name}/models")}  # fmt: skip
 
 
 class Hanging:

@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from serve_app.api.app import create_app
-from serve_app.api.service import RetrievalService
 from serve_app.pipelines.components import build_components
+from serve_app.service import RetrievalService
 from tests.support.access_log import captured_access_lines
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")

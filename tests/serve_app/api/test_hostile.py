@@ -19,8 +19,8 @@ import pytest
 
 from serve_app.api.app import create_app
 from serve_app.api.auth import hash_api_key
-from serve_app.api.service import RetrievalService
 from serve_app.pipelines.components import build_components
+from serve_app.service import RetrievalService
 
 LIMIT = 1_000_000  # api.max_request_bytes
 FILE_LIMIT = 400_000  # limits.max_file_bytes

@@ -31,8 +31,8 @@ async def _metrics_answer(monkeypatch, exported_url: str | None):
 
     from serve_app.api.app import create_app
     from serve_app.api.observability import METRICS_URL_ENV
-    from serve_app.api.service import RetrievalService
     from serve_app.config import load_config
+    from serve_app.service import RetrievalService
 
     if exported_url is None:
         monkeypatch.delenv(METRICS_URL_ENV, raising=False)

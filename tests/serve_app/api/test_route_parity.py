@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from serve_app.api.app import create_app
-from serve_app.api.service import RetrievalService
 from serve_app.pipelines.components import Components
+from serve_app.service import RetrievalService
 
 NAMED = "/v1/collections/{name}"
 

@@ -6,10 +6,11 @@ import asyncio
 
 import pytest
 
-from serve_app.api.service import RetrievalService, sub_batches
 from serve_app.errors import ServiceUnavailableError
 from serve_app.pipelines.components import build_components
 from serve_app.schemas import Document
+from serve_app.service import RetrievalService
+from serve_app.service.uploads import sub_batches
 from serve_app.stores.base import ScopeKey
 
 DEFAULT = ScopeKey("default")
@@ -65,7 +66,8 @@ async def test_uploads_share_the_slots_and_extra_uploads_are_refused(components)
     components.chunker = gate
     service = RetrievalService(components)
     uploads = [
-        asyncio.create_task(service.ingest(DEFAULT, [doc(10 * u + i) for i in range(3)])) for u in range(3)
+        asyncio.create_task(service.ingest(DEFAULT, [doc(10 * u + i) for i in range(3)]))
+        for u in range(3)
     ]
     await asyncio.sleep(0.2)
     # Three uploads of three sub-batches each, but only two sub-batches in the pipeline.

@@ -9,10 +9,10 @@ import asyncio
 
 import pytest
 
-from serve_app.api.service import RetrievalService
 from serve_app.errors import ServiceUnavailableError
 from serve_app.pipelines.components import build_components
 from serve_app.schemas import Document
+from serve_app.service import RetrievalService
 from serve_app.stores.base import ScopeKey
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -58,7 +58,10 @@ async def test_nothing_is_written_after_a_failed_upload_is_answered(app_config_f
         async def present() -> set[str]:
             found = set()
             for document in documents:
-                if await components.index.document_info(ScopeKey("default"), document.id) is not None:
+                if (
+                    await components.index.document_info(ScopeKey("default"), document.id)
+                    is not None
+                ):
                     found.add(document.id)
             return found
 

@@ -11,9 +11,7 @@ def scifact_docs(scifact_dir, n: int) -> list[Document]:
     with (scifact_dir / "corpus.jsonl").open() as handle:
         for line in handle:
             row = json.loads(line)
-            docs.append(
-                Document(id=row["_id"], title=row["title"], text=row["text"])
-            )
+            docs.append(Document(id=row["_id"], title=row["title"], text=row["text"]))
             if len(docs) == n:
                 break
     return docs

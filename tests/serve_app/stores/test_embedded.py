@@ -90,7 +90,9 @@ async def test_an_interrupted_replace_is_not_unchanged_and_its_retry_removes_the
     (backend,) = index.backends
     await backend.upsert(ScopeKey("t1"), [new])  # the write, without what follows it
     assert await index.count(ScopeKey("t1")) == 5
-    assert await index.document_hashes(ScopeKey("t1"), ["d"]) == {}  # neither version is whole alone
+    assert (
+        await index.document_hashes(ScopeKey("t1"), ["d"]) == {}
+    )  # neither version is whole alone
     assert await index.write_documents(ScopeKey("t1"), [new]) == 3  # the retry
     assert await index.document_hashes(ScopeKey("t1"), ["d"]) == {"d": "h2"}
     hits = await index.search("dense", query(), 10, ScopeKey("t1"))

@@ -56,7 +56,8 @@ async def _fill(store) -> None:
         ],
     )
     await store.write_documents(
-        ScopeKey("t2"), [write("d1", [encoded("d1", 0, "alpha other tenant", [1, 0, 0, 0], {1: 5.0}, "t2")])]
+        ScopeKey("t2"),
+        [write("d1", [encoded("d1", 0, "alpha other tenant", [1, 0, 0, 0], {1: 5.0}, "t2")])],
     )
 
 
@@ -96,7 +97,10 @@ async def test_inspect_reports_every_store_and_collection(store):
 
 async def test_inspect_narrows_to_a_tenant_and_a_collection(store):
     await _fill(store)
-    assert set(_by_collection(await store.inspect(ScopeKey("t1", None)))) == {("t1", "default"), ("t1", "papers")}
+    assert set(_by_collection(await store.inspect(ScopeKey("t1", None)))) == {
+        ("t1", "default"),
+        ("t1", "papers"),
+    }
     only = _by_collection(await store.inspect(ScopeKey("t1", "papers")))
     assert list(only) == [("t1", "papers")]
     await store.create_collection(ScopeKey("t2", "empty"))
@@ -107,7 +111,10 @@ async def test_inspect_narrows_to_a_tenant_and_a_collection(store):
 async def test_collections_are_kept_apart_inside_a_tenant(store):
     await _fill(store)
     papers = ScopeKey("t1", "papers")
-    assert [c["name"] for c in await store.list_collections(ScopeKey("t1"))] == ["default", "papers"]
+    assert [c["name"] for c in await store.list_collections(ScopeKey("t1"))] == [
+        "default",
+        "papers",
+    ]
     assert [c["name"] for c in await store.list_collections(ScopeKey("t2"))] == ["default"]
     assert await store.has_collection(ScopeKey("t1", "papers")) and not await store.has_collection(
         ScopeKey("t2", "papers")
@@ -156,7 +163,10 @@ async def test_a_failed_collection_delete_is_closed_and_finished_by_a_retry(stor
         await store.delete_collection(ScopeKey("t1", "papers"))
     # Half deleted: no longer usable, still listed as being deleted.
     assert not await store.has_collection(ScopeKey("t1", "papers"))
-    assert [c["state"] for c in await store.list_collections(ScopeKey("t1"))] == ["ready", "deleting"]
+    assert [c["state"] for c in await store.list_collections(ScopeKey("t1"))] == [
+        "ready",
+        "deleting",
+    ]
     monkeypatch.undo()
     await store.delete_collection(ScopeKey("t1", "papers"))
     for backend in store.backends:

@@ -48,16 +48,22 @@ async def _workflow(opensearch_url) -> None:
     await index.write_documents(ScopeKey("t1"), [write("d1", chunks)])
     await index.write_documents(ScopeKey("t1"), [write("d1", chunks[:2], "h2")])  # stale sweep
     filters = SearchFilters(doc_ids=["d1"], sections=["Methods"], metadata={"tag": ["x", "y"]})
-    await index.search_many(["bm25", "splade"], query(text="decay", terms={1: 1, 2: 2}), 5, ScopeKey("t1"))
+    await index.search_many(
+        ["bm25", "splade"], query(text="decay", terms={1: 1, 2: 2}), 5, ScopeKey("t1")
+    )
     await index.search_many(["bm25", "splade"], query(text="decay"), 5, ScopeKey("t1"), filters)
     await index.document_hashes(ScopeKey("t1"), ["d1", "d2"])
     await index.document_info(ScopeKey("t1"), "d1")
     await index.fetch(ScopeKey("t1"), [c.chunk.id for c in chunks])
-    await index.fetch_batch([(ScopeKey("t1"), [chunks[0].chunk.id]), (ScopeKey("t2"), [chunks[1].chunk.id])])
+    await index.fetch_batch(
+        [(ScopeKey("t1"), [chunks[0].chunk.id]), (ScopeKey("t2"), [chunks[1].chunk.id])]
+    )
     await index.count(ScopeKey("t1"))
     await index.count()
     (backend,) = index.backends
-    await backend.scroll_payloads(ScopeKey("t1"), ["tenant_id"], None, 2)  # StoreIndex.count's pages
+    await backend.scroll_payloads(
+        ScopeKey("t1"), ["tenant_id"], None, 2
+    )  # StoreIndex.count's pages
     await index.create_collection(ScopeKey("t1", "papers"))
     await index.write_documents(ScopeKey("t1", "papers"), [write("d1", chunks[:1])])
     await index.inspect(ScopeKey("t1", None))
@@ -125,7 +131,9 @@ def test_the_validator_rejects_what_opensearch_would_reject():
 @pytest.mark.parametrize("mode", ["rank_feature", "neural_sparse"])
 def test_query_bodies_validate(mode):
     config = opensearch_config("http://unused", splade_query=mode, splade_query_top_terms=2)
-    clauses = bodies.filter_clauses(ScopeKey("t"), SearchFilters(metadata={"year": 2020, "ok": True}))
+    clauses = bodies.filter_clauses(
+        ScopeKey("t"), SearchFilters(metadata={"year": 2020, "ok": True})
+    )
     vector = query(terms={5: 0.1, 6: 3.0, 7: 2.0}).splade
     splade = bodies.splade_query(config, vector, 10, clauses)
     validate("POST", "/i/_search", splade)

@@ -72,7 +72,10 @@ async def test_collections_created_and_deleted_at_once_through_every_replica_are
         # half of them deleted at once, each through another replica than created it
         gone = wanted[::2]
         await asyncio.gather(
-            *(stores[(int(name[1]) + 1) % REPLICAS].delete_collection(ScopeKey("t", name)) for name in gone)
+            *(
+                stores[(int(name[1]) + 1) % REPLICAS].delete_collection(ScopeKey("t", name))
+                for name in gone
+            )
         )
         kept = sorted(set(wanted) - set(gone))
         for store in stores:
@@ -106,7 +109,9 @@ async def test_one_name_created_at_once_through_every_replica_is_created_once(
         )
         assert all(isinstance(r, int | NotFoundError) for r in results), results
         assert await names(stores[1], "t") == ["default", "papers1", "papers2"]
-        created = await stores[2].create_collection(ScopeKey("t", "papers0"))  # the name is free again
+        created = await stores[2].create_collection(
+            ScopeKey("t", "papers0")
+        )  # the name is free again
         assert created["name"] == "papers0"
 
 

@@ -63,7 +63,9 @@ async def test_bm25_in_qdrant_applies_per_tenant_idf(tmp_path):
     await store.write_documents(
         ScopeKey("t1"), [write("d", [encoded("d", 0, "x", [1, 0, 0, 0], {7: 1.0, 8: 1.0})])]
     )
-    await store.write_documents(ScopeKey("t1"), [write("e", [encoded("e", 0, "y", [0, 1, 0, 0], {8: 1.0})])])
+    await store.write_documents(
+        ScopeKey("t1"), [write("e", [encoded("e", 0, "y", [0, 1, 0, 0], {8: 1.0})])]
+    )
     before = (await store.search("bm25", query(terms={7: 1.0}), 5, ScopeKey("t1")))[0].score
     raw = (await store.search("splade", query(terms={7: 1.0}), 5, ScopeKey("t1")))[0].score
     assert before != pytest.approx(raw)  # IDF applied
@@ -83,7 +85,10 @@ async def test_bm25_in_opensearch_matches_analysed_text(tmp_path, opensearch_url
     await _fill(store)
     # "decays" and "neutron" stem to the indexed forms (english analyzer).
     hits = await store.search("bm25", query(text="neutron decays"), 10, ScopeKey("t1"))
-    assert await _texts(store, ScopeKey("t1"), hits) == ["beta decay of neutrons", "alpha particles decay"]
+    assert await _texts(store, ScopeKey("t1"), hits) == [
+        "beta decay of neutrons",
+        "alpha particles decay",
+    ]
     title_hits = await store.search("bm25", query(text="title d2"), 10, ScopeKey("t1"))
     assert title_hits[0].doc_id == "d2"  # the boosted title field is searched too
     filtered = await store.search(

@@ -112,7 +112,9 @@ async def test_a_failed_update_keeps_the_old_version_even_with_opensearch_gone(s
 
     assert await stored(split) == (5, 3)  # the leftovers exist ...
     assert await visible(split, "a") == old  # ... in one store only: v1 is served, whole
-    assert await split.document_hashes(ScopeKey("t1"), ["a"]) == {}  # two hashes: the retry rewrites
+    assert (
+        await split.document_hashes(ScopeKey("t1"), ["a"]) == {}
+    )  # two hashes: the retry rewrites
 
     await split.write_documents(ScopeKey("t1"), [document("a", 4, "v2")])
     assert await stored(split) == (4, 4)

@@ -1,0 +1,106 @@
+"""``serve-app answer``: a cited answer, streamed as it is written; in process or through
+``--url``. Exits 1 when the answer ends in an ``error`` event (or its JSON has an ``error``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from serve_app.cli.common import client, collection_path, retrieval_service, service_arguments
+from serve_app.config import AppConfig
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    answer = sub.add_parser("answer", help="a cited answer from the documents (needs llm:)")
+    answer.add_argument("question")
+    answer.add_argument("--collection", default="default", help="a named collection")
+    answer.add_argument("--top-k", type=int, help="passages given to the model")
+    answer.add_argument("--multi-query", action="store_true", help="retrieve reformulations too")
+    answer.add_argument("--no-understand", action="store_true", help="skip query understanding")
+    answer.add_argument("--max-tokens", type=int, help="cap on the answer's tokens")
+    answer.add_argument("--tenant", default="default")
+    answer.add_argument("--json", action="store_true", help="print the whole answer as JSON")
+    service_arguments(answer)
+
+
+def answer_request(args: argparse.Namespace, stream: bool):
+    from serve_app.schemas import AnswerRequest
+
+    return AnswerRequest(
+        question=args.question,
+        collection=args.collection,
+        top_k=args.top_k,
+        understand=False if args.no_understand else None,
+        multi_query=True if args.multi_query else None,
+        max_tokens=args.max_tokens,
+        stream=stream,
+    )
+
+
+def print_event(kind: str, data: dict) -> None:
+    """An answer's events for a terminal: the text as it is written, then its sources."""
+    if kind == "metadata":
+        queries = " | ".join(data["sub_queries"])
+        filters = f"; filters {json.dumps(data['filters'])}" if data.get("filters") else ""
+        print(f"[{len(data['results'])} passages for: {queries}{filters}]", file=sys.stderr)
+        return
+    if kind == "delta":
+        print(data["text"], end="", flush=True)
+        return
+    if kind == "error":
+        print(f"\nerror [{data['code']}]: {data['message']}", file=sys.stderr)
+        return
+    print()
+    cited = {}
+    for citation in data["citations"]:
+        cited.setdefault(citation["number"], citation)
+    for number, citation in sorted(cited.items()):
+        where = f" / {citation['section']}" if citation["section"] else ""
+        print(f"  [{number}] {citation['doc_id']}{where}: {citation['title'][:80]}")
+    for invalid in data["invalid_citations"]:
+        print(f"  {invalid['mark']} cites no passage: {invalid['reason']}", file=sys.stderr)
+    timings = data["timings_ms"]
+    first = (
+        f"first token {timings['first_token'] / 1000:.1f} s, " if "first_token" in timings else ""
+    )
+    print(
+        f"({first}total {timings['total'] / 1000:.1f} s; "
+        f"{len(data['uncited_sentences'])} sentences without a citation)",
+        file=sys.stderr,
+    )
+
+
+async def run(config: AppConfig, args: argparse.Namespace) -> int:
+    if args.url:
+        return await through_url(args)
+    async with retrieval_service(config, with_llm=True) as service:
+        request = answer_request(args, stream=not args.json)
+        checked = await service.check_answer(request, args.tenant)
+        if args.json:
+            answer = await service.answer(checked)
+            print(json.dumps(answer, indent=2))
+            return 1 if answer["error"] is not None else 0
+        failed = False
+        async for kind, data in service.answer_stream(checked):
+            print_event(kind, data)
+            failed = failed or kind == "error"
+    return 1 if failed else 0
+
+
+async def through_url(args: argparse.Namespace) -> int:
+    api = client(args)
+    path = f"{collection_path(args.collection)}/answer"
+    try:
+        if args.json:
+            body = answer_request(args, stream=False).model_dump(exclude_none=True)
+            print(json.dumps(await api.call("POST", path, json=body), indent=2))
+            return 0
+        body = answer_request(args, stream=True).model_dump(exclude_none=True)
+        failed = False
+        async for kind, data in api.events(path, body):
+            print_event(kind, data)
+            failed = failed or kind == "error"
+    finally:
+        await api.close()
+    return 1 if failed else 0

@@ -1,0 +1,116 @@
+"""What the commands share: the ``--url`` arguments and client, progress bars, and the
+application service over the configured stores, in this process."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import sys
+from collections.abc import AsyncIterator
+from typing import Any
+
+from serve_app.config import AppConfig
+from serve_app.errors import InvalidInputError
+
+
+def quiet_libraries() -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    # opensearch-py logs every non-2xx answer, including the expected 404 of an alias lookup.
+    logging.getLogger("opensearch").setLevel(logging.ERROR)
+
+
+def progress(total: int, desc: str, unit: str):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, disable=None)
+
+
+def service_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--url``: go through a running service's HTTP API instead of opening the index, which
+    that service holds (one process owns an embedded index)."""
+    parser.add_argument(
+        "--url", help="a running service (e.g. http://127.0.0.1:8000): use its HTTP API"
+    )
+    parser.add_argument(
+        "--api-key-env",
+        default="SERVE_APP_API_KEY",
+        help="environment variable holding the API key sent with --url",
+    )
+    parser.add_argument("--timeout-s", type=float, default=900.0, help="bound of each request")
+
+
+def client(args: argparse.Namespace):
+    """The ``--url`` service's HTTP API; the tenant is the credential's, never a flag."""
+    from serve_app.client import ServiceClient
+
+    if getattr(args, "tenant", None) not in (None, "default"):
+        raise InvalidInputError(
+            "--tenant does not apply with --url: the service takes the tenant from the "
+            f"credential (${args.api_key_env})"
+        )
+    return ServiceClient(args.url, os.environ.get(args.api_key_env), args.timeout_s)
+
+
+async def through(
+    args: argparse.Namespace, method: str, path: str, body: dict | None
+) -> dict[str, Any]:
+    """One call of the ``--url`` service's HTTP API."""
+    api = client(args)
+    try:
+        return await api.call(method, path, **({"json": body} if body is not None else {}))
+    finally:
+        await api.close()
+
+
+def collection_path(collection: str) -> str:
+    """The HTTP API's prefix of a collection's routes."""
+    return "/v1" if collection == "default" else f"/v1/collections/{collection}"
+
+
+@contextlib.asynccontextmanager
+async def collection_service(config: AppConfig) -> AsyncIterator[Any]:
+    """``CollectionService`` over the configured stores as they are (no model is loaded),
+    closed after use."""
+    from serve_app.service.collections import CollectionService
+    from serve_app.stores.base import TOPOLOGIES
+
+    index = TOPOLOGIES.create(config.stores.topology, config)
+    try:
+        await index.attach()
+        yield CollectionService(index, config)
+    finally:
+        await index.close()
+
+
+@contextlib.asynccontextmanager
+async def retrieval_service(config: AppConfig, with_llm: bool = False) -> AsyncIterator[Any]:
+    """``RetrievalService`` in this process (every model loaded; the LLM with ``with_llm``),
+    closed after use."""
+    from serve_app.pipelines.components import build_components
+    from serve_app.service import RetrievalService
+
+    llm = None
+    if with_llm:
+        from serve_app.generation import build_llm
+
+        if not config.llm.enabled:
+            raise InvalidInputError(
+                "answers need an LLM: set llm.enabled (config/local.yaml has one)"
+            )
+    components = await build_components(config)
+    try:
+        if with_llm:
+            llm = build_llm(config.llm)
+        yield RetrievalService(components, llm=llm)
+    finally:
+        close = getattr(llm, "close", None)
+        if close is not None:
+            close()
+        await components.close()

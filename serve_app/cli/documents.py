@@ -1,0 +1,36 @@
+"""``serve-app documents``: a document's record (``get``) or its removal (``delete``), on the
+stores here (no model loaded) or through ``--url``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from serve_app.cli.common import collection_path, collection_service, service_arguments, through
+from serve_app.config import AppConfig
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    documents = sub.add_parser("documents", help="a document's record, or delete it")
+    documents.add_argument("action", choices=["get", "delete"])
+    documents.add_argument("doc_id")
+    documents.add_argument("--collection", default="default")
+    documents.add_argument("--tenant", default="default")
+    service_arguments(documents)
+
+
+async def run(config: AppConfig, args: argparse.Namespace) -> int:
+    if args.url:
+        path = f"{collection_path(args.collection)}/documents/{args.doc_id}"
+        answer = await through(args, "GET" if args.action == "get" else "DELETE", path, None)
+    else:
+        async with collection_service(config) as service:
+            key = await service.scope(args.tenant, args.collection)
+            if args.action == "get":
+                info = await service.get_document(key, args.doc_id)
+                answer = info.model_dump(mode="json")
+            else:
+                removed = await service.delete_document(key, args.doc_id)
+                answer = {"deleted": args.doc_id, "chunks_removed": removed}
+    print(json.dumps(answer, indent=2, default=str))
+    return 0

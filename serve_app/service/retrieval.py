@@ -1,0 +1,163 @@
+"""``RetrievalService``: the use cases over the pipelines and the collection registry, plus
+readiness checks; the same object in process and in the Ray ingress."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from serve_app.errors import (
+    ServiceUnavailableError,
+)
+from serve_app.generation.base import LLM
+from serve_app.pipelines.answer import AnswerPipeline, CheckedAnswer, Event
+from serve_app.pipelines.components import Components
+from serve_app.pipelines.ingest import ChunkBudget, IngestPipeline
+from serve_app.pipelines.search import SearchPipeline
+from serve_app.schemas import (
+    AnswerRequest,
+    Document,
+    IngestResult,
+    SearchRequest,
+    SearchResponse,
+)
+from serve_app.service.collections import CollectionService
+from serve_app.service.uploads import partial_failure, sub_batches
+from serve_app.stores.base import ScopeKey
+
+log = logging.getLogger("serve_app.api")
+
+# A readiness check returns normally when its dependency works and raises otherwise.
+ReadinessCheck = Callable[[], Awaitable[None]]
+# Called with (model name, batch stats) for batches that model deployments report.
+BatchObserver = Callable[[str, dict], None]
+
+
+class RetrievalService(CollectionService):
+    """Every use case: ingest, search and answer over the pipelines, the collection and
+    document operations of ``CollectionService``, readiness."""
+
+    def __init__(
+        self,
+        components: Components,
+        checks: dict[str, ReadinessCheck] | None = None,
+        llm: LLM | None = None,
+    ) -> None:
+        super().__init__(components.index, components.config)
+        self.components = components
+        self.ingest_pipeline = IngestPipeline(components)
+        self.search_pipeline = SearchPipeline(components)
+        self.checks = checks or {"store": self._store_check}
+        # Answers: the LLM in this process or a handle to its deployment (None: answers are
+        # refused with 503 naming llm.enabled).
+        self.llm = llm
+        # Reported by /readyz but not gating it: without the LLM searches still work and
+        # answers still return their results with an error event (docs/answers.md).
+        self.advisory_checks: set[str] = set()
+        check_llm = getattr(llm, "check_health", None)
+        if check_llm is not None:
+            self.checks = {**self.checks, "llm": check_llm}
+            self.advisory_checks.add("llm")
+        self.answer_pipeline = AnswerPipeline(
+            self.config, llm, self.search_pipeline, components.index
+        )
+        self._ingest_slots: asyncio.Semaphore | None = None
+        self._uploads = 0
+
+    async def _store_check(self) -> None:
+        if not await self.components.index.healthy():
+            raise RuntimeError("store not healthy")
+
+    async def ingest(self, key: ScopeKey, documents: list[Document]) -> IngestResult:
+        """Validate everything, then ingest into ``key`` (resolved by the caller:
+        ``scope``) in bounded sub-batches, a few at a time.
+
+        Each document is written whole or not at all; if a later sub-batch fails, earlier
+        ones stay written and a retry of the same request converges (idempotent ingest).
+        Sub-batches of every upload share ``api.ingest_concurrency`` slots (backpressure at
+        the ingress: the model replicas never hold more than that many document batches
+        from this replica); past ``api.max_pending_uploads`` uploads are refused with 503.
+        """
+        self.ingest_pipeline.validate(documents)
+        api = self.config.api
+        if self._uploads >= api.max_pending_uploads:
+            raise ServiceUnavailableError(
+                f"{self._uploads} uploads are already being ingested here "
+                "(api.max_pending_uploads); retry shortly"
+            )
+        if self._ingest_slots is None:
+            self._ingest_slots = asyncio.Semaphore(api.ingest_concurrency)
+        slots = self._ingest_slots
+
+        async def one(batch: list[Document]) -> IngestResult:
+            async with slots:
+                result = await self.ingest_pipeline.ingest(key, batch, budget)
+            done.append(result)
+            return result
+
+        done: list[IngestResult] = []
+        budget = ChunkBudget(self.config.limits.max_chunks_per_request)
+        self._uploads += 1
+        try:
+            batches = sub_batches(documents, api.ingest_batch_size, api.ingest_batch_chars)
+            # A TaskGroup, not gather: the first failure (or the request's cancellation)
+            # cancels every other sub-batch, so nothing of a failed request is written after
+            # its answer. A sub-batch cancelled inside its store write is rolled back or
+            # finished whole by the store (stores/index.py); none is left half-written.
+            async with asyncio.TaskGroup() as group:
+                for batch in batches:
+                    group.create_task(one(batch))
+        except BaseExceptionGroup as failure:
+            raise partial_failure(failure, done) from None
+        finally:
+            self._uploads -= 1
+        parts = done
+        merged = IngestResult(documents=len(documents))
+        for part in parts:
+            merged.chunks_written += part.chunks_written
+            merged.written.extend(part.written)
+            merged.unchanged.extend(part.unchanged)
+            merged.stale_chunks_removed += part.stale_chunks_removed
+            for stage, ms in part.timings_ms.items():
+                merged.timings_ms[stage] = round(merged.timings_ms.get(stage, 0.0) + ms, 3)
+        return merged
+
+    async def search(self, request: SearchRequest, tenant_id: str) -> SearchResponse:
+        """A named collection is confirmed inside the search's own store call, not by a
+        lookup of its own (on Ray Serve a round trip outside the query's batch)."""
+        return await self.search_pipeline.search(request, ScopeKey(tenant_id, request.collection))
+
+    async def check_answer(self, request: AnswerRequest, tenant_id: str) -> CheckedAnswer:
+        """What refuses an answer before its first byte (``AnswerPipeline.check``): once."""
+        return await self.answer_pipeline.check(request, tenant_id)
+
+    def answer_stream(
+        self, checked: CheckedAnswer, bound_s: float | None = None
+    ) -> AsyncIterator[Event]:
+        """The events of a checked answer, preparation included (``AnswerPipeline.stream``)."""
+        return self.answer_pipeline.stream(checked, bound_s)
+
+    async def answer(self, checked: CheckedAnswer, bound_s: float | None = None) -> dict[str, Any]:
+        """The whole answer of a checked request as one object (the JSON variant)."""
+        return await self.answer_pipeline.collect(checked, bound_s)
+
+    async def readiness(self, timeout_s: float = 2.0) -> dict[str, str]:
+        """name -> "ok", "failing" or "timeout", each check bounded by ``timeout_s``. The
+        reason of a failure is logged, never returned: /readyz is unauthenticated."""
+
+        async def run(name: str, check: ReadinessCheck) -> str:
+            try:
+                await asyncio.wait_for(check(), timeout_s)
+                return "ok"
+            except TimeoutError:
+                log.warning("readiness check %r timed out after %ss", name, timeout_s)
+                return "timeout"
+            except Exception as error:
+                log.warning("readiness check %r failed: %s: %s", name, type(error).__name__, error)
+                return "failing"
+
+        names = list(self.checks)
+        results = await asyncio.gather(*(run(n, self.checks[n]) for n in names))
+        return dict(zip(names, results, strict=True))
