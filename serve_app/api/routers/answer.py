@@ -20,7 +20,7 @@ from serve_app.api.auth import Principal
 from serve_app.api.errors import error_classes, error_response
 from serve_app.api.observability import Metrics
 from serve_app.errors import ServeAppError
-from serve_app.pipelines.answer import Event
+from serve_app.pipelines.answer import CheckedAnswer, Event
 from serve_app.schemas import AnswerRequest
 from serve_app.service import RetrievalService
 
@@ -149,19 +149,11 @@ async def run_answer(
             return failed_answer(answer)
         return JSONResponse(answer)
 
-    async def observed() -> AsyncIterator[Event]:
-        events = service.answer_stream(checked, seconds)
-        try:
-            async for kind, data in events:
-                if kind == "done":
-                    metrics.observe_stages("answer", data["timings_ms"])
-                yield kind, data
-        finally:
-            await events.aclose()
-
     settings = service.config
     return EventStreamResponse(
-        with_heartbeats(observed(), settings.answer.heartbeat_s),
+        with_heartbeats(
+            observed_answer(service, checked, seconds, metrics), settings.answer.heartbeat_s
+        ),
         retry_ms=round(settings.llm.retry_after_s * 1000),
     )
 
@@ -207,3 +199,17 @@ def add_answer_routes(router: APIRouter, collection: Callable[..., Any]) -> None
     ) -> Response:
         request = body if name is None else body.model_copy(update={"collection": name})
         return await run_answer(request, who, seconds, service, metrics)
+
+
+async def observed_answer(
+    service: RetrievalService, checked: CheckedAnswer, seconds: float, metrics: Metrics
+) -> AsyncIterator[Event]:
+    """The answer's events (both doors), its stage timings recorded when it is done."""
+    events = service.answer_stream(checked, seconds)
+    try:
+        async for kind, data in events:
+            if kind == "done":
+                metrics.observe_stages("answer", data["timings_ms"])
+            yield kind, data
+    finally:
+        await events.aclose()

@@ -27,7 +27,7 @@ from serve_app.api import deps
 from serve_app.api.auth import Principal
 from serve_app.api.errors import error_response
 from serve_app.api.observability import REQUEST_ID, Metrics
-from serve_app.api.routers.answer import EventStreamResponse, with_heartbeats
+from serve_app.api.routers.answer import EventStreamResponse, observed_answer, with_heartbeats
 from serve_app.errors import RequestSchemaError, ServeAppError, describe_validation_errors
 from serve_app.pipelines.answer import Event
 from serve_app.schemas import (
@@ -240,19 +240,12 @@ async def run_chat_completion(
             return openai_error(_error_of(answer["error"]))
         return JSONResponse(completion.whole(answer))
 
-    async def observed() -> AsyncIterator[Event]:
-        events = service.answer_stream(checked, seconds)
-        try:
-            async for kind, data in events:
-                if kind == "done":
-                    metrics.observe_stages("answer", data["timings_ms"])
-                yield kind, data
-        finally:
-            await events.aclose()
-
     settings = service.config
     return EventStreamResponse(
-        with_heartbeats(completion.chunks(observed()), settings.answer.heartbeat_s),
+        with_heartbeats(
+            completion.chunks(observed_answer(service, checked, seconds, metrics)),
+            settings.answer.heartbeat_s,
+        ),
         retry_ms=None,  # OpenAI's clients read a lone ``retry:`` as an empty chunk
         encoder=encode_chunk,
         end=DONE,
