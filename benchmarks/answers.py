@@ -61,6 +61,7 @@ from typing import Any
 from benchmarks.canary import canary
 from benchmarks.report import default_stem, table, write_report
 from benchmarks.service import add_run_arguments
+from serve_app.stores.base import ScopeKey
 
 TENANT = "bench"
 
@@ -113,7 +114,6 @@ async def build(
     from serve_app.pipelines.components import build_components
     from serve_app.pipelines.ingest import IngestPipeline
     from serve_app.service import RetrievalService
-    from serve_app.stores.base import ScopeKey
 
     components = await build_components(config)
     llm = build_llm(config.llm)
@@ -155,7 +155,9 @@ async def one_answer(
     done: dict[str, Any] = {}
     metadata: dict[str, Any] = {}
     try:
-        prepared = await pipeline.prepare(await pipeline.check(request, TENANT))
+        prepared = await pipeline.prepare(
+            await pipeline.check(request, ScopeKey(TENANT, request.collection))
+        )
         async for kind, data in pipeline.events(prepared):
             now = time.perf_counter()
             if kind == "metadata":
@@ -349,7 +351,10 @@ async def multi_query(service: Any, dataset: Any, count: int, depth: int) -> dic
         queries = distinct_queries([question, *understood.queries], 1 + reformulations)
         sub_query_counts.append(len(queries))
         responses = await asyncio.gather(
-            *(service.search(SearchRequest(query=q, top_k=depth), TENANT) for q in queries)
+            *(
+                service.search(SearchRequest(query=q, top_k=depth), ScopeKey(TENANT))
+                for q in queries
+            )
         )
         best: dict[str, float] = {}  # a document ranks where its first chunk does
         for result in responses[0].results:
@@ -450,7 +455,7 @@ async def citations(
         started = time.perf_counter()
         answer = await pipeline.answer(
             AnswerRequest(question=claim, max_tokens=max_tokens, stream=False),
-            TENANT,
+            ScopeKey(TENANT),
         )
         seconds.append(time.perf_counter() - started)
         if answer.get("error"):

@@ -172,6 +172,7 @@ async def canary(service: Any, llm: Any, tenant: str, limit: int, max_tokens: in
     """Canary rates per kind of order, with and without the defences (module docstring)."""
     from serve_app.errors import ConflictError
     from serve_app.schemas import AnswerRequest
+    from serve_app.stores.base import ScopeKey
 
     for kind in ("plain", "control"):
         with contextlib.suppress(ConflictError):  # made by an earlier run on this data dir
@@ -193,7 +194,7 @@ async def canary(service: Any, llm: Any, tenant: str, limit: int, max_tokens: in
                         max_tokens=max_tokens,
                         stream=False,
                     ),
-                    tenant,
+                    ScopeKey(tenant, COLLECTION.format(kind=case["kind"])),
                 )
             text = answer.get("answer") or ""
             hit = any(word.lower() in text.lower() for word in WORDS)

@@ -9,6 +9,7 @@ import sys
 
 from serve_app.cli.common import client, collection_path, retrieval_service, service_arguments
 from serve_app.config import AppConfig
+from serve_app.stores.base import ScopeKey
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -76,7 +77,7 @@ async def run(config: AppConfig, args: argparse.Namespace) -> int:
         return await through_url(args)
     async with retrieval_service(config, with_llm=True) as service:
         request = answer_request(args, stream=not args.json)
-        checked = await service.check_answer(request, args.tenant)
+        checked = await service.check_answer(request, ScopeKey(args.tenant, request.collection))
         if args.json:
             answer = await service.answer(checked)
             print(json.dumps(answer, indent=2))

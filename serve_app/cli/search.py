@@ -7,6 +7,7 @@ import argparse
 from serve_app.cli.common import collection_path, retrieval_service, service_arguments, through
 from serve_app.config import AppConfig
 from serve_app.schemas import FUSION_METHODS, STRATEGIES, FusionSpec, SearchRequest
+from serve_app.stores.base import ScopeKey
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -70,7 +71,7 @@ async def run(config: AppConfig, args: argparse.Namespace) -> int:
         return 0
     request.collection = args.collection
     async with retrieval_service(config) as service:
-        response = await service.search(request, args.tenant)
+        response = await service.search(request, ScopeKey(args.tenant, request.collection))
     if args.json:
         print(response.model_dump_json(indent=2))
     else:

@@ -112,7 +112,9 @@ def result_similarities(results: list[ScoredChunk]) -> list[tuple[str, float]]:
     return [(r.chunk.doc_id, v) for r, v in zip(results, values, strict=True)]
 
 
-def _result(passage: Passage, item: ScoredChunk, found_by: list[str], score: float) -> dict:
+def _result(
+    passage: Passage, item: ScoredChunk, found_by: list[str], score: float
+) -> dict[str, Any]:
     chunk = passage.chunk
     return {
         "passage": passage.number,
@@ -136,11 +138,12 @@ def _result(passage: Passage, item: ScoredChunk, found_by: list[str], score: flo
 
 @dataclass(frozen=True)
 class CheckedAnswer:
-    """A request that ``AnswerPipeline.check`` let through: its tenant and the earlier turns
-    the prompt keeps (counted once, by the model's tokenizer)."""
+    """A request that ``AnswerPipeline.check`` let through: its scope (the caller's tenant and
+    the collection asked for) and the earlier turns the prompt keeps (counted once, by the
+    model's tokenizer)."""
 
     request: AnswerRequest
-    tenant_id: str
+    scope: ScopeKey
     history: list[Message]
 
 
@@ -174,8 +177,10 @@ class AnswerPipeline:
         self.search = search
         self.collections = collections
 
-    async def _collection_names(self, tenant_id: str) -> list[str]:
-        return [c["name"] for c in await self.collections.list_collections(ScopeKey(tenant_id))]
+    async def _collection_names(self, scope: ScopeKey) -> list[str]:
+        """The names of the collections of ``scope``'s tenant (understanding chooses one)."""
+        tenant = ScopeKey(scope.tenant)
+        return [c["name"] for c in await self.collections.list_collections(tenant)]
 
     # -- before the first byte ----------------------------------------------------------------
     async def _understand(
@@ -184,7 +189,7 @@ class AnswerPipeline:
         history: list[Message],
         reformulations: int,
         with_filters: bool,
-        tenant_id: str,
+        scope: ScopeKey,
         timeout_s: float,
     ) -> tuple[Understanding, ServeAppError | None]:
         settings = self.config.answer
@@ -192,7 +197,7 @@ class AnswerPipeline:
         explicit_collection = "collection" in request.model_fields_set
         collections = []
         if with_filters and not explicit_collection:
-            collections = await self._collection_names(tenant_id)
+            collections = await self._collection_names(scope)
         messages = understanding_messages(
             request.question,
             history,
@@ -234,18 +239,17 @@ class AnswerPipeline:
     async def _retrieve(
         self,
         request: AnswerRequest,
-        tenant_id: str,
+        key: ScopeKey,
         sub_queries: list[str],
         filters: SearchFilters | None,
-        collection: str,
         top_k: int,
         timeout_s: float,
-    ) -> tuple[list[Passage], list[dict], dict[str, float]]:
+    ) -> tuple[list[Passage], list[dict[str, Any]], dict[str, float]]:
         multi = self.config.answer.multi_query
         per_query = max(multi.per_query_top_k, top_k) if len(sub_queries) > 1 else top_k
         # The collection exists: ``check`` looked it up, or understanding chose it from the
-        # tenant's list; the searches need no confirmation of their own.
-        key = ScopeKey(tenant_id, collection)
+        # tenant's list.
+        collection = key.collection or DEFAULT_COLLECTION
         searches = [
             self.search.search(
                 SearchRequest(
@@ -258,6 +262,7 @@ class AnswerPipeline:
                     filters=filters,
                 ),
                 key,
+                confirmed=True,
             )
             for query in sub_queries
         ]
@@ -315,7 +320,7 @@ class AnswerPipeline:
             )
         tokens = dict(zip(contents, counts, strict=True))
         kept = history_within(request.messages, settings.history_tokens, tokens.__getitem__)
-        return kept, question_tokens + sum(tokens[history_content(t)] for t in kept)
+        return kept, question_tokens + sum(tokens[t.content] for t in kept)
 
     def _check_allowance(self, request: AnswerRequest, asked_tokens: int) -> None:
         """Before any byte: the request's question and history (``asked_tokens``, counted),
@@ -340,7 +345,7 @@ class AnswerPipeline:
                 "question or history, or fewer max_tokens"
             )
 
-    async def _fit(self, passages: list[Passage], results: list[dict]) -> list[Passage]:
+    async def _fit(self, passages: list[Passage], results: list[dict[str, Any]]) -> list[Passage]:
         """Each passage within ``answer.max_passage_tokens`` (``Passage.fit``); its result
         entry then shows exactly the text and span the prompt holds."""
         assert self.llm is not None
@@ -369,7 +374,7 @@ class AnswerPipeline:
             )
         return prompt_tokens
 
-    async def check(self, request: AnswerRequest, tenant_id: str) -> CheckedAnswer:
+    async def check(self, request: AnswerRequest, key: ScopeKey) -> CheckedAnswer:
         """What can refuse an answer before any byte or generation: no LLM (503), a
         collection the tenant lacks (404), a prompt that cannot fit the model's context
         (422, ``_check_allowance``), a replica in this process whose slots and queue are full
@@ -379,7 +384,8 @@ class AnswerPipeline:
             raise ServiceUnavailableError(
                 "answers need an LLM and this deployment has none (llm.enabled: false)"
             )
-        key = ScopeKey(tenant_id, request.collection)
+        if key.collection != request.collection:
+            raise ValueError(f"the scope {key} is not the request's collection")
         if not key.is_default and not await self.collections.has_collection(key):
             raise collection_not_found(request.collection)
         history, asked_tokens = await self._history(request)
@@ -387,14 +393,14 @@ class AnswerPipeline:
         slots = getattr(self.llm, "slots", None)
         if slots is not None:
             slots.check()
-        return CheckedAnswer(request, tenant_id, history)
+        return CheckedAnswer(request, key, history)
 
     async def prepare(self, checked: CheckedAnswer, bound_s: float | None = None) -> PreparedAnswer:
         """Understanding, retrieval and the opening of the generation of a checked request,
         all within ``bound_s`` (the request's bound, at most ``answer.deadlines.total_s``).
         Raises the errors of the search."""
         started = time.perf_counter()
-        request, tenant_id, history = checked.request, checked.tenant_id, checked.history
+        request, scope, history = checked.request, checked.scope, checked.history
         assert self.llm is not None
         settings = self.config.answer
         total_s = min(settings.deadlines.total_s, bound_s or settings.deadlines.total_s)
@@ -418,7 +424,7 @@ class AnswerPipeline:
                 history,
                 reformulations,
                 understand,
-                tenant_id,
+                scope,
                 within(deadlines.understand_s),
             )
             timings["understand"] = _ms(begun)
@@ -459,10 +465,9 @@ class AnswerPipeline:
         try:
             passages, results, search_timings = await self._retrieve(
                 request,
-                tenant_id,
+                ScopeKey(scope.tenant, collection or DEFAULT_COLLECTION),
                 sub_queries,
                 filters,
-                collection or DEFAULT_COLLECTION,
                 top_k,
                 retrieve_s,
             )
@@ -597,7 +602,9 @@ class AnswerPipeline:
             return
         yield "done", self._done(prepared, "".join(parts))
 
-    def _done(self, prepared: PreparedAnswer, answer: str, early: str | None = None) -> dict:
+    def _done(
+        self, prepared: PreparedAnswer, answer: str, early: str | None = None
+    ) -> dict[str, Any]:
         stream = prepared.stream
         timings = prepared.timings_ms
         timings["total"] = _ms(prepared.started)
@@ -622,12 +629,12 @@ class AnswerPipeline:
         return out
 
     async def answer(
-        self, request: AnswerRequest, tenant_id: str, bound_s: float | None = None
+        self, request: AnswerRequest, scope: ScopeKey, bound_s: float | None = None
     ) -> dict[str, Any]:
         """The non-streaming answer: the metadata and the ``done`` (or ``error``) event's
         fields in one object (``error`` null, or the error event's body and ``answer``
         null). The errors of ``check`` are raised."""
-        return await self.collect(await self.check(request, tenant_id), bound_s)
+        return await self.collect(await self.check(request, scope), bound_s)
 
     async def collect(self, checked: CheckedAnswer, bound_s: float | None = None) -> dict[str, Any]:
         """The non-streaming answer of a checked request (as ``answer``)."""

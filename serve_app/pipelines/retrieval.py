@@ -28,7 +28,8 @@ class RetrieveSpec:
     """One query's retrieval: candidates per strategy, the resolved fusion, how many fused
     results to fetch (``top_k``, or the rerank depth). A named collection (``scope`` not
     the tenant's default, which every tenant has) must exist and be ready for the query to
-    run: that is checked in the same call."""
+    run: that is checked in the same call, unless the caller looked it up already
+    (``confirmed``: an answer's searches, after ``AnswerPipeline.check``)."""
 
     query: QueryVectors
     strategies: list[Strategy]
@@ -37,6 +38,7 @@ class RetrieveSpec:
     fusion: FusionSpec
     fetch: int
     filters: SearchFilters | None = None
+    confirmed: bool = False
 
 
 @dataclass
@@ -106,7 +108,9 @@ class IndexRetriever:
         ]
 
     async def _missing_collections(self, specs: Sequence[RetrieveSpec]) -> set[ScopeKey]:
-        named = list(dict.fromkeys(s.scope for s in specs if not s.scope.is_default))
+        named = list(
+            dict.fromkeys(s.scope for s in specs if not (s.scope.is_default or s.confirmed))
+        )
         found = await asyncio.gather(*(self.index.has_collection(key) for key in named))
         return {key for key, ok in zip(named, found, strict=True) if not ok}
 

@@ -99,9 +99,11 @@ class SearchPipeline:
         self,
         request: SearchRequest,
         scope: ScopeKey,
+        confirmed: bool = False,
     ) -> SearchResponse:
         """Search ``scope``; NotFoundError when it is a named collection the tenant lacks
-        (checked in the retrieval's own store call: ``RetrieveSpec``)."""
+        (checked in the retrieval's own store call: ``RetrieveSpec``), unless the caller
+        ``confirmed`` it already."""
         started = time.perf_counter()
         timer = StageTimer()
         strategies = self.strategies_for(request.strategies)
@@ -129,6 +131,7 @@ class SearchPipeline:
                 fusion=fusion,
                 fetch=depth if rerank else request.top_k,
                 filters=request.filters,
+                confirmed=confirmed,
             )
         )
         if retrieved.collection_missing:

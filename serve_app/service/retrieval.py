@@ -124,14 +124,15 @@ class RetrievalService(CollectionService):
                 merged.timings_ms[stage] = round(merged.timings_ms.get(stage, 0.0) + ms, 3)
         return merged
 
-    async def search(self, request: SearchRequest, tenant_id: str) -> SearchResponse:
-        """A named collection is confirmed inside the search's own store call, not by a
-        lookup of its own (on Ray Serve a round trip outside the query's batch)."""
-        return await self.search_pipeline.search(request, ScopeKey(tenant_id, request.collection))
+    async def search(self, request: SearchRequest, key: ScopeKey) -> SearchResponse:
+        """Search ``key`` (the request's collection of the caller's tenant). A named
+        collection is confirmed inside the search's own store call, not by a lookup of its
+        own (on Ray Serve a round trip outside the query's batch)."""
+        return await self.search_pipeline.search(request, key)
 
-    async def check_answer(self, request: AnswerRequest, tenant_id: str) -> CheckedAnswer:
+    async def check_answer(self, request: AnswerRequest, key: ScopeKey) -> CheckedAnswer:
         """What refuses an answer before its first byte (``AnswerPipeline.check``): once."""
-        return await self.answer_pipeline.check(request, tenant_id)
+        return await self.answer_pipeline.check(request, key)
 
     def answer_stream(
         self, checked: CheckedAnswer, bound_s: float | None = None

@@ -141,7 +141,9 @@ async def run_answer(
     metrics: Metrics,
 ) -> Response:
     who.require("read")
-    checked = await deps.within(seconds, service.check_answer(request, who.tenant_id))
+    checked = await deps.within(
+        seconds, service.check_answer(request, who.scope(request.collection))
+    )
     if not request.stream:
         answer = await deps.within(seconds, service.answer(checked, seconds))
         metrics.observe_stages("answer", answer.get("timings_ms", {}))

@@ -226,7 +226,9 @@ async def run_chat_completion(
             request = chat.answer_request(collection)
         except ValidationError as invalid:
             raise RequestSchemaError(describe_validation_errors(list(invalid.errors()))) from None
-        checked = await deps.within(seconds, service.check_answer(request, who.tenant_id))
+        checked = await deps.within(
+            seconds, service.check_answer(request, who.scope(request.collection))
+        )
     except ServeAppError as error:
         return openai_error(error)
     completion = Completion(service.llm.model_id if service.llm else OWNER)

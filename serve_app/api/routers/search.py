@@ -25,7 +25,9 @@ async def run_search(
     metrics: Metrics,
 ) -> SearchResponseOut:
     who.require("read")
-    response: SearchResponse = await deps.within(seconds, service.search(request, who.tenant_id))
+    response: SearchResponse = await deps.within(
+        seconds, service.search(request, who.scope(request.collection))
+    )
     metrics.observe_stages("search", response.timings_ms)
     return SearchResponseOut.from_response(response)
 

@@ -18,6 +18,7 @@ from serve_app.api.app import create_app
 from serve_app.generation import build_llm
 from serve_app.generation.base import GenerationParams, Message
 from serve_app.schemas import AnswerRequest
+from serve_app.stores.base import ScopeKey
 from tests.serve_app.api.test_answer_api import ANSWER, make_service, parse_sse
 from tests.support.data import SMOLLM2
 
@@ -136,7 +137,9 @@ async def test_closing_the_events_at_the_metadata_stops_the_generation(app_confi
     try:
         pipeline = service.answer_pipeline
         request = AnswerRequest(question="Tell me everything about sleep.", max_tokens=400)
-        prepared = await pipeline.prepare(await pipeline.check(request, "default"))
+        prepared = await pipeline.prepare(
+            await pipeline.check(request, ScopeKey("default", request.collection))
+        )
         events = pipeline.events(prepared)
         kind, _ = await anext(events)
         assert kind == "metadata"

@@ -120,7 +120,7 @@ async def test_a_search_makes_its_store_calls_in_one_retrieval(components):
         service = RetrievalService(components)
         await service.ingest(ScopeKey(tenant), [doc(1)])
         service_calls.calls.clear()
-        found = await service.search(SearchRequest(query="word", top_k=3), tenant)
+        found = await service.search(SearchRequest(query="word", top_k=3), ScopeKey(tenant))
         assert [r.chunk.doc_id for r in found.results] == ["d1"]
         assert service_calls.calls == [] and retrieval_calls.calls == [
             "search_batch",
@@ -129,14 +129,18 @@ async def test_a_search_makes_its_store_calls_in_one_retrieval(components):
 
         retrieval_calls.calls.clear()
         with pytest.raises(NotFoundError, match="collection 'papers' not found"):
-            await service.search(SearchRequest(query="word", collection="papers"), tenant)
+            await service.search(
+                SearchRequest(query="word", collection="papers"), ScopeKey(tenant, "papers")
+            )
         assert service_calls.calls == [] and retrieval_calls.calls == ["has_collection"]
 
         await service.create_collection(tenant, "papers")
         await service.ingest(await service.scope(tenant, "papers"), [doc(2)])
         service_calls.calls.clear()
         retrieval_calls.calls.clear()
-        named = await service.search(SearchRequest(query="word", collection="papers"), tenant)
+        named = await service.search(
+            SearchRequest(query="word", collection="papers"), ScopeKey(tenant, "papers")
+        )
         assert [r.chunk.doc_id for r in named.results] == ["d2"]
         assert service_calls.calls == []
         assert retrieval_calls.calls == ["has_collection", "search_batch", "fetch_batch"]
