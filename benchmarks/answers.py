@@ -25,7 +25,7 @@ documents plus others up to ``--max-docs``.
   the fastest rate measured: the physical bound on this machine's cores).
 - multi_query: per query, nDCG@10 of the documents ranked by the question alone against
   the question plus the model's reformulations (one schema-constrained call), aggregated
-  with RRF and the similarity blend (serve_app/query_fusion.py); each sub-query retrieves
+  with RRF and the similarity blend (serve_app/fusion/queries.py); each sub-query retrieves
   ``--depth`` chunks. The blend's ``w`` and RRF's ``k`` are also tried on a grid over the
   same sub-query lists: choose them on ``--split train``, read them on test.
 - citations: per claim, an answer on the default path (understanding and multi-query as
@@ -319,6 +319,7 @@ async def bound(config: Any, args: argparse.Namespace, service: Any, dataset: An
 # -- multi-query ------------------------------------------------------------------------------
 async def multi_query(service: Any, dataset: Any, count: int, depth: int) -> dict[str, Any]:
     from serve_app.evaluation.metrics import evaluate_run
+    from serve_app.fusion.queries import distinct_queries
     from serve_app.generation import GenerationParams
     from serve_app.generation.understanding import (
         parse_understanding,
@@ -326,7 +327,6 @@ async def multi_query(service: Any, dataset: Any, count: int, depth: int) -> dic
         understanding_schema,
     )
     from serve_app.pipelines.answer import result_similarities
-    from serve_app.query_fusion import distinct_queries
     from serve_app.schemas import SearchRequest
 
     config = service.config
@@ -401,7 +401,7 @@ GRID_QUESTION_WEIGHTS = (1.0, 2.0, 4.0)
 def aggregated(
     lists: list[list[tuple[str, float]]], k: int, w: float, question_weight: float
 ) -> list[tuple[str, float]]:
-    from serve_app.query_fusion import aggregate_sub_queries
+    from serve_app.fusion.queries import aggregate_sub_queries
 
     weights = [question_weight] + [1.0] * (len(lists) - 1)
     documents = aggregate_sub_queries(lists, k=k, similarity_weight=w, weights=weights)

@@ -38,7 +38,7 @@ class UnderstandingConfig(Section):
 class MultiQueryConfig(Section):
     """``enabled``: the default of a request's ``multi_query``. ``queries``: reformulations
     asked for (the semantic query is searched besides them; duplicates dropped).
-    Aggregation (serve_app/query_fusion.py): ``score = w * avg_similarity + (1 - w) *
+    Aggregation (serve_app/fusion/queries.py): ``score = w * avg_similarity + (1 - w) *
     normalized_rrf`` with ``w = similarity_weight`` and RRF's ``k = rrf_k``, the question's
     own list weighing ``question_weight`` and each reformulation's 1; each sub-query
     retrieves ``per_query_top_k`` chunks. The defaults were chosen on SciFact's train split

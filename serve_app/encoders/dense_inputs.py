@@ -9,7 +9,7 @@ import numpy as np
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from serve_app.config import DenseConfig, resolve_model_path
-from serve_app.encoders.batching import filler_token_id
+from serve_app.encoders.token_batches import filler_token_id
 from serve_app.errors import ConfigError
 
 

@@ -7,13 +7,13 @@ import torch
 from transformers import AutoModel, AutoTokenizer
 
 from serve_app.config import DenseConfig, resolve_model_path
-from serve_app.encoders.batching import (
+from serve_app.encoders.dense_inputs import DenseInputs, finish_vectors, output_dim
+from serve_app.encoders.queue import Lane, ModelQueue
+from serve_app.encoders.token_batches import (
     padded_width,
     padding_ratio,
     token_budget_batches,
 )
-from serve_app.encoders.dense_inputs import DenseInputs, finish_vectors, output_dim
-from serve_app.encoders.queue import Lane, ModelQueue
 from serve_app.encoders.torch_runtime import (
     resolve_device,
     resolve_dtype,

@@ -11,9 +11,9 @@ import httpx
 import numpy as np
 
 from serve_app.config import DenseConfig
-from serve_app.encoders.batching import token_budget_batches
 from serve_app.encoders.dense_inputs import DenseInputs, finish_vectors, output_dim
 from serve_app.encoders.queue import Lane
+from serve_app.encoders.token_batches import token_budget_batches
 from serve_app.errors import ConfigError, InvalidInputError, ServiceUnavailableError
 
 log = logging.getLogger(__name__)

@@ -8,8 +8,8 @@ import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from serve_app.config import RerankerConfig, resolve_model_path
-from serve_app.encoders.batching import filler_token_id, padding_ratio, token_budget_batches
 from serve_app.encoders.queue import PairQueue
+from serve_app.encoders.token_batches import filler_token_id, padding_ratio, token_budget_batches
 from serve_app.encoders.torch_runtime import (
     resolve_device,
     resolve_dtype,

@@ -10,13 +10,13 @@ import torch.nn.functional as F
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 from serve_app.config import SpladeConfig, resolve_model_path
-from serve_app.encoders.batching import (
+from serve_app.encoders.queue import Lane, ModelQueue
+from serve_app.encoders.token_batches import (
     filler_token_id,
     padded_width,
     padding_ratio,
     token_budget_batches,
 )
-from serve_app.encoders.queue import Lane, ModelQueue
 from serve_app.encoders.torch_runtime import (
     resolve_device,
     resolve_dtype,

@@ -11,7 +11,7 @@ from typing import Literal, Protocol
 
 import torch
 
-from serve_app.encoders.batching import warmup_shapes
+from serve_app.encoders.token_batches import warmup_shapes
 from serve_app.errors import ConfigError
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from pathlib import Path
 from serve_app.evaluation.aggregation import aggregate
 from serve_app.evaluation.beir import BeirDataset
 from serve_app.evaluation.metrics import evaluate_run, write_trec_run
-from serve_app.fusion import fuse
+from serve_app.fusion.strategies import fuse
 from serve_app.pipelines.ingest import IngestPipeline
 from serve_app.pipelines.search import SearchPipeline
 from serve_app.schemas import (

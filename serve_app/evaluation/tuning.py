@@ -2,7 +2,7 @@
 on another (test) at the end.
 
 Every setting is scored the way ``/v1/search`` answers with no parameters: each strategy's
-``candidates`` best chunks, fused at chunk level (``serve_app.fusion.fuse``), the fused chunks
+``candidates`` best chunks, fused at chunk level (``serve_app.fusion.strategies.fuse``), the fused chunks
 collapsed to documents in their order, 100 documents a query, nDCG@10 from
 ``serve_app.evaluation.metrics``. Retrieval is exact and in memory
 (``serve_app.evaluation.exact``) over cached encodings (``serve_app.evaluation.encodings``),
@@ -60,7 +60,7 @@ from serve_app.evaluation.exact import (
     sparse_top_hits,
 )
 from serve_app.evaluation.metrics import evaluate_run
-from serve_app.fusion import fuse
+from serve_app.fusion.strategies import fuse
 from serve_app.schemas import STRATEGIES, FusionMethod, Strategy
 
 log = logging.getLogger(__name__)

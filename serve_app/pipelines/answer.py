@@ -38,6 +38,7 @@ from serve_app.errors import (
     TimeoutExceededError,
     collection_not_found,
 )
+from serve_app.fusion.queries import aggregate_sub_queries, distinct_queries
 from serve_app.generation.base import LLM, GenerationParams, Message, TokenStream
 from serve_app.generation.citations import CitationReport, check_citations
 from serve_app.generation.prompts import (
@@ -54,7 +55,6 @@ from serve_app.generation.understanding import (
     understanding_schema,
 )
 from serve_app.pipelines.search import SearchPipeline
-from serve_app.query_fusion import aggregate_sub_queries, distinct_queries
 from serve_app.schemas import (
     DEFAULT_COLLECTION,
     AnswerRequest,

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, cast, runtime_checkable
 
 from serve_app.batching import Coalescer
-from serve_app.fusion import fuse
+from serve_app.fusion.strategies import fuse
 from serve_app.schemas import Chunk, FusionSpec, SearchFilters, Strategy
 from serve_app.stores.base import Hit, QueryVectors, ScopeKey, SearchQuery, ServingIndex
 

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from serve_app.fusion import RRF_K, dbsf, fuse, rrf, weighted_minmax
+from serve_app.fusion.strategies import RRF_K, dbsf, fuse, rrf, weighted_minmax
 
 LISTS = {
     "bm25": [("a", 12.0), ("b", 9.0), ("c", 3.0)],

@@ -17,7 +17,7 @@ import pytest
 from qdrant_client import QdrantClient
 from qdrant_client import models as qm
 
-from serve_app.fusion import dbsf, rrf
+from serve_app.fusion.strategies import dbsf, rrf
 
 N_POINTS, DEPTH, TOP = 300, 40, 25
 

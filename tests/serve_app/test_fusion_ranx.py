@@ -23,7 +23,7 @@ import pytest
 import ranx
 
 from serve_app.evaluation.metrics import read_trec_run, run_scores
-from serve_app.fusion import dbsf, rrf, weighted_minmax
+from serve_app.fusion.strategies import dbsf, rrf, weighted_minmax
 
 RUNS = Path(__file__).resolve().parents[1] / "data" / "scifact_runs"
 STRATEGIES = ("bm25", "splade", "dense")

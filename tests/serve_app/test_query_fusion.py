@@ -2,7 +2,7 @@
 
 import pytest
 
-from serve_app.query_fusion import aggregate_sub_queries, distinct_queries, first_per_document
+from serve_app.fusion.queries import aggregate_sub_queries, distinct_queries, first_per_document
 
 
 def test_formula_by_hand():

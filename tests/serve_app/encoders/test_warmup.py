@@ -7,10 +7,10 @@ import torch
 
 from serve_app.config import RerankerConfig
 from serve_app.encoders import torch_runtime
-from serve_app.encoders.batching import padded_width, token_budget_batches, warmup_shapes
 from serve_app.encoders.dense_transformers import TransformersDenseEncoder
 from serve_app.encoders.reranker import CrossEncoderReranker
 from serve_app.encoders.splade import SpladeEncoder
+from serve_app.encoders.token_batches import padded_width, token_budget_batches, warmup_shapes
 from serve_app.errors import ConfigError
 
 TEXTS = [

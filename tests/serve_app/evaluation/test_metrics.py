@@ -20,7 +20,7 @@ from serve_app.evaluation.metrics import (
     run_scores,
     write_trec_run,
 )
-from serve_app.fusion import fuse
+from serve_app.fusion.strategies import fuse
 
 RUNS = Path(__file__).resolve().parents[2] / "data" / "scifact_runs"
 STRATEGY_RUNS = ("bm25", "splade", "dense")

@@ -1,5 +1,5 @@
 """Multi-query aggregation as pure functions: one ranked list per sub-query in, one list of
-documents out. No I/O. The rank part is ``serve_app.fusion.rrf`` (one algorithm, one place).
+documents out. No I/O. The rank part is ``serve_app.fusion.strategies.rrf`` (one algorithm, one place).
 
 Input: ``[[(doc_id, similarity), ...], ...]``, one list per sub-query, best first, as that
 sub-query's retrieval ranked its chunks; several chunks of one document count once, at the
@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from serve_app.fusion import RRF_K, rrf
+from serve_app.fusion.strategies import RRF_K, rrf
 
 SubQueryList = Sequence[tuple[str, float]]
 

@@ -1,6 +1,6 @@
 import pytest
 
-from serve_app.encoders.batching import padding_ratio, token_budget_batches
+from serve_app.encoders.token_batches import padding_ratio, token_budget_batches
 
 
 def test_longest_first_and_every_item_once():
