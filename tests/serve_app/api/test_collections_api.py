@@ -174,4 +174,4 @@ async def test_an_upload_looks_its_collection_up_once(api, monkeypatch):
         "/v1/collections/once/documents", json={"documents": [PAPER]}, headers=key("key-a")
     )
     assert response.status_code == 200, response.text
-    assert lookups == [("tenant-a", "once")]
+    assert lookups == [(ScopeKey("tenant-a", "once"),)]
