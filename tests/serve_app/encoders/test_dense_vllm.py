@@ -104,7 +104,10 @@ def test_validate_no_load_reads_the_dimension_vllm_serves(vllm_encoder, tiny_qwe
     for output_dim in (None, 32):
         dense = qwen3_config(tiny_qwen3_dir, backend="vllm", output_dim=output_dim)
         expected = vllm_encoder.model_dim if output_dim is None else output_dim
-        assert config_dense_dim(AppConfig(dense=dense), tiny_qwen3_dir) == expected
+        # Chunks within the tiny model's max_length (AppConfig refuses longer ones).
+        chunker = {"max_tokens": dense.max_length, "overlap_tokens": 8}
+        config = AppConfig(dense=dense, chunker=chunker)
+        assert config_dense_dim(config, tiny_qwen3_dir) == expected
     assert vllm_encoder.model_dim == vllm_encoder.dim == 64
 
 
