@@ -25,7 +25,8 @@ from starlette.responses import Response
 
 from serve_app.api import deps
 from serve_app.api.auth import Principal
-from serve_app.api.errors import error_response
+from serve_app.api.errors import error_response, table
+from serve_app.api.models import ErrorDetail
 from serve_app.api.observability import REQUEST_ID, Metrics
 from serve_app.api.routers.answer import EventStreamResponse, observed_answer, with_heartbeats
 from serve_app.errors import RequestSchemaError, ServeAppError, describe_validation_errors
@@ -55,6 +56,26 @@ class ModelCard(BaseModel):
 class ModelList(BaseModel):
     object: Literal["list"] = "list"
     data: list[ModelCard]
+
+
+class OpenAIErrorDetail(ErrorDetail):
+    """Our error detail with OpenAI's ``type`` and ``param`` beside it; an error raised
+    before the handler runs (authentication, the path) comes without them."""
+
+    type: str | None = None
+    param: str | None = None
+
+
+class OpenAIErrorEnvelope(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    error: OpenAIErrorDetail
+
+
+def _error_responses() -> dict[int | str, dict[str, Any]]:
+    return {
+        status: {"model": OpenAIErrorEnvelope, "description": " or ".join(codes)}
+        for status, codes in table().items()
+    }
 
 
 class ChatMessage(BaseModel):
@@ -266,7 +287,8 @@ def add_openai_routes(router: APIRouter, collection: Callable[..., Any]) -> None
                 "description": "a `chat.completion`, or with `stream` `chat.completion.chunk` "
                 "Server-Sent Events ending `data: [DONE]`",
                 "content": {"application/json": {}, "text/event-stream": {}},
-            }
+            },
+            **_error_responses(),
         },
     )
     async def chat_completions(

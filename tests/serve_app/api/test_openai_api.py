@@ -135,3 +135,23 @@ async def test_the_bearer_key_scopes_the_tenant_as_the_answer_route_does(base_ur
             model="any", messages=[{"role": "assistant", "content": "hello"}]
         )
     assert invalid.value.code == "INVALID_INPUT"
+
+
+async def test_its_errors_match_the_schema_it_publishes(base_url):
+    """What OpenAPI tools (and schemathesis in tests/e2e) read: the OpenAI-shaped error of a
+    bad body and the plain envelope of a refused key both fit the route's error schema."""
+    import jsonschema
+
+    async with httpx.AsyncClient(headers={"Authorization": "Bearer key-default"}) as http:
+        schema = (await http.get(f"{base_url.removesuffix('/v1')}/openapi.json")).json()
+        empty = await http.post(f"{base_url}/chat/completions", json={})
+        refused = await http.post(
+            f"{base_url}/chat/completions", json={}, headers={"Authorization": "Bearer wrong"}
+        )
+    assert (empty.status_code, empty.json()["error"]["type"]) == (422, "invalid_request_error")
+    assert refused.status_code == 401
+    operation = schema["paths"]["/v1/chat/completions"]["post"]
+    for response in (empty, refused):
+        published = operation["responses"][str(response.status_code)]
+        ref = published["content"]["application/json"]["schema"]
+        jsonschema.validate(response.json(), {**ref, "components": schema["components"]})
