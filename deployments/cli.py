@@ -9,7 +9,7 @@ from serve_app import cli as core
 
 
 def _serve(config, args: argparse.Namespace) -> int:
-    from deployments.local import existing, serve_forever
+    from deployments.local.launcher import existing, serve_forever
     from deployments.settings import service_config
 
     served = service_config(config, "serve-app serve", port=args.port, host=args.host)
