@@ -1,4 +1,6 @@
-"""The ``serve-app`` console script: serve_app's commands plus ``serve`` (Ray Serve)."""
+"""The ``serve-app`` console script: serve_app's commands plus ``serve`` (a local Ray Serve
+run, ``deployments.local``) and ``cluster`` (a RayService on Kubernetes,
+``deployments.cluster``)."""
 
 from __future__ import annotations
 
