@@ -46,8 +46,8 @@ eval: setup-dev
 
 # Regenerate the checked-in Serve configs from the app configs (a test keeps them in sync).
 serve-configs: setup
-	$(VENV)/bin/python -m deployments.serve_config --config config/local.yaml -o deployments/local.yaml
-	$(VENV)/bin/python -m deployments.serve_config --config config/gpu.yaml -o deployments/gpu.yaml
+	$(VENV)/bin/python -m deployments.builder.serve_config --config config/local.yaml -o deployments/serve_configs/local.yaml
+	$(VENV)/bin/python -m deployments.builder.serve_config --config config/gpu.yaml -o deployments/serve_configs/gpu.yaml
 
 # Regenerate the plain Kubernetes manifests from the chart (a test keeps them in sync).
 k8s-manifests: setup-dev

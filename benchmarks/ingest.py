@@ -130,7 +130,7 @@ async def post_all(pool: RawHttpPool, documents: list[Any], per_request: int, cl
 def measure(data: dict, documents: list[Any], args: argparse.Namespace) -> dict:
     """The ceiling (unless skipped), then the ingest twice into the service at ``args.url``,
     or into one started here from ``data``."""
-    from deployments.tokenizer_threads import tokenize_on_reserved_cpus
+    from deployments.replicas.tokenizer_threads import tokenize_on_reserved_cpus
 
     report: dict = {"documents": len(documents), "clients": args.clients}
     report["request_docs"] = args.docs_per_request

@@ -109,7 +109,7 @@ def build_tiny_models(folder: Path) -> tuple[Path, Path]:
 def serving(data: dict[str, Any], num_cpus: int | None = None) -> Iterator[str]:
     """The application of configuration ``data`` on Ray Serve, started in this process (which
     becomes Ray's driver); yields its URL once it answers, stops Ray and its processes after."""
-    from deployments.local import start, stop
+    from deployments.local.launcher import start, stop
 
     try:
         yield start(app_config(data), num_cpus=num_cpus)

@@ -1,4 +1,6 @@
-"""The ``serve-app`` console script: serve_app's commands plus ``serve`` (Ray Serve)."""
+"""The ``serve-app`` console script: serve_app's commands plus ``serve`` (a local Ray Serve
+run, ``deployments.local``) and ``cluster`` (a RayService on Kubernetes,
+``deployments.cluster``)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from serve_app import cli as core
 
 
 def _serve(config, args: argparse.Namespace) -> int:
-    from deployments.local import existing, serve_forever
+    from deployments.local.launcher import existing, serve_forever
     from deployments.settings import service_config
 
     served = service_config(config, "serve-app serve", port=args.port, host=args.host)

@@ -94,8 +94,11 @@ SERVE_TRANSPORT_ENV = {
 
 
 # Serve's HTTP servers (its proxy, each ingress replica's direct-ingress server) run the edge
-# first, so every header and body byte reaches one validation and budget (deployments.edge).
-SERVE_EDGE_ENV = {"RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH": "deployments.edge.http_middlewares"}
+# first, so every header and body byte reaches one validation and budget
+# (deployments.replicas.edge).
+SERVE_EDGE_ENV = {
+    "RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH": "deployments.replicas.edge.http_middlewares"
+}
 
 
 class ServeConfig(Section):

@@ -20,7 +20,7 @@
 # The project is installed as a package, not in editable mode, so at run time nothing depends
 # on the source tree. Afterwards the script checks what KubeRay relies on. KubeRay starts the
 # pods with `ray start`, so the `ray` on PATH must belong to this environment, and the Serve
-# import path (deployments.app:build_app) must import from the installed package.
+# import path (deployments.builder.graph:build_app) must import from the installed package.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
@@ -62,4 +62,4 @@ fi
 ray --version
 # The Serve import path, from the installed package. Running from / keeps a source tree in
 # the working directory off sys.path.
-(cd / && "$PY" -c 'import deployments.app as app; app.build_app; print("import path ok:", app.__file__)')
+(cd / && "$PY" -c 'import deployments.builder.graph as graph; graph.build_app; print("import path ok:", graph.__file__)')

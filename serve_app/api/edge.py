@@ -2,8 +2,8 @@
 
 One pure ASGI middleware, outermost wherever a request enters Python: around the app itself
 (``create_app``), and on Ray Serve around Serve's own request handling in the ingress
-replicas' direct-ingress servers and Serve's Python proxy (``deployments.edge``), where Serve
-decodes ``X-Request-ID`` as UTF-8 before any app code runs (a non-UTF-8 id was uvicorn's
+replicas' direct-ingress servers and Serve's Python proxy (``deployments.replicas.edge``),
+where Serve decodes ``X-Request-ID`` as UTF-8 before any app code runs (a non-UTF-8 id was uvicorn's
 plain-text 500). Here, once per request:
 
 - every header value is checked: one that is not UTF-8 text without control characters is a

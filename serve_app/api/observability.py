@@ -17,7 +17,8 @@ T_co = TypeVar("T_co", covariant=True)
 REQUEST_ID: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 _VALID_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 INSTANCE_ENV = "SERVE_APP_INSTANCE_ID"
-"""A local run's id (``deployments.instance``): every replica inherits it; ``/readyz`` says it."""
+"""A local run's id (``deployments.local.instance``): every replica inherits it; ``/readyz``
+says it."""
 METRICS_URL_ENV = "SERVE_APP_METRICS_URL"
 """Where a local run's metrics are exported (Ray's metrics agent); ``/metrics`` serves them."""
 
@@ -87,7 +88,7 @@ class Labelled(Protocol[T_co]):
 class Instruments(Protocol):
     """Where the API's metrics are recorded: Prometheus' client in this process (served at
     ``/metrics``), or Ray's metrics in a Serve replica (aggregated by Ray and exported on
-    each node's metrics port, ``deployments.metrics``)."""
+    each node's metrics port, ``deployments.replicas.metrics``)."""
 
     def counter(self, name: str, doc: str, labels: tuple[str, ...]) -> Labelled[CounterChild]: ...
 

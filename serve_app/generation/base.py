@@ -1,7 +1,7 @@
 """The LLM protocol: chat completion, streaming, and output constrained by a JSON schema.
 
 Async like the encoder protocols, so a Ray Serve handle is one more implementation
-(``deployments/handles.py``). Backends register by name (``llm.backend``).
+(``deployments/replicas/handles.py``). Backends register by name (``llm.backend``).
 """
 
 from __future__ import annotations

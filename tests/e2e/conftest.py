@@ -32,7 +32,7 @@ def serve_config(app_config_factory):
 @pytest.fixture(scope="session")
 def serve_url(serve_config):
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    from deployments.local import start, stop
+    from deployments.local.launcher import start, stop
 
     started = time.perf_counter()
     url = start(serve_config, num_cpus=2)

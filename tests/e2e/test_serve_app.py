@@ -187,7 +187,7 @@ def test_store_outage_ends_each_search_within_its_deadline_then_recovers(http, i
     # ends within its deadline with a result (Serve held it and routed it to the new replica)
     # or a stable code: 503 when the call reached the dead replica, 504 when the replacement
     # took longer than the deadline. Which of the three happens depends on how fast the new
-    # replica starts (the mapping of each Ray error is tests/deployments/test_handle_errors.py).
+    # replica starts (the mapping of each Ray error is tests/deployments/replicas/test_handle_errors.py).
     outcomes: list[tuple[int, str, float]] = []
     deadline = time.time() + 90
     replaced = False

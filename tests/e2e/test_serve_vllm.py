@@ -50,7 +50,7 @@ def corpus(scifact_dir) -> list[dict]:
 @pytest.fixture(scope="module")
 def vllm_app(app_config_factory, tiny_qwen3_dir):
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    from deployments.local import start, stop
+    from deployments.local.launcher import start, stop
 
     config = app_config_factory(
         dense=dense_section(tiny_qwen3_dir, "vllm"),

@@ -1,6 +1,6 @@
 """The ChunkIndex contract through Ray Serve: a real store deployment (its own Serve
 application beside the e2e app, embedded topology in a fresh directory) behind the generic
-forwarder the ingress uses (deployments.handles.RemoteIndex)."""
+forwarder the ingress uses (deployments.replicas.handles.RemoteIndex)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from serve_app.testing.store_contract import MODELS, StoreContract
 def store_app(serve_url, app_config_factory):
     from ray import serve
 
+    from deployments.replicas.store import StoreDeployment
     from deployments.settings import service_config
-    from deployments.store import StoreDeployment
 
     config = service_config(app_config_factory())
     store = StoreDeployment.options(name="store", ray_actor_options={"num_cpus": 0}).bind(
@@ -28,7 +28,7 @@ def store_app(serve_url, app_config_factory):
 class TestThroughServe(StoreContract):
     @pytest.fixture(scope="class")
     async def store(self, store_app):
-        from deployments.handles import RemoteIndex
+        from deployments.replicas.handles import RemoteIndex
 
         index = RemoteIndex(store_app, await store_app.info.remote())
         await index.open(MODELS)
@@ -37,7 +37,7 @@ class TestThroughServe(StoreContract):
 
 @pytest.mark.asyncio(loop_scope="session")  # the handle is bound to the fixtures' loop
 async def test_the_forwarder_implements_the_whole_protocol(store_app):
-    from deployments.handles import RemoteIndex
+    from deployments.replicas.handles import RemoteIndex
     from serve_app.stores.base import ChunkIndex
 
     index = RemoteIndex(store_app, await store_app.info.remote())

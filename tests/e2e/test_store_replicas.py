@@ -40,8 +40,8 @@ def racing_qdrant():
 def store_pair(serve_url, app_config_factory, opensearch_url, racing_qdrant):
     from ray import serve
 
+    from deployments.replicas.store import StoreDeployment
     from deployments.settings import service_config
-    from deployments.store import StoreDeployment
 
     alias = f"replicas-{uuid.uuid4().hex[:8]}"
     config = service_config(
@@ -71,7 +71,7 @@ async def test_two_store_replicas_open_themselves_and_share_one_index(
     from ray import serve
     from ray._private import state as ray_state
 
-    from deployments.handles import RemoteIndex
+    from deployments.replicas.handles import RemoteIndex
     from serve_app.config import OpenSearchConfig, QdrantConfig
     from serve_app.stores.opensearch_store import OpenSearchBackend
     from serve_app.stores.qdrant_store import QdrantBackend

@@ -11,7 +11,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from deployments.serve_config import render_serve_config
+from deployments.builder.serve_config import render_serve_config
 from deployments.settings import service_config
 from serve_app.config import load_config
 
@@ -111,7 +111,8 @@ def test_serve_config_equals_the_graph_builder(helm, chart, values):
     (application,) = serve_config["applications"]
     config = service_config(application["args"]["config"], "chart")  # the app's own validation
     (expected,) = render_serve_config(config)["applications"]
-    assert application["import_path"] == expected["import_path"] == "deployments.app:build_app"
+    import_path = "deployments.builder.graph:build_app"
+    assert application["import_path"] == expected["import_path"] == import_path
     assert (
         application["name"] == expected["name"]
         and application["route_prefix"] == expected["route_prefix"]

@@ -93,7 +93,7 @@ def test_a_whole_document_fits_in_one_message_between_replicas(values):
     at ``RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH`` (gRPC's 4 MB unless set). The chunker call
     carries one upload sub-batch, or one document whole when it is larger: up to
     ``limits.max_document_chars`` characters, 4 bytes each at most in UTF-8. Behaviour through a
-    real local Serve: tests/deployments/test_large_upload.py."""
+    real local Serve: tests/deployments/replicas/test_large_upload.py."""
     spec = rayservice(objects(str(HELM), CHART, values))["spec"]
     serve = ServeDeploySchema.model_validate(yaml.safe_load(spec["serveConfigV2"]))
     (application,) = serve.applications

@@ -66,12 +66,12 @@ def main() -> None:
 
 
 async def start_replicas(data: dict) -> dict:
-    from deployments.chunker import ChunkerDeployment
-    from deployments.dense import DenseDeployment
-    from deployments.reranker import RerankerDeployment
+    from deployments.replicas.chunker import ChunkerDeployment
+    from deployments.replicas.dense import DenseDeployment
+    from deployments.replicas.reranker import RerankerDeployment
+    from deployments.replicas.splade import SpladeDeployment
+    from deployments.replicas.store import StoreDeployment
     from deployments.settings import service_config
-    from deployments.splade import SpladeDeployment
-    from deployments.store import StoreDeployment
     from serve_app.pipelines.components import index_models
     from serve_app.schemas import Document
 

@@ -110,7 +110,8 @@ def test_models_are_offline_and_caches_writable():
     ("path", "in_context"),
     [
         ("pyproject.toml", True), ("README.md", True), ("serve_app/config.py", True),
-        ("deployments/app.py", True), ("config/gpu.yaml", True), (INSTALL_SCRIPT, True),
+        ("deployments/builder/graph.py", True), ("config/gpu.yaml", True),
+        (INSTALL_SCRIPT, True),
         ("scripts/setup.sh", False), (".venv/bin/python", False), (".venv-vllm/bin/python", False),
         (".cache/assets/x", False), (".git", False), ("tests/conftest.py", False),
         ("benchmarks/results/report.md", False), ("helm/serve-app/values.yaml", False),

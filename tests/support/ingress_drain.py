@@ -44,8 +44,8 @@ def run(graceful_s: float, docs: int) -> dict:
     from ray.serve.context import _get_global_client
     from ray.serve.schema import ServeDeploySchema
 
-    from deployments.local import start_serve, stop
-    from deployments.serve_config import render_serve_config
+    from deployments.builder.serve_config import render_serve_config
+    from deployments.local.launcher import start_serve, stop
     from deployments.settings import service_config
 
     config = load_config(ROOT / "config" / "local.yaml", environ={})

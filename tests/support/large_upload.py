@@ -45,7 +45,7 @@ def document_text(chars: int) -> str:
 
 
 def run(chars: int) -> dict:
-    from deployments.local import start, stop
+    from deployments.local.launcher import start, stop
 
     workdir = Path(tempfile.mkdtemp(prefix="large-upload-"))
     data = bench_config_data(ROOT / "config" / "local.yaml", False, workdir)

@@ -69,7 +69,7 @@ class LocalRun:
             command += ["--ingest", *map(str, ingest)]
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}
         for key in [k for k in env if k.startswith(("RAY_", "SERVE_APP_"))]:
-            del env[key]  # each run makes its own (deployments/instance.py)
+            del env[key]  # each run makes its own (deployments/local/instance.py)
         self.process = subprocess.Popen(
             command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )

@@ -390,7 +390,7 @@ Arguments: (list $ <group>). */}}
 
 {{/*
 One Serve deployment's options from config.serve.<name>, mirroring
-deployments/options.py:deployment_options (a test compares the two).
+deployments/replicas/options.py:deployment_options (a test compares the two).
 */}}
 {{- define "serve-app.deploymentOptions" -}}
 {{- $name := index . 0 -}}
@@ -456,7 +456,7 @@ deployments/options.py:deployment_options (a test compares the two).
 applications:
   - name: {{ $serve.app_name | default "retrieval" }}
     route_prefix: {{ $serve.route_prefix | default "/" }}
-    import_path: deployments.app:build_app
+    import_path: deployments.builder.graph:build_app
     args:
       config:
         {{- toYaml $config | nindent 8 }}

@@ -123,7 +123,7 @@ async def test_the_llm_deployment_is_unhealthy_once_its_engine_is_dead(tiny_qwen
     import inspect
     from types import SimpleNamespace
 
-    from deployments.llm import LlmDeployment
+    from deployments.replicas.llm import LlmDeployment
     from serve_app.generation.vllm_engine import VllmLLM
 
     llm = VllmLLM(

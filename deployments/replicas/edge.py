@@ -1,0 +1,51 @@
+"""The edge (``serve_app.api.edge``) on Ray Serve's own HTTP servers.
+
+Ray Serve answers some requests before the app runs: an ingress replica's direct-ingress
+server (behind HAProxy) and Serve's Python proxy decode ``X-Request-ID`` as UTF-8 and use it
+as the request id, so a non-UTF-8 id failed inside Serve (``replica.py``,
+``_direct_ingress_asgi``: ``UnicodeDecodeError``) and uvicorn answered a plain-text 500.
+Serve wraps every HTTP server it starts in the Starlette middlewares that the function
+named by ``RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH`` returns (``http_util.
+configure_http_middlewares``, in the proxy and in each direct-ingress replica): that is this
+module's ``http_middlewares``, set in ``serve.env`` by default (``deployments.settings``), so
+the edge sees the raw headers and body before Serve does.
+"""
+
+from __future__ import annotations
+
+from starlette.middleware import Middleware
+
+from deployments.replicas.logs import configure_replica_logging
+from serve_app.api.edge import Edge
+from serve_app.config import ConnectionBudget
+
+CALLBACK_ENV = "RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH"
+CALLBACK = "deployments.replicas.edge.http_middlewares"
+
+_configured: list[ConnectionBudget] = []
+
+
+def use_budget(budget: ConnectionBudget) -> None:
+    """The ingress replica's ``api.connections``, for its direct-ingress server's edge (the
+    replica's constructor runs before Serve starts that server)."""
+    _configured[:] = [budget]
+
+
+def current_budget() -> ConnectionBudget:
+    """The configured budget; in Serve's Python proxy (no configuration there) the defaults,
+    and the app's own edge in the replica applies the configured one behind it."""
+    return _configured[0] if _configured else ConnectionBudget()
+
+
+def http_middlewares() -> list[Middleware]:
+    """Serve's HTTP proxy callback: the edge outermost, its access lines on the process's own
+    stderr as they happen (``deployments.replicas.logs``)."""
+    configure_replica_logging(access_log=True)
+    return [Middleware(Edge, budget=current_budget, log_passed=in_ingress_replica)]
+
+
+def in_ingress_replica() -> bool:
+    """Whether this process is an ingress replica (its constructor handed the budget in);
+    otherwise Serve's Python proxy, which passes requests on to a replica whose app's edge
+    writes their access line, and writes only those it refuses itself."""
+    return bool(_configured)

@@ -1,0 +1,57 @@
+"""Deployment options (replicas, autoscaling, resources) from the ``serve:`` section.
+
+Each deployment class supplies its own options (``get_deployment_options``, as Ray Serve
+LLM's deployments do); the graph builder (``deployments/builder/graph.py``) binds them. An
+option all deployments take is added here; one that a single deployment takes, in its own
+file."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from deployments.settings import DeploymentSettings, ServiceConfig
+
+
+class ConfiguredDeployment:
+    """A deployment class whose options come from its entry of the ``serve:`` section."""
+
+    settings_name: ClassVar[str]
+
+    @classmethod
+    def get_deployment_options(cls, config: ServiceConfig) -> dict[str, Any]:
+        return deployment_options(getattr(config.serve, cls.settings_name))
+
+
+def deployment_options(settings: DeploymentSettings) -> dict[str, Any]:
+    actor: dict[str, Any] = {"num_cpus": settings.num_cpus}
+    if settings.num_gpus:
+        actor["num_gpus"] = settings.num_gpus
+    if settings.accelerator_type:
+        actor["accelerator_type"] = settings.accelerator_type
+    if settings.memory_bytes:
+        actor["memory"] = settings.memory_bytes
+    if settings.resources:
+        actor["resources"] = dict(sorted(settings.resources.items()))
+    options: dict[str, Any] = {
+        "ray_actor_options": actor,
+        "max_ongoing_requests": settings.max_ongoing_requests,
+        "health_check_period_s": 10,
+        "health_check_timeout_s": 30,
+        # JSON lines: a field of a request (its id, its path) cannot forge another field.
+        "logging_config": {"enable_access_log": settings.access_log, "encoding": "JSON"},
+    }
+    for drain in ("graceful_shutdown_wait_loop_s", "graceful_shutdown_timeout_s"):
+        if getattr(settings, drain) is not None:  # unset: Serve's own default
+            options[drain] = getattr(settings, drain)
+    if settings.autoscaling is not None:
+        scaling = settings.autoscaling
+        options["autoscaling_config"] = {
+            "min_replicas": scaling.min_replicas,
+            "max_replicas": scaling.max_replicas,
+            "target_ongoing_requests": scaling.target_ongoing_requests,
+            "upscale_delay_s": scaling.upscale_delay_s,
+            "downscale_delay_s": scaling.downscale_delay_s,
+        }
+    else:
+        options["num_replicas"] = settings.num_replicas
+    return options

@@ -1,0 +1,83 @@
+"""isolate: the ports a local run chooses never overlap each other or the service's port."""
+
+from __future__ import annotations
+
+import pytest
+
+from deployments.local.instance import isolate
+from serve_app import ports
+
+
+def chosen_ports(environ: dict[str, str]) -> tuple[list[int], list[range]]:
+    singles = [
+        int(value)
+        for key, value in environ.items()
+        if key.endswith("_PORT") and "DIRECT_INGRESS" not in key
+    ]
+    ranges = [
+        range(
+            int(environ[f"RAY_SERVE_DIRECT_INGRESS_MIN_{p}_PORT"]),
+            int(environ[f"RAY_SERVE_DIRECT_INGRESS_MAX_{p}_PORT"]) + 1,
+        )
+        for p in ("HTTP", "GRPC")
+    ]
+    return singles, ranges
+
+
+def assert_apart(environ: dict[str, str], reserved: int) -> None:
+    singles, ranges = chosen_ports(environ)
+    assert len(singles) == 6 and len(set(singles)) == len(singles), singles
+    every = [*singles, reserved]
+    for r in ranges:
+        assert len(r) == 65
+        assert not any(port in r for port in every), (r, every)
+    assert not set(ranges[0]) & set(ranges[1])
+    assert reserved not in singles
+
+
+@pytest.fixture
+def lowest_first(monkeypatch):
+    """The choice made as adversarial as it can be: always the lowest candidates first, so
+    every port lands next to the last one unless the chooser steps over what it handed out."""
+    monkeypatch.setattr(ports.random, "sample", lambda population, k: sorted(population)[:k])
+
+
+def test_ports_of_a_run_stay_apart_when_the_choice_clusters(lowest_first, tmp_path):
+    low = ports.RAY_WORKER_PORTS.stop
+    environ: dict[str, str] = {}
+    instance = isolate("127.0.0.1", environ, reserved={low + 3})
+    try:
+        assert_apart(environ, low + 3)
+        assert instance.ports >= {int(v) for v in environ.values() if v.isdigit()} - {0}
+    finally:
+        instance.remove_files()
+
+
+def test_ports_of_a_run_stay_apart_at_random():
+    for _ in range(30):
+        environ: dict[str, str] = {}
+        reserved = ports.free_port()
+        instance = isolate("127.0.0.1", environ, reserved={reserved})
+        try:
+            assert_apart(environ, reserved)
+        finally:
+            instance.remove_files()
+
+
+def test_a_port_the_user_set_is_kept():
+    environ = {"DASHBOARD_METRIC_PORT": "1234"}
+    instance = isolate("127.0.0.1", environ)
+    try:
+        assert environ["DASHBOARD_METRIC_PORT"] == "1234"
+        assert "DASHBOARD_METRIC_PORT" not in instance.environment
+    finally:
+        instance.remove_files()
+
+
+@pytest.mark.parametrize(("seconds", "rendered"), [(2.5, "2500ms"), (5, "5000ms"), (0.0001, "1ms")])
+def test_the_haproxy_header_timeout_is_integer_milliseconds(seconds, rendered):
+    # HAProxy's time values are integers with a unit: "2.5s" stopped it from starting.
+    from deployments.local.instance import _HTTP_REQUEST_TIMEOUT, haproxy_header_timeout
+
+    template = f"defaults\n  {_HTTP_REQUEST_TIMEOUT}\n"
+    assert f"timeout http-request {rendered}\n" in haproxy_header_timeout(template, seconds)

@@ -1,0 +1,50 @@
+"""A document over 4 MB through a real local Ray Serve whose replicas talk gRPC (Serve's
+throughput mode, config/local.yaml). gRPC caps a message at 4 MB unless told otherwise; the
+chunker call carries the document whole. With the configured limit the upload is written and
+readable; with gRPC's default it fails with a stable 503 naming the call, not a 500
+(tests/support/large_upload.py; each case runs its own Ray in a subprocess)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.large_upload import UPLOAD_TIMEOUT_S
+
+ROOT = Path(__file__).resolve().parents[3]
+CHARS = 4_500_000
+GRPC_DEFAULT = 4 * 1024 * 1024
+
+
+def scenario(**env: str) -> dict:
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.support.large_upload", "--chars", str(CHARS)],
+        cwd=ROOT, capture_output=True, text=True, timeout=UPLOAD_TIMEOUT_S + 240,
+        env={**os.environ, **env},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["body_bytes"] > GRPC_DEFAULT, report
+    return report
+
+
+@pytest.mark.slow
+def test_a_document_over_four_megabytes_is_written_and_readable():
+    report = scenario()
+    assert report["status"] == 200, report
+    assert report["chunks_written"] > 1000 and report["read_chunks"] == report["chunks_written"]
+
+
+@pytest.mark.slow
+def test_with_grpcs_default_limit_it_fails_as_a_503_naming_the_call():
+    report = scenario(RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH=str(GRPC_DEFAULT))
+    assert report["status"] == 503, report
+    assert report["error"]["code"] == "SERVICE_UNAVAILABLE"
+    assert report["error"]["message"] == (
+        "chunker deployment call failed: gRPC RESOURCE_EXHAUSTED; nothing of this request was written"
+    )
