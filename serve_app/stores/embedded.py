@@ -45,25 +45,21 @@ from serve_app.errors import (
 )
 from serve_app.schemas import Chunk, Strategy
 from serve_app.stores import qdrant_requests as qr
-from serve_app.stores.base import (
+from serve_app.stores.binding import binding_changes, revisions_warning, unrecorded_revisions
+from serve_app.stores.disk import directory_bytes
+from serve_app.stores.index import StoreIndex
+from serve_app.stores.ownership import IndexOwnership
+from serve_app.stores.payloads import states_from_payloads
+from serve_app.stores.registry import registry_fields, registry_key
+from serve_app.stores.scope import SCOPE_FIELDS, ScopeKey, in_scope
+from serve_app.stores.values import (
     PAYLOAD_INDEXES,
-    SCOPE_FIELDS,
     DocumentStates,
     DocumentWrite,
     Hit,
     IndexModels,
-    ScopeKey,
     StrategyQuery,
-    binding_changes,
-    directory_bytes,
-    in_scope,
-    revisions_warning,
-    states_from_payloads,
-    unrecorded_revisions,
 )
-from serve_app.stores.index import StoreIndex
-from serve_app.stores.ownership import IndexOwnership
-from serve_app.stores.registry import registry_fields, registry_key
 
 log = logging.getLogger(__name__)
 

@@ -34,23 +34,18 @@ from serve_app.errors import (
     ServeAppError,
 )
 from serve_app.schemas import DEFAULT_COLLECTION, Chunk, DocumentInfo, SearchFilters, Strategy
-from serve_app.stores.base import (
-    SCOPE_FIELDS,
-    Backend,
-    ChunkBackend,
+from serve_app.stores.payloads import document_info_from, sample_payload
+from serve_app.stores.protocols import Backend, ChunkBackend, Snapshots
+from serve_app.stores.registry import registry_key
+from serve_app.stores.scope import SCOPE_FIELDS, ScopeKey, payload_scope
+from serve_app.stores.values import (
     DocumentWrite,
     Hit,
     IndexModels,
     QueryVectors,
-    ScopeKey,
     SearchQuery,
-    Snapshots,
     StrategyQuery,
-    document_info_from,
-    payload_scope,
-    sample_payload,
 )
-from serve_app.stores.registry import registry_key
 
 log = logging.getLogger(__name__)
 

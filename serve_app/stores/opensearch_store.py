@@ -15,34 +15,18 @@ import uuid
 from typing import Any, cast
 
 from opensearchpy import AsyncOpenSearch
-from opensearchpy.exceptions import (
-    ConflictError as OpenSearchConflict,
-)
-from opensearchpy.exceptions import (
-    ConnectionError as OpenSearchConnectionError,
-)
-from opensearchpy.exceptions import (
-    NotFoundError as OpenSearchNotFound,
-)
-from opensearchpy.exceptions import (
-    TransportError,
-)
+from opensearchpy.exceptions import ConflictError as OpenSearchConflict
+from opensearchpy.exceptions import ConnectionError as OpenSearchConnectionError
+from opensearchpy.exceptions import NotFoundError as OpenSearchNotFound
+from opensearchpy.exceptions import TransportError
 
 from serve_app.config import OpenSearchConfig
 from serve_app.errors import ConfigError, NotFoundError, ServiceUnavailableError
 from serve_app.schemas import Chunk, Strategy
 from serve_app.stores import opensearch_bodies as bodies
-from serve_app.stores.base import (
-    SCOPE_FIELDS,
-    DocumentStates,
-    DocumentWrite,
-    Hit,
-    IndexModels,
-    ScopeKey,
-    StrategyQuery,
-    in_scope,
-)
 from serve_app.stores.registry import registry_fields, registry_name
+from serve_app.stores.scope import SCOPE_FIELDS, ScopeKey, in_scope
+from serve_app.stores.values import DocumentStates, DocumentWrite, Hit, IndexModels, StrategyQuery
 from serve_app.stores.versioning import VersionTaken, open_versioned, versioned_names
 
 log = logging.getLogger(__name__)

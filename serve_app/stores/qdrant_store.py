@@ -25,21 +25,19 @@ from serve_app.config import AppConfig, QdrantConfig
 from serve_app.errors import ConfigError, NotFoundError, ServiceUnavailableError
 from serve_app.schemas import Chunk, Strategy
 from serve_app.stores import qdrant_requests as qr
-from serve_app.stores.base import (
+from serve_app.stores.disk import directory_bytes
+from serve_app.stores.index import StoreIndex
+from serve_app.stores.payloads import states_from_payloads
+from serve_app.stores.registry import registry_fields, registry_name
+from serve_app.stores.scope import SCOPE_FIELDS, ScopeKey, in_scope
+from serve_app.stores.values import (
     PAYLOAD_INDEXES,
-    SCOPE_FIELDS,
     DocumentStates,
     DocumentWrite,
     Hit,
     IndexModels,
-    ScopeKey,
     StrategyQuery,
-    directory_bytes,
-    in_scope,
-    states_from_payloads,
 )
-from serve_app.stores.index import StoreIndex
-from serve_app.stores.registry import registry_fields, registry_name
 from serve_app.stores.versioning import VersionTaken, open_versioned, versioned_names
 
 log = logging.getLogger(__name__)

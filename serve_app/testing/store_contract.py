@@ -24,13 +24,13 @@ import numpy as np
 import pytest
 
 from serve_app.schemas import Chunk, SearchFilters, SparseVector
-from serve_app.stores.base import (
-    ChunkIndex,
+from serve_app.stores.protocols import ChunkIndex
+from serve_app.stores.scope import ScopeKey
+from serve_app.stores.values import (
     DocumentWrite,
     EncodedChunk,
     IndexModels,
     QueryVectors,
-    ScopeKey,
     SearchQuery,
 )
 
