@@ -6,7 +6,7 @@ from __future__ import annotations
 from serve_app.config import AppConfig
 from serve_app.stores.index import StoreIndex
 from serve_app.stores.opensearch_store import OpenSearchBackend
-from serve_app.stores.qdrant_store import QdrantBackend
+from serve_app.stores.qdrant import QdrantBackend
 
 
 def build_split(config: AppConfig) -> StoreIndex:
