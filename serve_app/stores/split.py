@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from serve_app.config import AppConfig
 from serve_app.stores.index import StoreIndex
-from serve_app.stores.opensearch_store import OpenSearchBackend
+from serve_app.stores.opensearch import OpenSearchBackend
 from serve_app.stores.qdrant import QdrantBackend
 
 

@@ -73,7 +73,7 @@ async def test_two_store_replicas_open_themselves_and_share_one_index(
 
     from deployments.handles import RemoteIndex
     from serve_app.config import OpenSearchConfig, QdrantConfig
-    from serve_app.stores.opensearch_store import OpenSearchBackend
+    from serve_app.stores.opensearch import OpenSearchBackend
     from serve_app.stores.qdrant import QdrantBackend
 
     handle, alias = store_pair
