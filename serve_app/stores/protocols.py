@@ -2,7 +2,7 @@
 ``CollectionRegistry``, ``IndexMaintenance``, ``Snapshots``; ``ChunkIndex`` is all of the
 first three), and the primitives a store backend implements (``Backend``, ``ChunkBackend``).
 
-Every topology is one ``StoreIndex`` (``stores/index.py``: the write, delete and read algorithm,
+Every topology is one ``StoreIndex`` (``stores/index/``: the write, delete and read algorithm,
 once) over one or more ``Backend``\\ s: qdrant-edge in process, Qdrant, OpenSearch. A backend
 implements primitives only (upsert points, delete by ids or documents, list a document's chunk
 ids, batch query, retrieve, count); which strategies it serves and whether it holds the

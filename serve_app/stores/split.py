@@ -1,5 +1,6 @@
 """The ``opensearch+qdrant`` topology: BM25 and SPLADE (and the chunks) in OpenSearch, dense
-vectors in Qdrant; the consistency rules across the two are StoreIndex's (stores/index.py)."""
+vectors in Qdrant; the consistency rules across the two are StoreIndex's
+(stores/index/writes.py)."""
 
 from __future__ import annotations
 
