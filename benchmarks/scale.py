@@ -16,13 +16,17 @@ import asyncio
 import statistics
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from benchmarks.report import default_stem, table, write_report
 from benchmarks.runner import percentile
 from benchmarks.service import TENANT, fresh_workdir
+
+if TYPE_CHECKING:
+    from serve_app.stores.index import StoreIndex
+    from serve_app.stores.protocols import IndexMaintenance
 
 DIM, VOCAB, HASH_SPACE = 384, 30522, 2**31
 STRATEGIES = ("dense", "splade", "bm25")
@@ -50,9 +54,10 @@ def unit(rng: np.random.Generator, n: int) -> np.ndarray:
     return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
 
-async def build(index: Any, size: int, batch: int, rng: np.random.Generator) -> float:
+async def build(index: StoreIndex, size: int, batch: int, rng: np.random.Generator) -> float:
     from serve_app.schemas import Chunk
-    from serve_app.stores.base import DocumentWrite, EncodedChunk, ScopeKey
+    from serve_app.stores.scope import ScopeKey
+    from serve_app.stores.values import DocumentWrite, EncodedChunk
 
     start = time.perf_counter()
     for offset in range(0, size, batch):
@@ -74,8 +79,11 @@ async def build(index: Any, size: int, batch: int, rng: np.random.Generator) -> 
     return time.perf_counter() - start
 
 
-async def time_queries(index: Any, queries: int, rng: np.random.Generator) -> dict[str, dict]:
-    from serve_app.stores.base import QueryVectors, ScopeKey
+async def time_queries(
+    index: IndexMaintenance, queries: int, rng: np.random.Generator
+) -> dict[str, dict]:
+    from serve_app.stores.scope import ScopeKey
+    from serve_app.stores.values import QueryVectors
 
     samples: dict[str, list[float]] = {name: [] for name in (*STRATEGIES, "all three")}
     for dense in unit(rng, queries):
@@ -98,8 +106,8 @@ async def time_queries(index: Any, queries: int, rng: np.random.Generator) -> di
 
 async def measure(args: argparse.Namespace) -> dict:
     from serve_app.config import EmbeddedStoreConfig
-    from serve_app.stores.base import IndexModels
     from serve_app.stores.embedded import embedded_index
+    from serve_app.stores.values import IndexModels
 
     rng = np.random.default_rng(7)
     report: dict = {"dimension": DIM, "top_k": 100, "sizes": {}}

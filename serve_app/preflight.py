@@ -440,7 +440,7 @@ async def _check_store(config, backend, dense, checks, index_models) -> None:  #
             _check_payload_indexes(backend, described, alias_field, checks)
             return
         # An index built before revisions were recorded opens and records them (the stores'
-        # model guard, stores/base.py: unrecorded_revisions): not a difference.
+        # model guard, stores/binding.py: unrecorded_revisions): not a difference.
         unrecorded = [k for k in expected if k.endswith("_revision") and k not in stored]
         differ = {
             key: (stored.get(key), value)

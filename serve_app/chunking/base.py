@@ -79,7 +79,7 @@ def chunk_id(doc_id: str, order: int, text: str) -> str:
 def stored_chunk_id(scope: ScopeKey, chunk_id_: str, content_hash: str) -> str:
     """The id a chunk is stored under. The scope is part of it: the same document in two
     collections (or tenants) shares no chunk. So is the version: two versions share no
-    stored chunk and replacing one by the other can be undone exactly (stores/index.py);
+    stored chunk and replacing one by the other can be undone exactly (stores/index/writes.py);
     the same content gives the same ids (re-ingest stays idempotent)."""
     return str(uuid.uuid5(_CHUNK_NAMESPACE, f"{scope}\x1f{chunk_id_}\x1f{content_hash}"))
 

@@ -31,7 +31,8 @@ from serve_app.schemas import (
     SearchRequest,
     Strategy,
 )
-from serve_app.stores.base import ScopeKey
+from serve_app.stores.scope import ScopeKey
+from serve_app.stores.values import Hit
 
 log = logging.getLogger(__name__)
 Progress = Callable[[int], None]
@@ -97,7 +98,7 @@ def fusion_name(method: str, strategies: tuple[str, ...]) -> str:
     return f"{method}({'+'.join(strategies)})"
 
 
-def doc_ranking(hits: list) -> list[tuple[str, float]]:
+def doc_ranking(hits: list[Hit]) -> list[tuple[str, float]]:
     """Chunk hits (best first) -> documents at their best chunk's rank and score."""
     return aggregate(((hit.doc_id, 0, hit.score) for hit in hits), "max")
 

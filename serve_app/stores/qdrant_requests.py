@@ -8,14 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from serve_app.schemas import Chunk, SearchFilters, Strategy
-from serve_app.stores.base import (
-    SCOPE_FIELDS,
-    DocumentWrite,
-    EncodedChunk,
-    ScopeKey,
-    StrategyQuery,
-    scope_payload,
-)
+from serve_app.stores.scope import SCOPE_FIELDS, ScopeKey, scope_payload
+from serve_app.stores.values import DocumentWrite, EncodedChunk, StrategyQuery
 
 STORE_ONLY = (*SCOPE_FIELDS, "content_hash", "chunk_count")
 """Payload keys the store adds to a chunk's fields."""

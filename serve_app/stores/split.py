@@ -1,12 +1,13 @@
 """The ``opensearch+qdrant`` topology: BM25 and SPLADE (and the chunks) in OpenSearch, dense
-vectors in Qdrant; the consistency rules across the two are StoreIndex's (stores/index.py)."""
+vectors in Qdrant; the consistency rules across the two are StoreIndex's
+(stores/index/writes.py)."""
 
 from __future__ import annotations
 
 from serve_app.config import AppConfig
 from serve_app.stores.index import StoreIndex
-from serve_app.stores.opensearch_store import OpenSearchBackend
-from serve_app.stores.qdrant_store import QdrantBackend
+from serve_app.stores.opensearch import OpenSearchBackend
+from serve_app.stores.qdrant import QdrantBackend
 
 
 def build_split(config: AppConfig) -> StoreIndex:

@@ -24,12 +24,8 @@ import re
 from typing import Any, Protocol
 
 from serve_app.errors import ModelMismatchError, ServiceUnavailableError
-from serve_app.stores.base import (
-    IndexModels,
-    binding_changes,
-    revisions_warning,
-    unrecorded_revisions,
-)
+from serve_app.stores.binding import binding_changes, revisions_warning, unrecorded_revisions
+from serve_app.stores.values import IndexModels
 
 log = logging.getLogger(__name__)
 

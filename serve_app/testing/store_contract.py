@@ -24,13 +24,13 @@ import numpy as np
 import pytest
 
 from serve_app.schemas import Chunk, SearchFilters, SparseVector
-from serve_app.stores.base import (
-    ChunkIndex,
+from serve_app.stores.protocols import ChunkIndex, IndexMaintenance
+from serve_app.stores.scope import ScopeKey
+from serve_app.stores.values import (
     DocumentWrite,
     EncodedChunk,
     IndexModels,
     QueryVectors,
-    ScopeKey,
     SearchQuery,
 )
 
@@ -135,7 +135,7 @@ class StoreContract:
         return store, *tenants
 
     @staticmethod
-    async def texts(store: ChunkIndex, tenant: ScopeKey, hits) -> list[str]:
+    async def texts(store: IndexMaintenance, tenant: ScopeKey, hits) -> list[str]:
         return [c.text for c in await store.fetch(tenant, [h.chunk_id for h in hits])]
 
     async def test_a_collection_created_again_starts_empty(self, store, tenants):

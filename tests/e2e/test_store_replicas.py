@@ -73,8 +73,8 @@ async def test_two_store_replicas_open_themselves_and_share_one_index(
 
     from deployments.replicas.handles import RemoteIndex
     from serve_app.config import OpenSearchConfig, QdrantConfig
-    from serve_app.stores.opensearch_store import OpenSearchBackend
-    from serve_app.stores.qdrant_store import QdrantBackend
+    from serve_app.stores.opensearch import OpenSearchBackend
+    from serve_app.stores.qdrant import QdrantBackend
 
     handle, alias = store_pair
     status = serve.status().applications[APP].deployments["store"]

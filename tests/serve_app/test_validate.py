@@ -25,8 +25,8 @@ from test_cli_inspect import topology_config
 from serve_app.cli import main
 from serve_app.config import load_config, resolve_model_path
 from serve_app.pipelines.components import index_models
-from serve_app.stores import opensearch_bodies as bodies
 from serve_app.stores.base import TOPOLOGIES
+from serve_app.stores.opensearch import bodies
 
 TOPOLOGIES_ = ["embedded", "qdrant", "opensearch+qdrant"]
 

@@ -12,8 +12,8 @@ from opensearchpy.exceptions import ConnectionError as OpenSearchConnectionError
 from serve_app.config import EmbeddedStoreConfig, OpenSearchConfig, QdrantConfig
 from serve_app.stores.embedded import embedded_index
 from serve_app.stores.index import StoreIndex
-from serve_app.stores.opensearch_store import OpenSearchBackend
-from serve_app.stores.qdrant_store import QdrantBackend
+from serve_app.stores.opensearch import OpenSearchBackend
+from serve_app.stores.qdrant import QdrantBackend
 from serve_app.testing.store_contract import MODELS, encoded, query, write  # noqa: F401
 
 TOPOLOGY_NAMES = ["embedded", "qdrant", "opensearch+qdrant"]

@@ -8,8 +8,9 @@ from store_helpers import MODELS, encoded, query, write
 
 from serve_app.config import EmbeddedStoreConfig
 from serve_app.errors import ModelMismatchError
-from serve_app.stores.base import IndexModels, ScopeKey
 from serve_app.stores.embedded import EdgeBackend, embedded_index
+from serve_app.stores.scope import ScopeKey
+from serve_app.stores.values import IndexModels
 
 
 @pytest.fixture

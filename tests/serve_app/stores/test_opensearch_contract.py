@@ -15,10 +15,10 @@ from store_helpers import MODELS, encoded, opensearch_config, query, write
 
 from serve_app.errors import ServeAppError
 from serve_app.schemas import SearchFilters
-from serve_app.stores import opensearch_bodies as bodies
-from serve_app.stores.base import IndexModels, ScopeKey
 from serve_app.stores.index import StoreIndex
-from serve_app.stores.opensearch_store import OpenSearchBackend
+from serve_app.stores.opensearch import OpenSearchBackend, bodies
+from serve_app.stores.scope import ScopeKey
+from serve_app.stores.values import IndexModels
 
 
 class RecordingConnection(AIOHttpConnection):

@@ -17,8 +17,8 @@ import pytest
 from store_helpers import make_store, opensearch_config, write
 
 from serve_app.errors import ConfigError, ConflictError, NotFoundError
-from serve_app.stores.base import ScopeKey
 from serve_app.stores.registry import registry_key
+from serve_app.stores.scope import ScopeKey
 from serve_app.testing.store_contract import MODELS, encoded
 from tests.support.qdrant_rest_double import QdrantRestDouble
 
@@ -179,7 +179,7 @@ async def test_an_opensearch_create_retried_after_it_landed_is_still_its_own(
 ):
     """The client retries a create that timed out; when the first attempt had landed, the
     retry is answered 409, and the record's claim tells whether it was this call's."""
-    from serve_app.stores import opensearch_store
+    from serve_app.stores.opensearch import registry as opensearch_registry
 
     alias = f"retry-{uuid.uuid4().hex[:8]}"
     async with opened("opensearch+qdrant", tmp_path, opensearch_url, None, alias, 1) as (store,):
@@ -193,6 +193,6 @@ async def test_an_opensearch_create_retried_after_it_landed_is_still_its_own(
             refresh="true",
         )
         claim = landed if ours else uuid.UUID(int=8)
-        monkeypatch.setattr(opensearch_store.uuid, "uuid4", lambda: claim)
+        monkeypatch.setattr(opensearch_registry.uuid, "uuid4", lambda: claim)
         record = {"tenant_id": "t", "name": "papers", "state": "ready"}
         assert await backend.insert_registry_record(key, record) is ours

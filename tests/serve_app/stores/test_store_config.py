@@ -9,8 +9,8 @@ import pytest
 from deployments.settings import service_config
 from serve_app.config import OpenSearchConfig, QdrantConfig, config_from_dict
 from serve_app.errors import ConfigError
-from serve_app.stores.opensearch_store import make_client
-from serve_app.stores.qdrant_store import QdrantBackend
+from serve_app.stores.opensearch import make_client
+from serve_app.stores.qdrant import QdrantBackend
 
 
 @pytest.mark.parametrize(

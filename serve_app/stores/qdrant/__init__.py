@@ -1,0 +1,10 @@
+"""The Qdrant server backend (qdrant-client, async), one module per concern: ``connection``
+(client, lifecycle, the versioned collection behind the alias), ``chunks`` (writes, deletes,
+reads), ``queries``, ``registry`` (named collections), ``maintenance`` (describe,
+snapshots), composed in ``backend``."""
+
+from serve_app.stores.qdrant.backend import QdrantBackend, build_qdrant
+from serve_app.stores.qdrant.connection import QdrantStoreError
+from serve_app.stores.qdrant.filters import to_client_filter
+
+__all__ = ["QdrantBackend", "QdrantStoreError", "build_qdrant", "to_client_filter"]
