@@ -17,6 +17,7 @@ import anyio
 import httpx
 
 from serve_app.errors import ServeAppError
+from serve_app.pipelines.answer_events import AnswerEvent, parse_event
 
 
 class ApiCallError(ServeAppError):
@@ -96,9 +97,9 @@ class ServiceClient:
             raise api_error(response, request_id)
         return response.json()
 
-    async def events(self, path: str, body: dict[str, Any]) -> AsyncIterator[tuple[str, dict]]:
-        """The Server-Sent Events of ``POST path`` as (event, data) pairs, as they arrive;
-        an error status raises ApiCallError before the first event."""
+    async def events(self, path: str, body: dict[str, Any]) -> AsyncIterator[AnswerEvent]:
+        """An answer's Server-Sent Events from ``POST path``, typed, as they arrive; an error
+        status raises ApiCallError before the first event."""
         request_id, headers = self._headers()
         with self._bounded(f"POST {path}", request_id):
             async with self.http.stream("POST", path, json=body, headers=headers) as response:
@@ -112,7 +113,7 @@ class ServiceClient:
                     elif line.startswith("data: "):
                         data.append(line.removeprefix("data: "))
                     elif not line and data:
-                        yield kind, json.loads("\n".join(data))
+                        yield parse_event(kind, json.loads("\n".join(data)))
                         kind, data = "message", []
 
 

@@ -12,7 +12,8 @@ from serve_app.errors import (
     ServiceUnavailableError,
 )
 from serve_app.generation.base import LLM
-from serve_app.pipelines.answer import AnswerPipeline, CheckedAnswer, Event
+from serve_app.pipelines.answer import AnswerPipeline, CheckedAnswer
+from serve_app.pipelines.answer_events import AnswerEvent
 from serve_app.pipelines.components import Components
 from serve_app.pipelines.ingest import ChunkBudget, IngestPipeline
 from serve_app.pipelines.search import SearchPipeline
@@ -136,7 +137,7 @@ class RetrievalService(CollectionService):
 
     def answer_stream(
         self, checked: CheckedAnswer, bound_s: float | None = None
-    ) -> AsyncIterator[Event]:
+    ) -> AsyncIterator[AnswerEvent]:
         """The events of a checked answer, preparation included (``AnswerPipeline.stream``)."""
         return self.answer_pipeline.stream(checked, bound_s)
 
