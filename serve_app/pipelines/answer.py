@@ -25,9 +25,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 from serve_app.config import AppConfig
 from serve_app.errors import (
@@ -77,6 +77,7 @@ from serve_app.stores.base import ScopeKey
 log = logging.getLogger(__name__)
 
 EarlyReason = Literal["irrelevant", "no_results"]
+T = TypeVar("T")
 
 
 class CollectionRegistry(Protocol):
@@ -276,7 +277,7 @@ class AnswerPipeline:
             )
             for query in sub_queries
         ]
-        responses = await asyncio.wait_for(asyncio.gather(*searches), timeout_s)
+        responses = await _all(searches, timeout_s)
         timings = {
             f"search.{stage}": max(r.timings_ms.get(stage, 0.0) for r in responses)
             for stage in ("encode", "retrieve", "rerank", "total")
@@ -660,6 +661,20 @@ class AnswerPipeline:
                 out.update(event.data())
                 out["timings_ms"] = {**metadata_timings, **event.timings_ms}
         return out
+
+
+async def _all(calls: list[Coroutine[Any, Any, T]], timeout_s: float) -> list[T]:
+    """Each call's result, in order, within ``timeout_s`` (else TimeoutError). The first
+    failure cancels the others and is raised as itself; a timeout or a cancellation of the
+    caller cancels every call and waits for it, so none is left running and no failure goes
+    unread (``asyncio.gather`` under ``wait_for`` leaves its own failure unread when the caller
+    is cancelled)."""
+    try:
+        async with asyncio.timeout(timeout_s), asyncio.TaskGroup() as group:
+            tasks = [group.create_task(call) for call in calls]
+    except BaseExceptionGroup as failed:
+        raise failed.exceptions[0] from None
+    return [task.result() for task in tasks]
 
 
 def _deadline_name(prepared: PreparedAnswer, stage_s: float | None) -> str:
