@@ -37,13 +37,7 @@ from serve_app.pipelines.answer_events import (
     AnswerEvent,
     AnswerMetadata,
 )
-from serve_app.schemas import (
-    AnswerRequest,
-    CollectionName,
-    FusionSpec,
-    SearchFilters,
-    Strategy,
-)
+from serve_app.schemas import AnswerOptions, AnswerRequest, CollectionName
 from serve_app.service import RetrievalService
 
 DONE = b"data: [DONE]\n\n"
@@ -91,44 +85,36 @@ class ChatMessage(BaseModel):
     content: str = Field(max_length=20_000)
 
 
-class ChatCompletionRequest(BaseModel):
+class ChatCompletionRequest(AnswerOptions):
     """OpenAI's chat completion body; the fields this service does not honour (sampling,
     ``n`` above 1 refused, tools) are ignored so that existing clients work. The extension
-    fields are ``/v1/answer``'s (an OpenAI client sends them in ``extra_body``)."""
+    fields are ``/v1/answer``'s (``AnswerOptions`` and ``collection``; an OpenAI client sends
+    them in ``extra_body``); ``max_tokens`` is both OpenAI's and ours."""
 
     model_config = ConfigDict(extra="ignore")
 
     model: str = Field(min_length=1, max_length=256)
     messages: list[ChatMessage] = Field(min_length=1, max_length=65)
     stream: bool = False
-    max_tokens: int | None = Field(default=None, ge=1, le=8192)
     max_completion_tokens: int | None = Field(default=None, ge=1, le=8192)
     n: Literal[1] | None = None
-    # Extension fields: /v1/answer's.
     collection: CollectionName | None = None
-    top_k: int | None = Field(default=None, ge=1, le=20)
-    understand: bool | None = None
-    multi_query: bool | None = None
-    strategies: list[Strategy] | None = None
-    fusion: FusionSpec | None = None
-    rerank: bool | None = None
-    filters: SearchFilters | None = None
 
     def answer_request(self, collection: str | None) -> AnswerRequest:
         """``/v1/answer``'s request; RequestSchemaError (422) without a last user message."""
         turns = [m for m in self.messages if m.role in ("user", "assistant")]
         if not turns or turns[-1].role != "user":
             raise RequestSchemaError("messages: the last user or assistant message must be user")
-        extension = self.model_dump(
-            include={"top_k", "understand", "multi_query", "strategies", "fusion", "rerank"},
-            exclude_none=True,
-        )
+        options = {
+            name: getattr(self, name)
+            for name in AnswerOptions.model_fields
+            if getattr(self, name) is not None
+        }
         named = collection or self.collection
         return AnswerRequest.model_validate(
             {
-                **extension,
+                **options,
                 **({"collection": named} if named else {}),
-                **({"filters": self.filters} if self.filters else {}),
                 "question": turns[-1].content,
                 "messages": [t.model_dump() for t in turns[:-1]],
                 "max_tokens": self.max_completion_tokens or self.max_tokens,
