@@ -8,6 +8,7 @@ from serve_app.api import deps
 from serve_app.api.auth import Principal
 from serve_app.schemas import COLLECTION_PATTERN, TENANT_PATTERN
 from serve_app.service import RetrievalService
+from serve_app.stores.base import ScopeKey
 
 router = APIRouter(prefix="/v1/admin")
 
@@ -26,4 +27,5 @@ async def inspect(
     who.require("admin")
     if collection is not None and tenant is None:
         tenant = who.tenant_id
-    return await deps.within(seconds, service.inspect(tenant, collection))
+    selector = None if tenant is None else ScopeKey(tenant, collection)
+    return await deps.within(seconds, service.inspect(selector))
