@@ -89,7 +89,9 @@ class AnswerMetadata(_Event):
     understanding: dict[str, Any] | None
     history_turns: int
     model: str
-    top_k: int | None = Field(default=None, description="absent when nothing was retrieved")
+    top_k: int | None = Field(
+        default=None, description="absent when no retrieval ran (an irrelevant question)"
+    )
     results: list[PassageResult] = Field(default_factory=list)
     prompt_tokens: int | None = Field(
         default=None, description="absent when no generation was opened"
