@@ -78,10 +78,10 @@ async def with_heartbeats(events: AsyncIterator[T], every_s: float) -> AsyncIter
 
 class EventStreamResponse(Response, Generic[T]):
     """Server-Sent Events from ``events``: the headers and a ``retry:`` hint at once, an SSE
-    comment for each ``Heartbeat``, each event as ``encoder`` writes it (with its number). The client's disconnect
-    is watched for while the events are sent: on it, the sending stops and ``events`` is
-    closed at once (which closes the generation), instead of when the next write fails or
-    the iterator is collected."""
+    comment for each ``Heartbeat``, each event as ``encoder`` writes it (with its number).
+    The client's disconnect is watched for while the events are sent: on it, the sending
+    stops and ``events`` is closed at once (which closes the generation), instead of when the
+    next write fails or the iterator is collected."""
 
     media_type = "text/event-stream"
 
