@@ -240,8 +240,8 @@ async def run_chat_completion(
             return openai_error(error)
         metrics.observe_stages("answer", answer.get("timings_ms", {}))
         if answer["error"] is not None:
-            error = answer["error"]
-            return openai_error(reported_error(error["code"], error["message"]))
+            failed = answer["error"]
+            return openai_error(reported_error(failed["code"], failed["message"]))
         return JSONResponse(completion.whole(answer))
 
     return event_stream(
