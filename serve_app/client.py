@@ -136,13 +136,17 @@ async def read_answer(
     stream's: the failure came after its headers)."""
     request_id = api.new_request_id()
     metadata: AnswerMetadata | None = None
-    async for event in api.events(path, {**body, "stream": True}, request_id):
-        if isinstance(event, AnswerMetadata):
-            metadata = event
-        elif isinstance(event, AnswerError):
-            raise ApiCallError(event.code, event.message, request_id, 200)
-        elif isinstance(event, AnswerDone) and metadata is not None:
-            return metadata, event
+    # Closed here, in this task, when it returns early: the stream's time bound (an anyio
+    # cancel scope) must be left by the task that entered it, never by a finalizer.
+    events = api.events(path, {**body, "stream": True}, request_id)
+    async with contextlib.aclosing(events):
+        async for event in events:
+            if isinstance(event, AnswerMetadata):
+                metadata = event
+            elif isinstance(event, AnswerError):
+                raise ApiCallError(event.code, event.message, request_id, 200)
+            elif isinstance(event, AnswerDone) and metadata is not None:
+                return metadata, event
     raise ApiCallError("INTERNAL", "the answer ended without done or error", request_id, 200)
 
 
