@@ -158,7 +158,8 @@ async def one_answer(
         prepared = await pipeline.prepare(
             await pipeline.check(request, ScopeKey(TENANT, request.collection))
         )
-        async for kind, data in pipeline.events(prepared):
+        async for event in pipeline.events(prepared):
+            kind, data = event.event, event.data()
             now = time.perf_counter()
             if kind == "metadata":
                 metadata = data

@@ -176,8 +176,8 @@ async def canary(service: Any, llm: Any, tenant: str, limit: int, max_tokens: in
 
     for kind in ("plain", "control"):
         with contextlib.suppress(ConflictError):  # made by an earlier run on this data dir
-            await service.create_collection(tenant, COLLECTION.format(kind=kind))
-        key = await service.scope(tenant, COLLECTION.format(kind=kind))
+            await service.create_collection(ScopeKey(tenant, COLLECTION.format(kind=kind)))
+        key = ScopeKey(tenant, COLLECTION.format(kind=kind))
         await service.ingest(key, documents(kind))
     selected = cases()[:limit]
     rows: dict[str, dict[str, Any]] = {}

@@ -17,6 +17,13 @@ import anyio
 import httpx
 
 from serve_app.errors import ServeAppError
+from serve_app.pipelines.answer_events import (
+    AnswerDone,
+    AnswerError,
+    AnswerEvent,
+    AnswerMetadata,
+    parse_event,
+)
 
 
 class ApiCallError(ServeAppError):
@@ -60,8 +67,11 @@ class ServiceClient:
             await self._http.aclose()
             self._http = None
 
-    def _headers(self) -> tuple[str, dict[str, str]]:
-        request_id = f"{self.request_prefix}-{uuid.uuid4().hex[:16]}"
+    def new_request_id(self) -> str:
+        return f"{self.request_prefix}-{uuid.uuid4().hex[:16]}"
+
+    def _headers(self, request_id: str | None = None) -> tuple[str, dict[str, str]]:
+        request_id = request_id or self.new_request_id()
         return request_id, {
             "X-Request-ID": request_id,
             "X-Request-Timeout-Ms": str(int(self.timeout_s * 1000)),
@@ -96,10 +106,12 @@ class ServiceClient:
             raise api_error(response, request_id)
         return response.json()
 
-    async def events(self, path: str, body: dict[str, Any]) -> AsyncIterator[tuple[str, dict]]:
-        """The Server-Sent Events of ``POST path`` as (event, data) pairs, as they arrive;
-        an error status raises ApiCallError before the first event."""
-        request_id, headers = self._headers()
+    async def events(
+        self, path: str, body: dict[str, Any], request_id: str | None = None
+    ) -> AsyncIterator[AnswerEvent]:
+        """An answer's Server-Sent Events from ``POST path``, typed, as they arrive; an error
+        status raises ApiCallError before the first event."""
+        request_id, headers = self._headers(request_id)
         with self._bounded(f"POST {path}", request_id):
             async with self.http.stream("POST", path, json=body, headers=headers) as response:
                 if response.status_code >= 400:
@@ -112,8 +124,30 @@ class ServiceClient:
                     elif line.startswith("data: "):
                         data.append(line.removeprefix("data: "))
                     elif not line and data:
-                        yield kind, json.loads("\n".join(data))
+                        yield parse_event(kind, json.loads("\n".join(data)))
                         kind, data = "message", []
+
+
+async def read_answer(
+    api: ServiceClient, path: str, body: dict[str, Any]
+) -> tuple[AnswerMetadata, AnswerDone]:
+    """A streamed answer's first and last events; an ``error`` event (or status) as
+    ApiCallError with its code, message and the call's request id (the status is the
+    stream's: the failure came after its headers)."""
+    request_id = api.new_request_id()
+    metadata: AnswerMetadata | None = None
+    # Closed here, in this task, when it returns early: the stream's time bound (an anyio
+    # cancel scope) must be left by the task that entered it, never by a finalizer.
+    events = api.events(path, {**body, "stream": True}, request_id)
+    async with contextlib.aclosing(events):
+        async for event in events:
+            if isinstance(event, AnswerMetadata):
+                metadata = event
+            elif isinstance(event, AnswerError):
+                raise ApiCallError(event.code, event.message, request_id, 200)
+            elif isinstance(event, AnswerDone) and metadata is not None:
+                return metadata, event
+    raise ApiCallError("INTERNAL", "the answer ended without done or error", request_id, 200)
 
 
 def api_error(response: httpx.Response, request_id: str) -> ApiCallError:

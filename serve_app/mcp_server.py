@@ -23,7 +23,8 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, ConfigDict, Field
 
-from serve_app.client import ApiCallError, ServiceClient
+from serve_app.client import ApiCallError, ServiceClient, read_answer
+from serve_app.pipelines.answer_events import AnswerDone, AnswerMetadata
 from serve_app.schemas import DEFAULT_COLLECTION, FUSION_METHODS, STRATEGIES
 
 
@@ -48,6 +49,13 @@ class ToolClient:
     async def call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         try:
             return await self.client.call(method, path, **kwargs)
+        except ApiCallError as error:
+            raise ToolError(str(error)) from None
+
+    async def answer(self, path: str, body: dict[str, Any]) -> tuple[AnswerMetadata, AnswerDone]:
+        """The answer's typed metadata and done events (``serve_app.client.read_answer``)."""
+        try:
+            return await read_answer(self.client, path, body)
         except ApiCallError as error:
             raise ToolError(str(error)) from None
 
@@ -168,7 +176,7 @@ def build_server(service: ToolClient) -> MCPServer:
         ``understand``: the query-understanding step (filters, relevance); unset: the
         service's defaults. If the LLM fails (an outage, a deadline), the tool fails with the
         API's error code and message (``isError``)."""
-        body: dict[str, Any] = {"question": question, "stream": False}
+        body: dict[str, Any] = {"question": question}
         for key, value in (
             ("top_k", top_k),
             ("multi_query", multi_query),
@@ -177,20 +185,19 @@ def build_server(service: ToolClient) -> MCPServer:
         ):
             if value is not None:
                 body[key] = value
-        result = await service.call("POST", f"{_collection_path(collection)}/answer", json=body)
+        metadata, done = await service.answer(f"{_collection_path(collection)}/answer", body)
         return {
             "question": question,
             "collection": collection,
-            "answer": result.get("answer"),
-            "early_return": result.get("early_return"),
-            "citations": result.get("citations", []),
-            "invalid_citations": result.get("invalid_citations", []),
-            "uncited_sentences": result.get("uncited_sentences", []),
-            "sub_queries": result.get("sub_queries", []),
-            "filters": result.get("filters"),
+            "answer": done.answer,
+            "early_return": done.early_return,
+            "citations": done.citations,
+            "invalid_citations": done.invalid_citations,
+            "uncited_sentences": done.uncited_sentences,
+            "sub_queries": metadata.sub_queries,
+            "filters": metadata.filters,
             "passages": [
-                {**_hit(r["passage"], r), "found_by": r["found_by"]}
-                for r in result.get("results", [])
+                {**_hit(r.passage, r.data()), "found_by": r.found_by} for r in metadata.results
             ],
         }
 

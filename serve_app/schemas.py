@@ -308,18 +308,14 @@ class ChatTurn(_Strict):
     content: str = Field(min_length=1, max_length=20_000)
 
 
-class AnswerRequest(_Strict):
-    """A question to answer from a collection's documents, with citations.
+class AnswerOptions(BaseModel):
+    """How an answer is found and written, the same fields on both doors (``/v1/answer``'s
+    body, the OpenAI route's extension fields): unset, each takes the ``answer:``
+    configuration's default. ``understand`` (the query understanding call), ``multi_query``
+    (reformulations retrieved and aggregated), ``top_k`` passages, ``max_tokens``;
+    ``strategies``, ``fusion``, ``rerank`` and ``filters`` are the search's (explicit
+    ``filters`` win over understood ones)."""
 
-    Unset fields take the ``answer:`` configuration's defaults: ``understand`` (the query
-    understanding call), ``multi_query`` (reformulations retrieved and aggregated),
-    ``top_k`` passages, ``max_tokens``. ``strategies``, ``fusion``, ``rerank`` and
-    ``filters`` are the search's; explicit ``filters`` win over understood ones.
-    ``stream``: Server-Sent Events (default) or one JSON answer."""
-
-    question: str = Field(max_length=4096)
-    collection: CollectionName = DEFAULT_COLLECTION
-    messages: list[ChatTurn] = Field(default_factory=list, max_length=64)
     top_k: int | None = Field(default=None, ge=1, le=20)
     understand: bool | None = None
     multi_query: bool | None = None
@@ -328,6 +324,21 @@ class AnswerRequest(_Strict):
     rerank: bool | None = None
     filters: SearchFilters | None = None
     max_tokens: int | None = Field(default=None, ge=1, le=8192)
+
+    @field_validator("strategies")
+    @classmethod
+    def _strategies_distinct(cls, strategies: list[str] | None) -> list[str] | None:
+        return SearchRequest._distinct(strategies)
+
+
+class AnswerRequest(_Strict, AnswerOptions):
+    """A question to answer from a collection's documents, with citations, and its earlier
+    turns (``AnswerOptions`` for the rest). ``stream``: Server-Sent Events (default) or one
+    JSON answer."""
+
+    question: str = Field(max_length=4096)
+    collection: CollectionName = DEFAULT_COLLECTION
+    messages: list[ChatTurn] = Field(default_factory=list, max_length=64)
     stream: bool = True
 
     @field_validator("question")
@@ -336,8 +347,3 @@ class AnswerRequest(_Strict):
         if not question.strip():
             raise ValueError("question must not be empty")
         return question
-
-    @field_validator("strategies")
-    @classmethod
-    def _strategies_distinct(cls, strategies: list[str] | None) -> list[str] | None:
-        return SearchRequest._distinct(strategies)

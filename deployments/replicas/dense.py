@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 from ray import serve
 
@@ -11,6 +9,7 @@ from deployments.replicas.base import ModelReplica
 from serve_app.encoders.base import DENSE_BACKENDS, LaneDenseEncoder
 from serve_app.encoders.queue import Lane
 from serve_app.errors import ConfigError
+from serve_app.model_info import DenseInfo
 from serve_app.pipelines.components import dense_model_revision
 
 
@@ -32,14 +31,14 @@ class DenseDeployment(ModelReplica[LaneDenseEncoder]):
             raise ConfigError(f"dense.backend {dense.backend!r} cannot be served")
         return encoder
 
-    def info(self) -> dict[str, Any]:
-        return {
-            "model_id": self.model.model_id,
-            "dim": self.model.dim,
-            "revision": self.revision,
-            "backend": self.config.dense.backend,
-            "encoder": type(self.model).__name__,
-        }
+    def info(self) -> DenseInfo:
+        return DenseInfo(
+            model_id=self.model.model_id,
+            dim=self.model.dim,
+            revision=self.revision,
+            backend=self.config.dense.backend,
+            encoder=type(self.model).__name__,
+        )
 
     async def embed(self, mode: Lane, texts: list[str]) -> tuple[np.ndarray, dict]:
         return await self.model.encode_lane(mode, texts)

@@ -20,6 +20,7 @@ from serve_app.batching import Coalescer, concatenating
 from serve_app.encoders.queue import Lane
 from serve_app.errors import OverloadedError, ServeAppError, ServiceUnavailableError
 from serve_app.generation.base import Completion, GenerationParams, Message, Usage
+from serve_app.model_info import DenseInfo, LLMInfo, ModelInfo, StoreInfo
 from serve_app.pipelines.retrieval import Retrieved, RetrieveSpec
 from serve_app.schemas import (
     Chunk,
@@ -106,7 +107,7 @@ class _RemoteLanes:
     def __init__(
         self,
         handle: DeploymentHandle[Any],
-        info: dict[str, Any],
+        info: ModelInfo,
         observe: BatchObserver = _ignore,
         batching: BatchingSettings | None = None,
     ) -> None:
@@ -115,7 +116,7 @@ class _RemoteLanes:
         # `handle.embed` builds a new handle (DeploymentHandle[Any].options) on every access:
         # made once here, not once a call (1.35-2.4 % of an ingress replica's samples).
         self._remote = getattr(handle, self.method)
-        self.model_id = info["model_id"]
+        self.model_id = info.model_id
         self.observe = observe
         self._queries: Coalescer[list[str], Any] = Coalescer(
             concatenating(self._query_lane),
@@ -138,13 +139,13 @@ class RemoteDenseEncoder(_RemoteLanes):
     def __init__(
         self,
         handle: DeploymentHandle[Any],
-        info: dict[str, Any],
+        info: DenseInfo,
         observe: BatchObserver = _ignore,
         batching: BatchingSettings | None = None,
     ) -> None:
         super().__init__(handle, info, observe, batching)
-        self.dim = int(info["dim"])
-        self.revision: str | None = info.get("revision")  # of the weights its replicas loaded
+        self.dim = info.dim
+        self.revision = info.revision  # of the weights its replicas loaded
 
     async def embed_documents(self, texts: list[str]) -> np.ndarray:
         return cast(np.ndarray, await self._lane("document", texts))
@@ -169,13 +170,13 @@ class RemoteReranker:
     def __init__(
         self,
         handle: DeploymentHandle[Any],
-        info: dict[str, Any],
+        info: ModelInfo,
         observe: BatchObserver = _ignore,
         batching: BatchingSettings | None = None,
     ) -> None:
         batching = batching or BatchingSettings()
         self._score_many_handle = handle.score_many  # made once: see _RemoteLanes
-        self.model_id = info["model_id"]
+        self.model_id = info.model_id
         self.observe = observe
         self._requests: Coalescer[tuple[str, list[str]], list[float]] = Coalescer(
             self._score_many,
@@ -236,9 +237,9 @@ class RemoteIndex:
     """The ChunkIndex protocol over the store deployment: each method is a typed call of
     the deployment's method of the same name (``deployments.replicas.store.StoreDeployment``)."""
 
-    def __init__(self, handle: DeploymentHandle[Any], info: dict[str, Any]) -> None:
+    def __init__(self, handle: DeploymentHandle[Any], info: StoreInfo) -> None:
         self.handle = handle
-        self.strategies: tuple[Strategy, ...] = tuple(info["strategies"])
+        self.strategies: tuple[Strategy, ...] = tuple(info.strategies)
 
     async def open(self, models: IndexModels) -> None:
         """Replicas open themselves at start; this checks they did so for ``models``."""
@@ -360,15 +361,13 @@ class RemoteLLM:
     """The LLM protocol over the LLM deployment. Serve's own back-pressure (every replica at
     ``max_ongoing_requests`` with its queue full) is the replicas' overload: a 429."""
 
-    def __init__(
-        self, handle: DeploymentHandle[Any], info: dict[str, Any], retry_after_s: float
-    ) -> None:
+    def __init__(self, handle: DeploymentHandle[Any], info: LLMInfo, retry_after_s: float) -> None:
         self._complete = handle.complete  # made once: see _RemoteLanes
         self._count_tokens = handle.count_tokens
         self._count_prompt_tokens = handle.count_prompt_tokens
         self._stream = handle.options(stream=True).stream
         self._ping = handle.ping
-        self.model_id = info["model_id"]
+        self.model_id = info.model_id
         self.retry_after_s = retry_after_s
 
     async def _admitted(self, awaitable: Awaitable[T]) -> T:

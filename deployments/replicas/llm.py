@@ -19,6 +19,7 @@ from deployments.replicas.base import ModelReplica
 from serve_app.errors import ConfigError
 from serve_app.generation import GenerationParams, Message, build_llm
 from serve_app.generation.base import Completion, ServedLLM
+from serve_app.model_info import LLMInfo
 from serve_app.model_manifest import loaded_revision
 
 ADMITTED = {"admitted": True}
@@ -37,12 +38,12 @@ class LlmDeployment(ModelReplica[ServedLLM]):
             raise ConfigError(f"llm.backend {llm.backend!r} cannot be served")
         return engine
 
-    def info(self) -> dict[str, Any]:
-        return {
-            "model_id": self.model.model_id,
-            "backend": self.config.llm.backend,
-            "parallel": self.config.llm.parallel,
-        }
+    def info(self) -> LLMInfo:
+        return LLMInfo(
+            model_id=self.model.model_id,
+            backend=self.config.llm.backend,
+            parallel=self.config.llm.parallel,
+        )
 
     def stats(self) -> dict[str, int]:
         return self.model.stats()

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from ray import serve
 
 from deployments.replicas.base import ModelReplica
 from serve_app.encoders.base import RERANKER_BACKENDS, ServedReranker
 from serve_app.errors import ConfigError
+from serve_app.model_info import ModelInfo
 from serve_app.model_manifest import loaded_revision
 
 
@@ -25,8 +25,8 @@ class RerankerDeployment(ModelReplica[ServedReranker]):
             raise ConfigError(f"reranker.backend {section.backend!r} cannot be served")
         return reranker
 
-    def info(self) -> dict[str, Any]:
-        return {"model_id": self.model.model_id}
+    def info(self) -> ModelInfo:
+        return ModelInfo(model_id=self.model.model_id)
 
     async def score_many(
         self, requests: list[tuple[str, list[str]]]

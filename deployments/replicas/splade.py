@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from ray import serve
 
 from deployments.replicas.base import ModelReplica
 from serve_app.encoders.queue import Lane
 from serve_app.encoders.splade import SpladeEncoder
+from serve_app.model_info import ModelInfo
 from serve_app.model_manifest import loaded_revision
 from serve_app.schemas import SparseVector
 
@@ -22,8 +21,8 @@ class SpladeDeployment(ModelReplica[SpladeEncoder]):
         loaded_revision(splade.model, splade.revision, "splade.revision")
         return SpladeEncoder(splade)
 
-    def info(self) -> dict[str, Any]:
-        return {"model_id": self.model.model_id}
+    def info(self) -> ModelInfo:
+        return ModelInfo(model_id=self.model.model_id)
 
     async def encode(self, mode: Lane, texts: list[str]) -> tuple[list[SparseVector], dict]:
         return await self.model.encode_lane(mode, texts)

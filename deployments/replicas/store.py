@@ -19,6 +19,7 @@ from deployments.replicas.base import Replica
 from deployments.settings import ServiceConfig
 from serve_app.batching import Coalescer, concatenating
 from serve_app.errors import ModelMismatchError, ServiceUnavailableError
+from serve_app.model_info import DenseInfo, StoreInfo
 from serve_app.pipelines.components import index_models
 from serve_app.pipelines.retrieval import IndexRetriever, Retrieved, RetrieveSpec
 from serve_app.schemas import Chunk, DocumentInfo, SearchFilters, Strategy
@@ -57,14 +58,12 @@ class StoreDeployment(Replica):
         if isinstance(models, dict):
             self.models = IndexModels(**models)
         else:
-            dense = await models.info.remote()
-            self.models = index_models(
-                self.config, dense["model_id"], int(dense["dim"]), dense.get("revision")
-            )
+            dense: DenseInfo = await models.info.remote()
+            self.models = index_models(self.config, dense.model_id, dense.dim, dense.revision)
         await self.index.open(self.models)
 
-    def info(self) -> dict[str, Any]:
-        return {"strategies": list(self.index.strategies), "models": self.models.as_dict()}
+    def info(self) -> StoreInfo:
+        return StoreInfo(strategies=list(self.index.strategies), models=self.models.as_dict())
 
     async def open(self, models: IndexModels) -> None:
         """Callers check that this replica's index was built for their models."""

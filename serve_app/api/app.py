@@ -9,6 +9,7 @@ middleware, before any route parses a body.
 from __future__ import annotations
 
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.openapi.docs import get_swagger_ui_html
@@ -33,6 +34,7 @@ from serve_app.api.routers import (
     search,
 )
 from serve_app.loaders.pool import LoaderPool
+from serve_app.pipelines.answer_events import AnswerEvent
 from serve_app.service import RetrievalService
 
 
@@ -88,7 +90,7 @@ def create_app(
     routers = (default, collections.router, collections.named_router, admin.router)
     for router in (*routers, operations.router):
         app.include_router(router)
-    _document_upload_schema(app)
+    _hand_added_schemas(app)
     # Added innermost first: the edge wraps the envelope, which wraps the body limit, which
     # wraps authentication.
     app.add_middleware(Authenticate, authenticator=authenticator)
@@ -121,22 +123,25 @@ def _offline_docs(app: FastAPI) -> None:
         )
 
 
-def _document_upload_schema(app: FastAPI) -> None:
-    """The upload reads its body itself (after authentication), so its JSON schema is added
-    to the OpenAPI components by hand."""
+def _hand_added_schemas(app: FastAPI) -> None:
+    """Schemas no route declares as its body or response model, added to the OpenAPI
+    components by hand: the upload's (it reads its body itself, after authentication) and
+    the answer's events (the SSE response's ``data:`` bodies)."""
     build = app.openapi
+    added: dict[str, Any] = {"IngestRequest": IngestRequest, "AnswerEvent": AnswerEvent}
 
     def openapi() -> dict:
         if app.openapi_schema:
             return app.openapi_schema
         schema = build()
-        definitions = TypeAdapter(IngestRequest).json_schema(
-            ref_template="#/components/schemas/{model}"
-        )
         components = schema.setdefault("components", {}).setdefault("schemas", {})
-        for name, definition in definitions.pop("$defs", {}).items():
-            components.setdefault(name, definition)
-        components.setdefault("IngestRequest", definitions)
+        for name, shape in added.items():
+            definitions = TypeAdapter(shape).json_schema(
+                ref_template="#/components/schemas/{model}", mode="validation"
+            )
+            for inner, definition in definitions.pop("$defs", {}).items():
+                components.setdefault(inner, definition)
+            components.setdefault(name, definitions)
         return schema
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -82,7 +82,7 @@ def scope_key(
 ) -> Callable[..., Awaitable[ScopeKey]]:
     """A dependency resolving the request's ``ScopeKey`` once: the credential's tenant (which
     must hold ``needs``), the collection ``collection`` names (None: ``default``), and its
-    existence (``RetrievalService.scope``, within the request's deadline)."""
+    existence (``RetrievalService.existing``, within the request's deadline)."""
 
     async def resolve(
         request: Request,
@@ -92,7 +92,7 @@ def scope_key(
     ) -> ScopeKey:
         who.require(needs)
         service: RetrievalService = request.app.state.service
-        return await within(seconds, service.scope(who.tenant_id, name or DEFAULT_COLLECTION))
+        return await within(seconds, service.existing(who.scope(name or DEFAULT_COLLECTION)))
 
     return resolve
 

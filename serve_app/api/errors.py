@@ -57,6 +57,15 @@ def table() -> dict[int, list[str]]:
     return dict(sorted(out.items()))
 
 
+def reported_error(code: str, message: str) -> ServeAppError:
+    """The error an answer's ``error`` event (or body) reports: ``message`` with the status
+    of the class that answers with ``code`` (500 for a code no class has)."""
+    error = ServeAppError(message)
+    cls = next((c for c in error_classes() if c.code == code), ServeAppError)
+    error.code, error.status = cls.code, cls.status
+    return error
+
+
 def for_status(status: int) -> type[ServeAppError]:
     """The most general error class answered with ``status`` (framework errors map here)."""
     for cls in error_classes():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -132,5 +132,5 @@ class ErrorEnvelope(_Body):
 
 class ReadyResponse(_Body):
     ready: bool
-    checks: dict[str, str]
+    checks: dict[str, Literal["ok", "failing", "timeout"]]
     instance: str | None = None  # a local run's id (two runs on one machine never share one)

@@ -6,9 +6,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from serve_app.cli.common import client, collection_path, retrieval_service, service_arguments
 from serve_app.config import AppConfig
+from serve_app.pipelines.answer_events import (
+    AnswerDelta,
+    AnswerError,
+    AnswerEvent,
+    AnswerMetadata,
+)
 from serve_app.stores.base import ScopeKey
 
 
@@ -39,35 +46,35 @@ def answer_request(args: argparse.Namespace, stream: bool):
     )
 
 
-def print_event(kind: str, data: dict) -> None:
+def print_event(event: AnswerEvent) -> None:
     """An answer's events for a terminal: the text as it is written, then its sources."""
-    if kind == "metadata":
-        queries = " | ".join(data["sub_queries"])
-        filters = f"; filters {json.dumps(data['filters'])}" if data.get("filters") else ""
-        print(f"[{len(data['results'])} passages for: {queries}{filters}]", file=sys.stderr)
+    if isinstance(event, AnswerMetadata):
+        queries = " | ".join(event.sub_queries)
+        filters = f"; filters {json.dumps(event.filters)}" if event.filters else ""
+        print(f"[{len(event.results)} passages for: {queries}{filters}]", file=sys.stderr)
         return
-    if kind == "delta":
-        print(data["text"], end="", flush=True)
+    if isinstance(event, AnswerDelta):
+        print(event.text, end="", flush=True)
         return
-    if kind == "error":
-        print(f"\nerror [{data['code']}]: {data['message']}", file=sys.stderr)
+    if isinstance(event, AnswerError):
+        print(f"\nerror [{event.code}]: {event.message}", file=sys.stderr)
         return
     print()
-    cited = {}
-    for citation in data["citations"]:
+    cited: dict[int, dict[str, Any]] = {}
+    for citation in event.citations:
         cited.setdefault(citation["number"], citation)
     for number, citation in sorted(cited.items()):
         where = f" / {citation['section']}" if citation["section"] else ""
         print(f"  [{number}] {citation['doc_id']}{where}: {citation['title'][:80]}")
-    for invalid in data["invalid_citations"]:
+    for invalid in event.invalid_citations:
         print(f"  {invalid['mark']} cites no passage: {invalid['reason']}", file=sys.stderr)
-    timings = data["timings_ms"]
+    timings = event.timings_ms
     first = (
         f"first token {timings['first_token'] / 1000:.1f} s, " if "first_token" in timings else ""
     )
     print(
         f"({first}total {timings['total'] / 1000:.1f} s; "
-        f"{len(data['uncited_sentences'])} sentences without a citation)",
+        f"{len(event.uncited_sentences)} sentences without a citation)",
         file=sys.stderr,
     )
 
@@ -83,9 +90,9 @@ async def run(config: AppConfig, args: argparse.Namespace) -> int:
             print(json.dumps(answer, indent=2))
             return 1 if answer["error"] is not None else 0
         failed = False
-        async for kind, data in service.answer_stream(checked):
-            print_event(kind, data)
-            failed = failed or kind == "error"
+        async for event in service.answer_stream(checked):
+            print_event(event)
+            failed = failed or isinstance(event, AnswerError)
     return 1 if failed else 0
 
 
@@ -99,9 +106,9 @@ async def through_url(args: argparse.Namespace) -> int:
             return 0
         body = answer_request(args, stream=True).model_dump(exclude_none=True)
         failed = False
-        async for kind, data in api.events(path, body):
-            print_event(kind, data)
-            failed = failed or kind == "error"
+        async for event in api.events(path, body):
+            print_event(event)
+            failed = failed or isinstance(event, AnswerError)
     finally:
         await api.close()
     return 1 if failed else 0

@@ -9,6 +9,7 @@ import json
 from serve_app.cli.common import collection_service, service_arguments, through
 from serve_app.config import AppConfig
 from serve_app.errors import InvalidInputError
+from serve_app.stores.base import ScopeKey
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -32,11 +33,11 @@ async def run(config: AppConfig, args: argparse.Namespace) -> int:
     else:
         async with collection_service(config) as service:
             if args.action == "list":
-                answer = {"collections": await service.list_collections(args.tenant)}
+                answer = {"collections": await service.list_collections(ScopeKey(args.tenant))}
             elif args.action == "create":
-                answer = await service.create_collection(args.tenant, args.name)
+                answer = await service.create_collection(ScopeKey(args.tenant, args.name))
             else:
-                removed = await service.delete_collection(args.tenant, args.name)
+                removed = await service.delete_collection(ScopeKey(args.tenant, args.name))
                 answer = {"deleted": args.name, "chunks_removed": removed}
     print(json.dumps(answer, indent=2, default=str))
     return 0

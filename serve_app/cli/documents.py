@@ -8,6 +8,7 @@ import json
 
 from serve_app.cli.common import collection_path, collection_service, service_arguments, through
 from serve_app.config import AppConfig
+from serve_app.stores.base import ScopeKey
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -25,7 +26,7 @@ async def run(config: AppConfig, args: argparse.Namespace) -> int:
         answer = await through(args, "GET" if args.action == "get" else "DELETE", path, None)
     else:
         async with collection_service(config) as service:
-            key = await service.scope(args.tenant, args.collection)
+            key = await service.existing(ScopeKey(args.tenant, args.collection))
             if args.action == "get":
                 info = await service.get_document(key, args.doc_id)
                 answer = info.model_dump(mode="json")

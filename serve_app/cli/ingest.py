@@ -57,7 +57,7 @@ async def run(config: AppConfig, args: argparse.Namespace) -> int:
         print(f"skipped: {line}", file=sys.stderr)
     totals = {"written": 0, "unchanged": 0, "chunks": 0, "stale": 0}
     async with retrieval_service(config) as service:
-        key = await service.scope(args.tenant, args.collection)
+        key = await service.existing(ScopeKey(args.tenant, args.collection))
         with progress(len(documents), "ingest", "doc") as bar:
             for start in range(0, len(documents), args.batch_size):
                 batch = documents[start : start + args.batch_size]

@@ -25,9 +25,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 from serve_app.config import AppConfig
 from serve_app.errors import (
@@ -54,6 +54,16 @@ from serve_app.generation.understanding import (
     understanding_messages,
     understanding_schema,
 )
+from serve_app.pipelines.answer_events import (
+    AnswerDelta,
+    AnswerDone,
+    AnswerError,
+    AnswerEvent,
+    AnswerMetadata,
+    MultiQueryScores,
+    PassageResult,
+    Usage,
+)
 from serve_app.pipelines.search import SearchPipeline
 from serve_app.schemas import (
     DEFAULT_COLLECTION,
@@ -66,7 +76,8 @@ from serve_app.stores.base import ScopeKey
 
 log = logging.getLogger(__name__)
 
-Event = tuple[str, dict[str, Any]]
+EarlyReason = Literal["irrelevant", "no_results"]
+T = TypeVar("T")
 
 
 class CollectionRegistry(Protocol):
@@ -114,26 +125,26 @@ def result_similarities(results: list[ScoredChunk]) -> list[tuple[str, float]]:
 
 def _result(
     passage: Passage, item: ScoredChunk, found_by: list[str], score: float
-) -> dict[str, Any]:
+) -> PassageResult:
     chunk = passage.chunk
-    return {
-        "passage": passage.number,
-        "doc_id": chunk.doc_id,
-        "chunk_id": chunk.id,
-        "title": chunk.title,
-        "section": chunk.section,
-        "heading_chain": list(chunk.heading_chain),
-        "char_start": passage.char_start,
-        "char_end": passage.char_end,
-        "trimmed": passage.trimmed,
-        "source": chunk.source,
-        "metadata": chunk.metadata,
-        "score": score,
-        "scores": item.scores,
-        "ranks": item.ranks,
-        "found_by": found_by,
-        "text": passage.text,
-    }
+    return PassageResult(
+        passage=passage.number,
+        doc_id=chunk.doc_id,
+        chunk_id=chunk.id,
+        title=chunk.title,
+        section=chunk.section,
+        heading_chain=list(chunk.heading_chain),
+        char_start=passage.char_start,
+        char_end=passage.char_end,
+        trimmed=passage.trimmed,
+        source=chunk.source,
+        metadata=chunk.metadata,
+        score=score,
+        scores=item.scores,
+        ranks=item.ranks,
+        found_by=found_by,
+        text=passage.text,
+    )
 
 
 @dataclass(frozen=True)
@@ -151,9 +162,9 @@ class CheckedAnswer:
 class PreparedAnswer:
     request: AnswerRequest
     started: float
-    metadata: dict[str, Any]
+    metadata: AnswerMetadata
     passages: list[Passage] = field(default_factory=list)
-    early: tuple[str, str] | None = None  # (reason, message)
+    early: tuple[EarlyReason, str] | None = None  # (reason, message)
     stream: TokenStream | None = None
     error: ServeAppError | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)
@@ -244,7 +255,7 @@ class AnswerPipeline:
         filters: SearchFilters | None,
         top_k: int,
         timeout_s: float,
-    ) -> tuple[list[Passage], list[dict[str, Any]], dict[str, float]]:
+    ) -> tuple[list[Passage], list[PassageResult], dict[str, float]]:
         multi = self.config.answer.multi_query
         per_query = max(multi.per_query_top_k, top_k) if len(sub_queries) > 1 else top_k
         # The collection exists: ``check`` looked it up, or understanding chose it from the
@@ -266,7 +277,7 @@ class AnswerPipeline:
             )
             for query in sub_queries
         ]
-        responses = await asyncio.wait_for(asyncio.gather(*searches), timeout_s)
+        responses = await _all(searches, timeout_s)
         timings = {
             f"search.{stage}": max(r.timings_ms.get(stage, 0.0) for r in responses)
             for stage in ("encode", "retrieve", "rerank", "total")
@@ -296,12 +307,12 @@ class AnswerPipeline:
             entry = _result(
                 passage, item, [sub_queries[i] for i in document.found_by], document.score
             )
-            entry["multi_query"] = {
-                "rrf": document.rrf,
-                "normalized_rrf": document.normalized_rrf,
-                "avg_similarity": document.avg_similarity,
-                "ranks": {sub_queries[i]: r for i, r in document.ranks.items()},
-            }
+            entry.multi_query = MultiQueryScores(
+                rrf=document.rrf,
+                normalized_rrf=document.normalized_rrf,
+                avg_similarity=document.avg_similarity,
+                ranks={sub_queries[i]: r for i, r in document.ranks.items()},
+            )
             results.append(entry)
         return passages, results, timings
 
@@ -345,7 +356,7 @@ class AnswerPipeline:
                 "question or history, or fewer max_tokens"
             )
 
-    async def _fit(self, passages: list[Passage], results: list[dict[str, Any]]) -> list[Passage]:
+    async def _fit(self, passages: list[Passage], results: list[PassageResult]) -> list[Passage]:
         """Each passage within ``answer.max_passage_tokens`` (``Passage.fit``); its result
         entry then shows exactly the text and span the prompt holds."""
         assert self.llm is not None
@@ -356,7 +367,8 @@ class AnswerPipeline:
         limit = self.config.answer.max_passage_tokens
         fitted = [Passage.fit(p.number, p.chunk, limit, tokens.__getitem__) for p in passages]
         for entry, passage in zip(results, fitted, strict=True):
-            entry.update(text=passage.text, char_end=passage.char_end, trimmed=passage.trimmed)
+            entry.text, entry.char_end = passage.text, passage.char_end
+            entry.trimmed = passage.trimmed
         return fitted
 
     async def _check_budget(self, messages: list[Message], max_tokens: int, top_k: int) -> int:
@@ -434,30 +446,30 @@ class AnswerPipeline:
             if multi and understood
             else [query]
         )
-        filters, source = request.filters, "request" if request.filters else None
+        filters = request.filters
+        source: Literal["request", "understanding"] | None = "request" if filters else None
         if filters is None and understood is not None and understood.filters is not None:
             filters, source = understood.filters, "understanding"
         collection = request.collection
         if "collection" not in request.model_fields_set and understood and understood.collection:
             collection = understood.collection
-        metadata: dict[str, Any] = {
-            "question": request.question,
-            "collection": collection,
-            "semantic_query": query,
-            "sub_queries": sub_queries,
-            "filters": filters.model_dump(exclude_none=True) if filters else None,
-            "filters_source": source,
-            "understanding": understood.report() if understood else None,
-            "history_turns": len(history),
-            "model": self.llm.model_id,
-        }
+        metadata = AnswerMetadata(
+            question=request.question,
+            collection=collection,
+            semantic_query=query,
+            sub_queries=sub_queries,
+            filters=filters.model_dump(exclude_none=True) if filters else None,
+            filters_source=source,
+            understanding=understood.report() if understood else None,
+            history_turns=len(history),
+            model=self.llm.model_id,
+        )
         prepared = PreparedAnswer(
             request, started, metadata, timings_ms=timings, deadline=started + total_s
         )
         if understand and understood and understood.valid and not understood.is_relevant:
             corpus = settings.understanding.corpus
             prepared.early = ("irrelevant", IRRELEVANT.format(corpus=corpus))
-            metadata["results"] = []
             return prepared
         begun = time.perf_counter()
         top_k = request.top_k or settings.top_k
@@ -480,8 +492,8 @@ class AnswerPipeline:
         timings.update(search_timings)
         passages = await self._fit(passages, results)
         prepared.passages = passages
-        metadata["top_k"] = top_k
-        metadata["results"] = results
+        metadata.top_k = top_k
+        metadata.results = results
         if not passages:
             prepared.early = (
                 "no_results",
@@ -502,7 +514,7 @@ class AnswerPipeline:
             max_tokens=min(request.max_tokens or settings.max_tokens, settings.max_tokens_limit),
             temperature=self.config.llm.temperature,
         )
-        metadata["prompt_tokens"] = await self._check_budget(messages, params.max_tokens, top_k)
+        metadata.prompt_tokens = await self._check_budget(messages, params.max_tokens, top_k)
         try:
             prepared.stream = await asyncio.wait_for(
                 self.llm.open_stream(messages, params),
@@ -524,21 +536,21 @@ class AnswerPipeline:
     # -- the stream ---------------------------------------------------------------------------
     async def stream(
         self, checked: CheckedAnswer, bound_s: float | None = None
-    ) -> AsyncIterator[Event]:
+    ) -> AsyncIterator[AnswerEvent]:
         """The whole answer of a checked request as events, preparation included; a failure
         before the metadata is one ``error`` event (its body as the error status would carry
         it)."""
         prepared: PreparedAnswer | None = None
-        events: AsyncIterator[Event] | None = None
+        events: AsyncIterator[AnswerEvent] | None = None
         try:
             try:
                 prepared = await self.prepare(checked, bound_s)
             except ServeAppError as error:
-                yield "error", _error_body(error)
+                yield AnswerError.of(error)
                 return
             except Exception as error:  # the stream must end with an event
                 log.exception("an answer failed before its results")
-                yield "error", _unexpected(error)
+                yield _unexpected(error)
                 return
             events = self.events(prepared)
             async for event in events:
@@ -549,7 +561,7 @@ class AnswerPipeline:
             if prepared is not None and prepared.stream is not None:
                 await prepared.stream.aclose()  # never iterated: still opened, still closed
 
-    async def events(self, prepared: PreparedAnswer) -> AsyncIterator[Event]:
+    async def events(self, prepared: PreparedAnswer) -> AsyncIterator[AnswerEvent]:
         """The events of a prepared answer; closing this iterator at any event (the metadata
         included) stops the generation."""
         stream = prepared.stream
@@ -560,17 +572,17 @@ class AnswerPipeline:
             if stream is not None:
                 await stream.aclose()
 
-    async def _events(self, prepared: PreparedAnswer) -> AsyncIterator[Event]:
+    async def _events(self, prepared: PreparedAnswer) -> AsyncIterator[AnswerEvent]:
         timings = prepared.timings_ms
         timings["metadata"] = _ms(prepared.started)
-        yield "metadata", {**prepared.metadata, "timings_ms": dict(timings)}
+        yield prepared.metadata.model_copy(update={"timings_ms": dict(timings)})
         if prepared.early is not None:
             reason, message = prepared.early
-            yield "delta", {"text": message}
-            yield "done", self._done(prepared, message, early=reason)
+            yield AnswerDelta(text=message)
+            yield self._done(prepared, message, early=reason)
             return
         if prepared.error is not None:
-            yield "error", prepared.error.to_dict()
+            yield AnswerError.of(prepared.error)
             return
         stream = prepared.stream
         assert stream is not None
@@ -586,47 +598,46 @@ class AnswerPipeline:
                 if not parts:
                     timings["first_token"] = _ms(prepared.started)
                 parts.append(delta)
-                yield "delta", {"text": delta}
+                yield AnswerDelta(text=delta)
         except TimeoutError:
             first_token_s = self.config.answer.deadlines.first_token_s
             stage = _deadline_name(prepared, None if parts else first_token_s)
-            yield "error", TimeoutExceededError(f"the generation ran past {stage}").to_dict()
+            yield AnswerError.of(TimeoutExceededError(f"the generation ran past {stage}"))
             return
         except ServeAppError as error:
             log.warning("generation failed after %d deltas: %s", len(parts), error.message)
-            yield "error", error.to_dict()
+            yield AnswerError.of(error)
             return
         except Exception as error:  # only an event can say it now
             log.exception("generation failed after %d deltas", len(parts))
-            yield "error", _unexpected(error)
+            yield _unexpected(error)
             return
-        yield "done", self._done(prepared, "".join(parts))
+        yield self._done(prepared, "".join(parts))
 
     def _done(
-        self, prepared: PreparedAnswer, answer: str, early: str | None = None
-    ) -> dict[str, Any]:
+        self, prepared: PreparedAnswer, answer: str, early: EarlyReason | None = None
+    ) -> AnswerDone:
         stream = prepared.stream
         timings = prepared.timings_ms
         timings["total"] = _ms(prepared.started)
         if "first_token" in timings:
             timings["generate"] = round(timings["total"] - timings["first_token"], 1)
         report = check_citations(answer, prepared.passages) if early is None else CitationReport()
-        out: dict[str, Any] = {
-            "answer": answer,
+        return AnswerDone(
+            answer=answer,
             **report.as_dict(),
-            "early_return": early,
-            "finish_reason": stream.finish_reason if stream else None,
-            "usage": (
-                {
-                    "prompt_tokens": stream.usage.prompt_tokens,
-                    "completion_tokens": stream.usage.completion_tokens,
-                }
+            early_return=early,
+            finish_reason=stream.finish_reason if stream else None,
+            usage=(
+                Usage(
+                    prompt_tokens=stream.usage.prompt_tokens,
+                    completion_tokens=stream.usage.completion_tokens,
+                )
                 if stream
                 else None
             ),
-            "timings_ms": dict(timings),
-        }
-        return out
+            timings_ms=dict(timings),
+        )
 
     async def answer(
         self, request: AnswerRequest, scope: ScopeKey, bound_s: float | None = None
@@ -639,18 +650,31 @@ class AnswerPipeline:
     async def collect(self, checked: CheckedAnswer, bound_s: float | None = None) -> dict[str, Any]:
         """The non-streaming answer of a checked request (as ``answer``)."""
         out: dict[str, Any] = {"error": None}
-        async for kind, data in self.stream(checked, bound_s):
-            if kind == "metadata":
-                out.update(data)
-            elif kind in ("done", "error"):
-                if kind == "error":
-                    out["error"] = data
-                    out["answer"] = None
-                else:
-                    metadata_timings = out.get("timings_ms", {})
-                    out.update(data)
-                    out["timings_ms"] = {**metadata_timings, **data["timings_ms"]}
+        async for event in self.stream(checked, bound_s):
+            if isinstance(event, AnswerMetadata):
+                out.update(event.data())
+            elif isinstance(event, AnswerError):
+                out["error"] = event.data()
+                out["answer"] = None
+            elif isinstance(event, AnswerDone):
+                metadata_timings = out.get("timings_ms", {})
+                out.update(event.data())
+                out["timings_ms"] = {**metadata_timings, **event.timings_ms}
         return out
+
+
+async def _all(calls: list[Coroutine[Any, Any, T]], timeout_s: float) -> list[T]:
+    """Each call's result, in order, within ``timeout_s`` (else TimeoutError). The first
+    failure cancels the others and is raised as itself; a timeout or a cancellation of the
+    caller cancels every call and waits for it, so none is left running and no failure goes
+    unread (``asyncio.gather`` under ``wait_for`` leaves its own failure unread when the caller
+    is cancelled)."""
+    try:
+        async with asyncio.timeout(timeout_s), asyncio.TaskGroup() as group:
+            tasks = [group.create_task(call) for call in calls]
+    except BaseExceptionGroup as failed:
+        raise failed.exceptions[0] from None
+    return [task.result() for task in tasks]
 
 
 def _deadline_name(prepared: PreparedAnswer, stage_s: float | None) -> str:
@@ -661,14 +685,9 @@ def _deadline_name(prepared: PreparedAnswer, stage_s: float | None) -> str:
     return f"the answer's bound of {bound:g}s (answer.deadlines.total_s or X-Request-Timeout-Ms)"
 
 
-def _error_body(error: ServeAppError) -> dict[str, Any]:
-    body = error.to_dict()
-    if isinstance(error, OverloadedError):
-        body["retry_after_s"] = error.retry_after_s
-    return body
-
-
-def _unexpected(error: Exception) -> dict[str, Any]:
-    return ServeAppError(
-        f"the answer failed unexpectedly ({type(error).__name__}); the server log has it"
-    ).to_dict()
+def _unexpected(error: Exception) -> AnswerError:
+    return AnswerError.of(
+        ServeAppError(
+            f"the answer failed unexpectedly ({type(error).__name__}); the server log has it"
+        )
+    )

@@ -8,22 +8,24 @@ from typing import Any
 
 from serve_app.config import AppConfig
 from serve_app.errors import NotFoundError, collection_not_found
-from serve_app.schemas import DocumentInfo
+from serve_app.schemas import DEFAULT_COLLECTION, DocumentInfo
 from serve_app.stores.base import ChunkIndex, ScopeKey
 
 
 class CollectionService:
+    """Every method takes the ``ScopeKey`` its caller resolved (a tenant's: ``collection``
+    None; one collection's: ``existing`` confirms a named one)."""
+
     def __init__(self, index: ChunkIndex, config: AppConfig) -> None:
         self.index = index
         self.config = config
 
-    async def scope(self, tenant_id: str, collection: str) -> ScopeKey:
-        """The store scope of the tenant's collection; NotFoundError for one it lacks (another
-        tenant's collection of the same name included); only a named one is looked up, once.
-        Every door resolves a request's scope here before it acts."""
-        key = ScopeKey(tenant_id, collection)
+    async def existing(self, key: ScopeKey) -> ScopeKey:
+        """``key``, once its collection is known to exist; NotFoundError for one its tenant
+        lacks (another tenant's collection of the same name included); only a named one is
+        looked up, once. Every door resolves a request's scope here before it acts."""
         if not key.is_default and not await self.index.has_collection(key):
-            raise collection_not_found(collection)
+            raise collection_not_found(key.collection or DEFAULT_COLLECTION)
         return key
 
     async def get_document(self, key: ScopeKey, doc_id: str) -> DocumentInfo:
@@ -38,17 +40,18 @@ class CollectionService:
             raise NotFoundError(f"document {doc_id!r} not found")
         return removed
 
-    async def list_collections(self, tenant_id: str) -> list[dict]:
-        return await self.index.list_collections(ScopeKey(tenant_id))
+    async def list_collections(self, tenant: ScopeKey) -> list[dict[str, Any]]:
+        return await self.index.list_collections(ScopeKey(tenant.tenant))
 
-    async def create_collection(self, tenant_id: str, name: str) -> dict:
-        return await self.index.create_collection(ScopeKey(tenant_id, name))
+    async def create_collection(self, key: ScopeKey) -> dict[str, Any]:
+        return await self.index.create_collection(key)
 
-    async def describe_collection(self, tenant_id: str, name: str) -> dict:
+    async def describe_collection(self, key: ScopeKey) -> dict[str, Any]:
         """The collection with its chunk and document counts per store."""
-        key = await self.scope(tenant_id, name)
+        await self.existing(key)
         report = await self.index.inspect(key)
-        listed = {c["name"]: c for c in await self.list_collections(tenant_id)}
+        name = key.collection
+        listed = {c["name"]: c for c in await self.list_collections(key)}
         counts = next(
             (c for c in report["collections"] if c["collection"] == name),
             {"chunks": {}, "documents": {}, "models": None},
@@ -60,10 +63,11 @@ class CollectionService:
             "models": counts["models"],
         }
 
-    async def delete_collection(self, tenant_id: str, name: str) -> int:
-        return await self.index.delete_collection(ScopeKey(tenant_id, name))
+    async def delete_collection(self, key: ScopeKey) -> int:
+        return await self.index.delete_collection(key)
 
-    async def inspect(self, tenant_id: str | None, collection: str | None) -> dict[str, Any]:
-        selector = None if tenant_id is None else ScopeKey(tenant_id, collection)
+    async def inspect(self, selector: ScopeKey | None = None) -> dict[str, Any]:
+        """What the stores hold (``StoreIndex.inspect``): everything, one tenant's
+        (``collection`` None) or one collection's, with the topology's name."""
         report = await self.index.inspect(selector)
         return {"topology": self.config.stores.topology, **report}

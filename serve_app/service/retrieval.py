@@ -6,13 +6,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel
 
 from serve_app.errors import (
     ServiceUnavailableError,
 )
 from serve_app.generation.base import LLM
-from serve_app.pipelines.answer import AnswerPipeline, CheckedAnswer, Event
+from serve_app.pipelines.answer import AnswerPipeline, CheckedAnswer
+from serve_app.pipelines.answer_events import AnswerEvent
 from serve_app.pipelines.components import Components
 from serve_app.pipelines.ingest import ChunkBudget, IngestPipeline
 from serve_app.pipelines.search import SearchPipeline
@@ -28,6 +31,16 @@ from serve_app.service.uploads import partial_failure, sub_batches
 from serve_app.stores.base import ScopeKey
 
 log = logging.getLogger("serve_app.api")
+
+CheckState = Literal["ok", "failing", "timeout"]
+
+
+class Readiness(BaseModel):
+    """The service's readiness: each check's state, and whether every gating one is ok."""
+
+    ready: bool
+    checks: dict[str, CheckState]
+
 
 # A readiness check returns normally when its dependency works and raises otherwise.
 ReadinessCheck = Callable[[], Awaitable[None]]
@@ -136,7 +149,7 @@ class RetrievalService(CollectionService):
 
     def answer_stream(
         self, checked: CheckedAnswer, bound_s: float | None = None
-    ) -> AsyncIterator[Event]:
+    ) -> AsyncIterator[AnswerEvent]:
         """The events of a checked answer, preparation included (``AnswerPipeline.stream``)."""
         return self.answer_pipeline.stream(checked, bound_s)
 
@@ -144,11 +157,12 @@ class RetrievalService(CollectionService):
         """The whole answer of a checked request as one object (the JSON variant)."""
         return await self.answer_pipeline.collect(checked, bound_s)
 
-    async def readiness(self, timeout_s: float = 2.0) -> dict[str, str]:
-        """name -> "ok", "failing" or "timeout", each check bounded by ``timeout_s``. The
-        reason of a failure is logged, never returned: /readyz is unauthenticated."""
+    async def readiness(self, timeout_s: float = 2.0) -> Readiness:
+        """Each check's state, each bounded by ``timeout_s``, and whether the gating ones (all
+        but ``advisory_checks``) are ``ok``. The reason of a failure is logged, never
+        returned: /readyz is unauthenticated."""
 
-        async def run(name: str, check: ReadinessCheck) -> str:
+        async def run(name: str, check: ReadinessCheck) -> CheckState:
             try:
                 await asyncio.wait_for(check(), timeout_s)
                 return "ok"
@@ -161,4 +175,6 @@ class RetrievalService(CollectionService):
 
         names = list(self.checks)
         results = await asyncio.gather(*(run(n, self.checks[n]) for n in names))
-        return dict(zip(names, results, strict=True))
+        checks = dict(zip(names, results, strict=True))
+        gating = [state for name, state in checks.items() if name not in self.advisory_checks]
+        return Readiness(ready=all(state == "ok" for state in gating), checks=checks)

@@ -110,7 +110,7 @@ async def test_search_graph_end_to_end_on_vllm(
     from ray import serve
 
     info = await serve.get_deployment_handle("dense", "retrieval").info.remote()
-    assert info == {
+    assert info.model_dump() == {
         "model_id": str(tiny_qwen3_dir),
         "dim": 64,
         "backend": "vllm",

@@ -90,7 +90,7 @@ async def start_replicas(data: dict) -> dict:
     [chunks] = await chunker.chunk_many([document])
 
     # The store's constructor is async (Ray awaits it the same way).
-    models = index_models(config, info["model_id"], int(info["dim"]))
+    models = index_models(config, info.model_id, info.dim)
     store = StoreDeployment.func_or_class.__new__(StoreDeployment.func_or_class)
     await store.__init__(config, models.as_dict())
     await store.check_health()
@@ -101,14 +101,14 @@ async def start_replicas(data: dict) -> dict:
         replica.__del__()
     return {
         "dense": {
-            "backend": info["backend"],
-            "dim": int(info["dim"]),
+            "backend": info.backend,
+            "dim": info.dim,
             "shape": list(vectors.shape),
         },
         "splade_terms": len(sparse[0].indices),
         "reranker_scores": len(scores),
         "chunks": len(chunks),
-        "store": store.info()["strategies"],
+        "store": store.info().strategies,
     }
 
 

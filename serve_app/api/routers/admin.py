@@ -6,8 +6,10 @@ from fastapi import APIRouter, Depends, Query
 
 from serve_app.api import deps
 from serve_app.api.auth import Principal
+from serve_app.errors import RequestSchemaError
 from serve_app.schemas import COLLECTION_PATTERN, TENANT_PATTERN
 from serve_app.service import RetrievalService
+from serve_app.stores.base import ScopeKey
 
 router = APIRouter(prefix="/v1/admin")
 
@@ -22,8 +24,10 @@ async def inspect(
 ) -> dict:
     """Per store: its own report (alias and versions, model binding, payload indexes, a
     payload sample, size on disk where reported); per (tenant, collection): the chunks and
-    documents each store holds. ``collection`` needs ``tenant``."""
+    documents each store holds. ``collection`` needs ``tenant`` (else 422 INVALID_INPUT: an
+    operator names whose collection to inspect, never their own tenant by default)."""
     who.require("admin")
     if collection is not None and tenant is None:
-        tenant = who.tenant_id
-    return await deps.within(seconds, service.inspect(tenant, collection))
+        raise RequestSchemaError("collection: inspecting a collection needs its tenant")
+    selector = None if tenant is None else ScopeKey(tenant, collection)
+    return await deps.within(seconds, service.inspect(selector))

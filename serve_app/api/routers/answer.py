@@ -8,7 +8,7 @@ import asyncio
 import json
 import math
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
@@ -17,35 +17,39 @@ from starlette.types import Receive, Scope, Send
 
 from serve_app.api import deps
 from serve_app.api.auth import Principal
-from serve_app.api.errors import error_classes, error_response
+from serve_app.api.errors import error_response, reported_error
 from serve_app.api.observability import Metrics
-from serve_app.errors import ServeAppError
-from serve_app.pipelines.answer import CheckedAnswer, Event
+from serve_app.config import AppConfig
+from serve_app.pipelines.answer import CheckedAnswer
+from serve_app.pipelines.answer_events import AnswerDone, AnswerEvent, Heartbeat
 from serve_app.schemas import AnswerRequest
 from serve_app.service import RetrievalService
 
 DESCRIPTION = (
     "With `stream` true (the default): `text/event-stream` with the events `metadata`, "
-    "`delta` (repeated), then `done` or `error`. With `stream` false: one JSON object "
-    "holding the metadata and the `done` (or `error`) fields."
+    "`delta` (repeated), then `done` or `error` (the SSE `event:` line names the event, "
+    "its `data:` is the body of the `AnswerEvent` schema of that name, `event` itself "
+    "aside), and `: keep-alive` comments while the answer is silent. With `stream` false: "
+    "one JSON object holding the metadata and the `done` (or `error`) fields."
 )
 
 
+EVENT_SCHEMA_REF = "#/components/schemas/AnswerEvent"  # added by serve_app.api.app
 HEARTBEAT = b": keep-alive\n\n"
+T = TypeVar("T")
 
 
-def encode(kind: str, data: dict[str, Any], event_id: int | None = None) -> bytes:
+def encode(event: AnswerEvent, event_id: int | None = None) -> bytes:
     head = f"id: {event_id}\n" if event_id is not None else ""
-    return f"{head}event: {kind}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+    data = json.dumps(event.data(), separators=(",", ":"))
+    return f"{head}event: {event.event}\ndata: {data}\n\n".encode()
 
 
-async def with_heartbeats(
-    events: AsyncIterator[Event], every_s: float
-) -> AsyncIterator[Event | None]:
-    """``events``, with None whenever ``every_s`` passes without one (a heartbeat is due).
-    The events are produced by a task of their own, so waiting for the next one never
-    cancels it; closing this iterator cancels that task and closes ``events``."""
-    queue: asyncio.Queue[Event | None] = asyncio.Queue()
+async def with_heartbeats(events: AsyncIterator[T], every_s: float) -> AsyncIterator[T | Heartbeat]:
+    """``events``, with a ``Heartbeat`` whenever ``every_s`` passes without one. The events
+    are produced by a task of their own, so waiting for the next one never cancels it;
+    closing this iterator cancels that task and closes ``events``."""
+    queue: asyncio.Queue[T | None] = asyncio.Queue()
 
     async def produce() -> None:
         try:
@@ -61,7 +65,7 @@ async def with_heartbeats(
             try:
                 event = await asyncio.wait_for(queue.get(), every_s)
             except TimeoutError:
-                yield None
+                yield Heartbeat()
                 continue
             if event is None:
                 break
@@ -72,20 +76,20 @@ async def with_heartbeats(
         await asyncio.gather(producing, return_exceptions=True)
 
 
-class EventStreamResponse(Response):
+class EventStreamResponse(Response, Generic[T]):
     """Server-Sent Events from ``events``: the headers and a ``retry:`` hint at once, an SSE
-    comment for each None (a heartbeat), each event with its ``id:``. The client's disconnect
-    is watched for while the events are sent: on it, the sending stops and ``events`` is
-    closed at once (which closes the generation), instead of when the next write fails or
-    the iterator is collected."""
+    comment for each ``Heartbeat``, each event as ``encoder`` writes it (with its number).
+    The client's disconnect is watched for while the events are sent: on it, the sending
+    stops and ``events`` is closed at once (which closes the generation), instead of when the
+    next write fails or the iterator is collected."""
 
     media_type = "text/event-stream"
 
     def __init__(
         self,
-        events: AsyncIterator[Event | None],
+        events: AsyncIterator[T | Heartbeat],
+        encoder: Callable[[T, int], bytes],
         retry_ms: int | None = 3000,
-        encoder: Callable[[str, dict[str, Any], int], bytes] = encode,
         end: bytes = b"",
     ) -> None:
         # Not Response.__init__: that would announce a Content-Length of its empty body.
@@ -107,11 +111,11 @@ class EventStreamResponse(Response):
                 await body(f"retry: {self.retry_ms}\n\n".encode())
             number = 0
             async for event in self.events:
-                if event is None:
+                if isinstance(event, Heartbeat):
                     await body(HEARTBEAT)
                     continue
                 number += 1
-                await body(self.encode(*event, number))
+                await body(self.encode(event, number))
             await send({"type": "http.response.body", "body": self.end, "more_body": False})
 
         async def disconnected() -> None:
@@ -151,12 +155,24 @@ async def run_answer(
             return failed_answer(answer)
         return JSONResponse(answer)
 
-    settings = service.config
+    return event_stream(observed_answer(service, checked, seconds, metrics), service.config, encode)
+
+
+def event_stream(
+    events: AsyncIterator[T],
+    config: AppConfig,
+    encoder: Callable[[T, int], bytes],
+    retry: bool = True,
+    end: bytes = b"",
+) -> EventStreamResponse[T]:
+    """An answer's SSE response (both doors): ``events`` with a heartbeat every
+    ``answer.heartbeat_s`` of silence, a ``retry:`` hint of ``llm.retry_after_s`` unless
+    ``retry`` is false, ``end`` after the last event."""
     return EventStreamResponse(
-        with_heartbeats(
-            observed_answer(service, checked, seconds, metrics), settings.answer.heartbeat_s
-        ),
-        retry_ms=round(settings.llm.retry_after_s * 1000),
+        with_heartbeats(events, config.answer.heartbeat_s),
+        encoder,
+        retry_ms=round(config.llm.retry_after_s * 1000) if retry else None,
+        end=end,
     )
 
 
@@ -164,10 +180,7 @@ def failed_answer(answer: dict[str, Any]) -> Response:
     """A JSON answer whose generation failed: the error's own status and envelope (with the
     request id), the results and whatever else was found beside it."""
     error = answer["error"]
-    mapped = ServeAppError(error["message"])
-    cls = next((c for c in error_classes() if c.code == error["code"]), ServeAppError)
-    mapped.code, mapped.status = cls.code, cls.status
-    response = error_response(mapped)
+    response = error_response(reported_error(error["code"], error["message"]))
     body = json.loads(bytes(response.body))
     body["error"].update({k: v for k, v in error.items() if k not in body["error"]})
     headers = {}
@@ -186,7 +199,10 @@ def add_answer_routes(router: APIRouter, collection: Callable[..., Any]) -> None
         responses={
             200: {
                 "description": DESCRIPTION,
-                "content": {"text/event-stream": {}, "application/json": {}},
+                "content": {
+                    "text/event-stream": {"schema": {"$ref": EVENT_SCHEMA_REF}},
+                    "application/json": {},
+                },
             },
             429: {"description": "OVERLOADED: every generation slot is taken (Retry-After)"},
         },
@@ -205,13 +221,13 @@ def add_answer_routes(router: APIRouter, collection: Callable[..., Any]) -> None
 
 async def observed_answer(
     service: RetrievalService, checked: CheckedAnswer, seconds: float, metrics: Metrics
-) -> AsyncIterator[Event]:
+) -> AsyncIterator[AnswerEvent]:
     """The answer's events (both doors), its stage timings recorded when it is done."""
     events = service.answer_stream(checked, seconds)
     try:
-        async for kind, data in events:
-            if kind == "done":
-                metrics.observe_stages("answer", data["timings_ms"])
-            yield kind, data
+        async for event in events:
+            if isinstance(event, AnswerDone):
+                metrics.observe_stages("answer", event.timings_ms)
+            yield event
     finally:
         await events.aclose()

@@ -57,7 +57,7 @@ async def create_collection(
     service: RetrievalService = Depends(deps.service),
 ) -> dict:
     who.require("write")
-    return await deps.within(seconds, service.create_collection(who.tenant_id, body.name))
+    return await deps.within(seconds, service.create_collection(who.scope(body.name)))
 
 
 @router.get("", response_model=CollectionList)
@@ -67,7 +67,7 @@ async def list_collections(
     service: RetrievalService = Depends(deps.service),
 ) -> dict:
     who.require("read")
-    found = await deps.within(seconds, service.list_collections(who.tenant_id))
+    found = await deps.within(seconds, service.list_collections(who.scope(None)))
     return {"collections": found}
 
 
@@ -79,7 +79,7 @@ async def get_collection(
     service: RetrievalService = Depends(deps.service),
 ) -> dict:
     who.require("read")
-    return await deps.within(seconds, service.describe_collection(who.tenant_id, name))
+    return await deps.within(seconds, service.describe_collection(who.scope(name)))
 
 
 @router.delete("/{name}", response_model=CollectionDeleted)
@@ -90,7 +90,7 @@ async def delete_collection(
     service: RetrievalService = Depends(deps.service),
 ) -> CollectionDeleted:
     who.require("write")
-    removed = await deps.within(seconds, service.delete_collection(who.tenant_id, name))
+    removed = await deps.within(seconds, service.delete_collection(who.scope(name)))
     return CollectionDeleted(deleted=name, chunks_removed=removed)
 
 

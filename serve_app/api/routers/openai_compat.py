@@ -25,19 +25,19 @@ from starlette.responses import Response
 
 from serve_app.api import deps
 from serve_app.api.auth import Principal
-from serve_app.api.errors import error_response, table
+from serve_app.api.errors import error_response, reported_error, table
 from serve_app.api.models import ErrorDetail
 from serve_app.api.observability import REQUEST_ID, Metrics
-from serve_app.api.routers.answer import EventStreamResponse, observed_answer, with_heartbeats
+from serve_app.api.routers.answer import event_stream, observed_answer
 from serve_app.errors import RequestSchemaError, ServeAppError, describe_validation_errors
-from serve_app.pipelines.answer import Event
-from serve_app.schemas import (
-    AnswerRequest,
-    CollectionName,
-    FusionSpec,
-    SearchFilters,
-    Strategy,
+from serve_app.pipelines.answer_events import (
+    AnswerDelta,
+    AnswerDone,
+    AnswerError,
+    AnswerEvent,
+    AnswerMetadata,
 )
+from serve_app.schemas import AnswerOptions, AnswerRequest, CollectionName
 from serve_app.service import RetrievalService
 
 DONE = b"data: [DONE]\n\n"
@@ -85,44 +85,36 @@ class ChatMessage(BaseModel):
     content: str = Field(max_length=20_000)
 
 
-class ChatCompletionRequest(BaseModel):
+class ChatCompletionRequest(AnswerOptions):
     """OpenAI's chat completion body; the fields this service does not honour (sampling,
     ``n`` above 1 refused, tools) are ignored so that existing clients work. The extension
-    fields are ``/v1/answer``'s (an OpenAI client sends them in ``extra_body``)."""
+    fields are ``/v1/answer``'s (``AnswerOptions`` and ``collection``; an OpenAI client sends
+    them in ``extra_body``); ``max_tokens`` is both OpenAI's and ours."""
 
     model_config = ConfigDict(extra="ignore")
 
     model: str = Field(min_length=1, max_length=256)
     messages: list[ChatMessage] = Field(min_length=1, max_length=65)
     stream: bool = False
-    max_tokens: int | None = Field(default=None, ge=1, le=8192)
     max_completion_tokens: int | None = Field(default=None, ge=1, le=8192)
     n: Literal[1] | None = None
-    # Extension fields: /v1/answer's.
     collection: CollectionName | None = None
-    top_k: int | None = Field(default=None, ge=1, le=20)
-    understand: bool | None = None
-    multi_query: bool | None = None
-    strategies: list[Strategy] | None = None
-    fusion: FusionSpec | None = None
-    rerank: bool | None = None
-    filters: SearchFilters | None = None
 
     def answer_request(self, collection: str | None) -> AnswerRequest:
         """``/v1/answer``'s request; RequestSchemaError (422) without a last user message."""
         turns = [m for m in self.messages if m.role in ("user", "assistant")]
         if not turns or turns[-1].role != "user":
             raise RequestSchemaError("messages: the last user or assistant message must be user")
-        extension = self.model_dump(
-            include={"top_k", "understand", "multi_query", "strategies", "fusion", "rerank"},
-            exclude_none=True,
-        )
+        options = {
+            name: getattr(self, name)
+            for name in AnswerOptions.model_fields
+            if getattr(self, name) is not None
+        }
         named = collection or self.collection
         return AnswerRequest.model_validate(
             {
-                **extension,
+                **options,
                 **({"collection": named} if named else {}),
-                **({"filters": self.filters} if self.filters else {}),
                 "question": turns[-1].content,
                 "messages": [t.model_dump() for t in turns[:-1]],
                 "max_tokens": self.max_completion_tokens or self.max_tokens,
@@ -143,16 +135,6 @@ def openai_error(error: ServeAppError) -> JSONResponse:
     body["error"].update(type=kind, param=None)
     headers = {k: v for k, v in response.headers.items() if k.lower() != "content-length"}
     return JSONResponse(body, status_code=response.status_code, headers=headers)
-
-
-def _error_of(body: dict[str, Any]) -> ServeAppError:
-    """An answer's ``error`` event body as the error it reports (code and status kept)."""
-    from serve_app.api.errors import error_classes
-
-    error = ServeAppError(body["message"])
-    cls = next((c for c in error_classes() if c.code == body["code"]), ServeAppError)
-    error.code, error.status = cls.code, cls.status
-    return error
 
 
 def _usage(done: dict[str, Any]) -> dict[str, int]:
@@ -202,34 +184,32 @@ class Completion:
         choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
         return {**self._head("chat.completion.chunk"), "choices": [choice], **extra}
 
-    async def chunks(self, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
+    async def chunks(self, events: AsyncIterator[AnswerEvent]) -> AsyncIterator[dict[str, Any]]:
         """The answer's events as ``chat.completion.chunk`` objects (an ``error`` event as
         OpenAI's in-stream error object)."""
         try:
-            async for kind, data in events:
-                if kind == "metadata":
-                    extension = {"results": data.get("results", [])}
+            async for event in events:
+                if isinstance(event, AnswerMetadata):
+                    extension = {"results": event.data()["results"]}
                     delta = {"role": "assistant", "content": ""}
-                    yield "chunk", self.chunk(delta, serve_app=extension)
-                elif kind == "delta":
-                    yield "chunk", self.chunk({"content": data["text"]})
-                elif kind == "done":
-                    finish = data.get("finish_reason") or "stop"
-                    yield (
-                        "chunk",
-                        self.chunk({}, finish, usage=_usage(data), serve_app=_citations(data)),
-                    )
-                elif kind == "error":
-                    body = json.loads(bytes(openai_error(_error_of(data)).body))
-                    yield "chunk", body
+                    yield self.chunk(delta, serve_app=extension)
+                elif isinstance(event, AnswerDelta):
+                    yield self.chunk({"content": event.text})
+                elif isinstance(event, AnswerDone):
+                    data = event.data()
+                    finish = event.finish_reason or "stop"
+                    yield self.chunk({}, finish, usage=_usage(data), serve_app=_citations(data))
+                elif isinstance(event, AnswerError):
+                    error = reported_error(event.code, event.message)
+                    yield json.loads(bytes(openai_error(error).body))
         finally:
             await events.aclose()  # type: ignore[attr-defined]
 
 
-def encode_chunk(kind: str, data: dict[str, Any], event_id: int | None = None) -> bytes:
+def encode_chunk(chunk: dict[str, Any], event_id: int | None = None) -> bytes:
     """A chunk as OpenAI streams it: one ``data:`` line, no event name or id."""
-    del kind, event_id
-    return f"data: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+    del event_id
+    return f"data: {json.dumps(chunk, separators=(',', ':'))}\n\n".encode()
 
 
 async def run_chat_completion(
@@ -260,17 +240,15 @@ async def run_chat_completion(
             return openai_error(error)
         metrics.observe_stages("answer", answer.get("timings_ms", {}))
         if answer["error"] is not None:
-            return openai_error(_error_of(answer["error"]))
+            failed = answer["error"]
+            return openai_error(reported_error(failed["code"], failed["message"]))
         return JSONResponse(completion.whole(answer))
 
-    settings = service.config
-    return EventStreamResponse(
-        with_heartbeats(
-            completion.chunks(observed_answer(service, checked, seconds, metrics)),
-            settings.answer.heartbeat_s,
-        ),
-        retry_ms=None,  # OpenAI's clients read a lone ``retry:`` as an empty chunk
-        encoder=encode_chunk,
+    return event_stream(
+        completion.chunks(observed_answer(service, checked, seconds, metrics)),
+        service.config,
+        encode_chunk,
+        retry=False,  # OpenAI's clients read a lone ``retry:`` as an empty chunk
         end=DONE,
     )
 

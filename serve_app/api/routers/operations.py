@@ -26,11 +26,11 @@ async def healthz() -> dict[str, str]:
 async def readyz(service: RetrievalService = Depends(deps.service)) -> JSONResponse:
     """Each check's name and state (``ok``, ``failing`` or ``timeout``); the reasons are in
     the server log only. The LLM's check is reported but does not gate readiness."""
-    checks = await service.readiness()
-    gating = {k: v for k, v in checks.items() if k not in service.advisory_checks}
-    ready = all(v == "ok" for v in gating.values())
-    body = {"ready": ready, "checks": checks, "instance": os.environ.get(INSTANCE_ENV)}
-    return JSONResponse(body, status_code=200 if ready else 503)
+    state = await service.readiness()
+    body = ReadyResponse(
+        ready=state.ready, checks=state.checks, instance=os.environ.get(INSTANCE_ENV)
+    )
+    return JSONResponse(body.model_dump(), status_code=200 if state.ready else 503)
 
 
 @router.get("/metrics", response_class=Response)

@@ -141,8 +141,8 @@ async def test_closing_the_events_at_the_metadata_stops_the_generation(app_confi
             await pipeline.check(request, ScopeKey("default", request.collection))
         )
         events = pipeline.events(prepared)
-        kind, _ = await anext(events)
-        assert kind == "metadata"
+        first = await anext(events)
+        assert first.event == "metadata"
         await events.aclose()  # what Ray Serve does when it cancels the streaming call
         assert engine.slots.active == 0
         assert await engine.engine_requests() == 0

@@ -259,6 +259,15 @@ async def test_health_ready_metrics_openapi(client):
     assert 'serve_app_errors_total{code="UNAUTHENTICATED"}' in metrics
     spec = (await client.get("/openapi.json")).json()
     assert {"/v1/documents", "/v1/search", "/readyz"} <= set(spec["paths"])
+    # The answer's events, published: the SSE body refers to their union.
+    answer = spec["paths"]["/v1/answer"]["post"]["responses"]["200"]["content"]
+    assert answer["text/event-stream"]["schema"] == {"$ref": "#/components/schemas/AnswerEvent"}
+    events = spec["components"]["schemas"]["AnswerEvent"]["discriminator"]["mapping"]
+    assert set(events) == {"metadata", "delta", "done", "error"}
+    assert all(
+        ref.removeprefix("#/components/schemas/") in spec["components"]["schemas"]
+        for ref in events.values()
+    )
 
 
 async def test_ingest_has_its_own_deadline(app_config_factory):

@@ -156,6 +156,17 @@ async def test_admin_inspect_needs_the_admin_scope(api):
     assert entry["tenant_id"] == "tenant-b" and set(entry["documents"].values()) == {1}
 
 
+async def test_admin_inspect_of_a_collection_needs_its_tenant(api):
+    """Before: the admin's own tenant was taken, so the report was of a tenant never named."""
+    http, _ = api
+    refused = await http.get(
+        "/v1/admin/inspect", params={"collection": "default"}, headers=key("key-admin")
+    )
+    assert refused.status_code == 422, refused.text
+    error = refused.json()["error"]
+    assert error["code"] == "INVALID_INPUT" and "tenant" in error["message"]
+
+
 async def test_an_upload_looks_its_collection_up_once(api, monkeypatch):
     """Before: the route checked the named collection, then the ingest checked it again."""
     http, components = api

@@ -134,8 +134,8 @@ async def test_a_search_makes_its_store_calls_in_one_retrieval(components):
             )
         assert service_calls.calls == [] and retrieval_calls.calls == ["has_collection"]
 
-        await service.create_collection(tenant, "papers")
-        await service.ingest(await service.scope(tenant, "papers"), [doc(2)])
+        await service.create_collection(ScopeKey(tenant, "papers"))
+        await service.ingest(await service.existing(ScopeKey(tenant, "papers")), [doc(2)])
         service_calls.calls.clear()
         retrieval_calls.calls.clear()
         named = await service.search(
