@@ -23,7 +23,7 @@ import logging
 import re
 from typing import Any, Protocol
 
-from serve_app.errors import ModelMismatchError, ServiceUnavailableError
+from serve_app.errors import ModelMismatchError, NotFoundError, ServiceUnavailableError
 from serve_app.stores.binding import binding_changes, revisions_warning, unrecorded_revisions
 from serve_app.stores.values import IndexModels
 
@@ -117,6 +117,15 @@ async def open_versioned(store: VersionedStore, models: IndexModels, migrate: bo
         f"{store.kind} {store.alias}: other openers kept creating versions or moving the alias "
         f"while this one opened it ({OPEN_ATTEMPTS} attempts)"
     )
+
+
+async def attached_version(store: VersionedStore, setting: str) -> str:
+    """The version the alias points to, for a replica that uses an index another opened
+    (``setting``: the configuration key naming the alias, for the message)."""
+    target = await store.alias_target()
+    if target is None:
+        raise NotFoundError(f"no {store.kind} behind the alias {store.alias!r} ({setting})")
+    return target
 
 
 def _mismatch(store: VersionedStore, name: str, stored: Any, wanted: Any) -> ModelMismatchError:

@@ -16,11 +16,11 @@ from opensearchpy.exceptions import NotFoundError as OpenSearchNotFound
 from opensearchpy.exceptions import TransportError
 
 from serve_app.config import OpenSearchConfig
-from serve_app.errors import ConfigError, NotFoundError, ServiceUnavailableError
+from serve_app.errors import ConfigError, ServiceUnavailableError
 from serve_app.stores.opensearch import bodies
 from serve_app.stores.registry import registry_name
 from serve_app.stores.values import IndexModels
-from serve_app.stores.versioning import VersionTaken, open_versioned
+from serve_app.stores.versioning import VersionTaken, attached_version, open_versioned
 
 log = logging.getLogger(__name__)
 
@@ -139,11 +139,9 @@ class OpenSearchConnection:
         self.physical = await self._call("open", open_versioned(self, models, self.migrate))
 
     async def attach(self) -> None:
-        self.physical = await self._call("alias lookup", self.alias_target())
-        if self.physical is None:
-            raise NotFoundError(
-                f"no {self.kind} behind the alias {self.alias!r} (stores.opensearch.index)"
-            )
+        self.physical = await self._call(
+            "alias lookup", attached_version(self, "stores.opensearch.index")
+        )
 
     async def close(self) -> None:
         if self._client is not None:

@@ -17,11 +17,11 @@ from qdrant_client import models as qm
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
 from serve_app.config import QdrantConfig
-from serve_app.errors import ConfigError, NotFoundError, ServiceUnavailableError
+from serve_app.errors import ConfigError, ServiceUnavailableError
 from serve_app.schemas import Strategy
 from serve_app.stores.registry import registry_name
 from serve_app.stores.values import PAYLOAD_INDEXES, IndexModels
-from serve_app.stores.versioning import VersionTaken, open_versioned
+from serve_app.stores.versioning import VersionTaken, attached_version, open_versioned
 
 log = logging.getLogger(__name__)
 
@@ -187,11 +187,9 @@ class QdrantConnection:
         self.physical = await self._call("open", open_versioned(self, models, self.migrate))
 
     async def attach(self) -> None:
-        self.physical = await self._call("alias lookup", self.alias_target())
-        if self.physical is None:
-            raise NotFoundError(
-                f"no {self.kind} behind the alias {self.alias!r} (stores.qdrant.collection)"
-            )
+        self.physical = await self._call(
+            "alias lookup", attached_version(self, "stores.qdrant.collection")
+        )
 
     async def close(self) -> None:
         if self._client is not None:

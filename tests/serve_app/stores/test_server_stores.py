@@ -232,3 +232,26 @@ async def test_an_index_built_before_revisions_is_accepted_and_then_records_one(
         assert binding.get("models", binding)["dense_revision"] == pinned, backend.name
     await upgraded.close()
     assert "recorded no dense_revision" in caplog.text
+
+
+async def test_attaching_before_any_opener_names_the_missing_alias(tmp_path, opensearch_url):
+    """A replica that attaches to an index nobody opened gets NOT_FOUND naming the setting."""
+    from store_helpers import opensearch_config
+
+    from serve_app.config import QdrantConfig
+    from serve_app.errors import NotFoundError
+
+    config = opensearch_config(opensearch_url)
+    config = config.model_copy(update={"index": "never-opened"})
+    backends = [
+        (OpenSearchBackend(config), "stores.opensearch.index"),
+        (
+            QdrantBackend(QdrantConfig(local_path=":memory:", collection="none"), tmp_path),
+            "stores.qdrant.collection",
+        ),
+    ]
+    for backend, setting in backends:
+        with pytest.raises(NotFoundError, match=f"behind the alias .* \\({setting}\\)"):
+            await backend.attach()
+        assert backend.physical is None
+        await backend.close()
