@@ -123,10 +123,35 @@ def _offline_docs(app: FastAPI) -> None:
         )
 
 
+def _sse_event_schema(events: dict[str, Any]) -> dict[str, Any]:
+    """One event of the answer's stream as OpenAPI models a ``text/event-stream`` item (and
+    schemathesis checks it): the ``event`` name, an ``id``, and the ``data`` string whose
+    JSON is the ``AnswerEvent`` body of that name (``contentSchema``)."""
+    return {
+        "title": "AnswerStreamEvent",
+        "oneOf": [
+            {
+                "type": "object",
+                "required": ["event", "data"],
+                "properties": {
+                    "event": {"const": name},
+                    "id": {"type": "string"},
+                    "data": {
+                        "type": "string",
+                        "contentMediaType": "application/json",
+                        "contentSchema": {"$ref": ref},
+                    },
+                },
+            }
+            for name, ref in events["discriminator"]["mapping"].items()
+        ],
+    }
+
+
 def _hand_added_schemas(app: FastAPI) -> None:
     """Schemas no route declares as its body or response model, added to the OpenAPI
     components by hand: the upload's (it reads its body itself, after authentication) and
-    the answer's events (the SSE response's ``data:`` bodies)."""
+    the answer's events (the SSE response's ``data:`` bodies, and the stream's items)."""
     build = app.openapi
     added: dict[str, Any] = {"IngestRequest": IngestRequest, "AnswerEvent": AnswerEvent}
 
@@ -142,6 +167,7 @@ def _hand_added_schemas(app: FastAPI) -> None:
             for inner, definition in definitions.pop("$defs", {}).items():
                 components.setdefault(inner, definition)
             components.setdefault(name, definitions)
+        components.setdefault("AnswerStreamEvent", _sse_event_schema(components["AnswerEvent"]))
         return schema
 
     app.openapi = openapi  # type: ignore[method-assign]

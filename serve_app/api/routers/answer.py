@@ -34,7 +34,7 @@ DESCRIPTION = (
 )
 
 
-EVENT_SCHEMA_REF = "#/components/schemas/AnswerEvent"  # added by serve_app.api.app
+EVENT_SCHEMA_REF = "#/components/schemas/AnswerStreamEvent"  # added by serve_app.api.app
 HEARTBEAT = b": keep-alive\n\n"
 T = TypeVar("T")
 

@@ -259,15 +259,22 @@ async def test_health_ready_metrics_openapi(client):
     assert 'serve_app_errors_total{code="UNAUTHENTICATED"}' in metrics
     spec = (await client.get("/openapi.json")).json()
     assert {"/v1/documents", "/v1/search", "/readyz"} <= set(spec["paths"])
-    # The answer's events, published: the SSE body refers to their union.
+    # The answer's events, published: each item of the SSE stream is an event name, an id
+    # and a data string holding the AnswerEvent body of that name.
     answer = spec["paths"]["/v1/answer"]["post"]["responses"]["200"]["content"]
-    assert answer["text/event-stream"]["schema"] == {"$ref": "#/components/schemas/AnswerEvent"}
+    item_ref = answer["text/event-stream"]["schema"]["$ref"]
+    assert item_ref == "#/components/schemas/AnswerStreamEvent"
     events = spec["components"]["schemas"]["AnswerEvent"]["discriminator"]["mapping"]
     assert set(events) == {"metadata", "delta", "done", "error"}
     assert all(
         ref.removeprefix("#/components/schemas/") in spec["components"]["schemas"]
         for ref in events.values()
     )
+    items = spec["components"]["schemas"]["AnswerStreamEvent"]["oneOf"]
+    assert {
+        i["properties"]["event"]["const"]: i["properties"]["data"]["contentSchema"]["$ref"]
+        for i in items
+    } == events
 
 
 async def test_ingest_has_its_own_deadline(app_config_factory):
