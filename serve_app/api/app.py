@@ -148,12 +148,31 @@ def _sse_event_schema(events: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _openai_errors(paths: dict[str, Any]) -> None:
+    """The OpenAI routes answer errors in OpenAI's shape: their error responses (the app's
+    table, the same on every route) name that envelope instead of ours. Here, at schema
+    time, so that both doors of the route publish the same table."""
+    ours, theirs = "#/components/schemas/ErrorEnvelope", "#/components/schemas/OpenAIErrorEnvelope"
+    for path, methods in paths.items():
+        if not path.endswith("/chat/completions"):
+            continue
+        for operation in methods.values():
+            for response in operation.get("responses", {}).values():
+                body = response.get("content", {}).get("application/json", {})
+                if body.get("schema") == {"$ref": ours}:
+                    body["schema"] = {"$ref": theirs}
+
+
 def _hand_added_schemas(app: FastAPI) -> None:
     """Schemas no route declares as its body or response model, added to the OpenAPI
     components by hand: the upload's (it reads its body itself, after authentication) and
     the answer's events (the SSE response's ``data:`` bodies, and the stream's items)."""
     build = app.openapi
-    added: dict[str, Any] = {"IngestRequest": IngestRequest, "AnswerEvent": AnswerEvent}
+    added: dict[str, Any] = {
+        "IngestRequest": IngestRequest,
+        "AnswerEvent": AnswerEvent,
+        "OpenAIErrorEnvelope": openai_compat.OpenAIErrorEnvelope,
+    }
 
     def openapi() -> dict:
         if app.openapi_schema:
@@ -168,6 +187,7 @@ def _hand_added_schemas(app: FastAPI) -> None:
                 components.setdefault(inner, definition)
             components.setdefault(name, definitions)
         components.setdefault("AnswerStreamEvent", _sse_event_schema(components["AnswerEvent"]))
+        _openai_errors(schema["paths"])
         return schema
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -25,7 +25,7 @@ from starlette.responses import Response
 
 from serve_app.api import deps
 from serve_app.api.auth import Principal
-from serve_app.api.errors import error_response, reported_error, table
+from serve_app.api.errors import error_response, reported_error
 from serve_app.api.models import ErrorDetail
 from serve_app.api.observability import REQUEST_ID, Metrics
 from serve_app.api.routers.answer import event_stream, observed_answer
@@ -67,15 +67,11 @@ class OpenAIErrorDetail(ErrorDetail):
 
 
 class OpenAIErrorEnvelope(BaseModel):
+    """What ``/chat/completions`` answers an error with (``serve_app.api.app`` publishes it
+    for the route's error statuses)."""
+
     model_config = ConfigDict(extra="forbid")
     error: OpenAIErrorDetail
-
-
-def _error_responses() -> dict[int | str, dict[str, Any]]:
-    return {
-        status: {"model": OpenAIErrorEnvelope, "description": " or ".join(codes)}
-        for status, codes in table().items()
-    }
 
 
 class ChatMessage(BaseModel):
@@ -266,7 +262,6 @@ def add_openai_routes(router: APIRouter, collection: Callable[..., Any]) -> None
                 "Server-Sent Events ending `data: [DONE]`",
                 "content": {"application/json": {}, "text/event-stream": {}},
             },
-            **_error_responses(),
         },
     )
     async def chat_completions(
