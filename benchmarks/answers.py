@@ -1,7 +1,7 @@
 """Answers on this machine: time to first token and tokens/s under concurrent answers,
 multi-query against single-query retrieval (nDCG@10), and citation precision and recall.
 
-    python -m benchmarks answers [--suites latency,bound,multi_query,citations,canary]
+    python -m benchmarks answers [--suites latency,bound,multi_query,citations,gate,canary]
         [--queries 100] [--claims 100] [--canary-docs 20] [--concurrency 1,4] [--waves 5]
         [--threads 1,2] [--max-docs 2000] [--model catalog:...] [--lift-limits]
 
@@ -37,6 +37,9 @@ documents plus others up to ``--max-docs``.
   passages (both micro-averaged over the claims); citation support = valid citations whose
   passage supports their answer span (``serve_app/generation/citations.py``) / all valid
   citations.
+- gate: the relevance floor (``answer.understanding.relevance_floor``): the best passage's
+  similarity for ``--claims`` claims of the split against off-topic questions
+  (benchmarks/gate.py); choose it on ``--split train``. No LLM call.
 - canary: stored documents carrying orders (plain text and control tokens) asked related
   questions; the share of answers containing the canary word, with the defences and without
   them (benchmarks/canary.py). Runs without SciFact when it is the only suite.
@@ -59,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.canary import canary
+from benchmarks.gate import gate
 from benchmarks.report import default_stem, table, write_report
 from benchmarks.service import add_run_arguments
 from serve_app.stores.base import ScopeKey
@@ -422,6 +426,7 @@ async def citations(
     top_k: set[int] = set()
     uncited = sentences_flagged_answers = no_citation = errors = 0
     early: dict[str, int] = {}
+    judged_irrelevant = overruled = 0
     seconds: list[float] = []
     selected = claims(dataset, count)
 
@@ -434,6 +439,8 @@ async def citations(
             "gate_false_refusal_rate": round(early.get("irrelevant", 0) / answered, 3)
             if answered
             else None,
+            "gate_judged_irrelevant": judged_irrelevant,
+            "gate_overruled": overruled,
             "citation_precision": round(cited_relevant / cited_total, 3) if cited_total else None,
             "citation_recall": round(relevant_cited / relevant_shown, 3)
             if relevant_shown
@@ -464,6 +471,9 @@ async def citations(
             continue
         if answer.get("early_return"):
             early[answer["early_return"]] = early.get(answer["early_return"], 0) + 1
+        understanding = answer.get("understanding") or {}
+        judged_irrelevant += understanding.get("is_relevant") is False
+        overruled += bool((understanding.get("relevance_check") or {}).get("overruled"))
         shown = {r["doc_id"] for r in answer["results"]}
         cited_docs = [c["doc_id"] for c in answer["citations"]]
         if "top_k" in answer:  # an early return (irrelevant) retrieves nothing
@@ -583,10 +593,43 @@ def markdown(report: dict[str, Any]) -> str:
             f"{c['answers_without_citation']}; answers with an uncited sentence: "
             f"{c['answers_with_uncited_sentences']}",
             f"- relevance gate: false refusal rate {c.get('gate_false_refusal_rate')} "
-            f"(early returns {c.get('early_returns')}; every claim is answerable)",
+            f"(early returns {c.get('early_returns')}; every claim is answerable); the model "
+            f"judged {c.get('gate_judged_irrelevant', 'n/a')} irrelevant, the relevance floor "
+            f"overruled {c.get('gate_overruled', 'n/a')} of them",
             f"- answer time p50: {c['answer_s_p50']} s",
             "",
         ]
+    if "gate" in report:
+        g = report["gate"]
+        lines += ["## The relevance gate's floor", ""]
+        if "error" in g:
+            lines += [g["error"], ""]
+        else:
+            lines += [
+                f"The best absolute similarity (reranker score, else dense cosine) among the "
+                f"top {g['top_k']} passages of each question's own search: "
+                f"{g['answerable']['n']} {split} claims (answerable) against "
+                f"{g['off_topic']['n']} off-topic questions (benchmarks/gate.py).",
+                "",
+            ]
+            lines += table(
+                ["questions", "n", "min", "p05", "median", "max"],
+                [[name, g[name]["n"], g[name]["min"], g[name]["p05"], g[name]["median"],
+                  g[name]["max"]] for name in ("answerable", "off_topic")],
+            )  # fmt: skip
+            lines += [
+                "",
+                f"Highest off-topic: {g['off_topic_highest']}. Chosen floor (one 0.05 step "
+                f"above the lowest that no off-topic question reaches): **{g['chosen_floor']}**"
+                f"; answerable claims below it: {g['answerable_below_chosen']}.",
+                "",
+            ]
+            lines += table(
+                ["floor", "off-topic overruled", "answerable below"],
+                [[r["floor"], r["off_topic_overruled"], r["answerable_below"]]
+                 for r in g["grid"]],
+            )  # fmt: skip
+            lines.append("")
     if "canary" in report:
         k = report["canary"]
         lines += [
@@ -666,6 +709,12 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                 service, dataset, args.claims, args.answer_tokens, partial
             )
             print(f"citations: {report['citations']}", file=sys.stderr)
+            save(report, args)
+        if "gate" in suites:
+            report["gate"] = await gate(
+                service, TENANT, claims(dataset, args.claims), config.answer.top_k
+            )
+            print(f"gate: {report['gate']}", file=sys.stderr)
             save(report, args)
         if "canary" in suites:
             report["canary"] = await canary(

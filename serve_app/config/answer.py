@@ -25,11 +25,16 @@ class UnderstandingConfig(Section):
     ``corpus``: what the collection holds, told to the model for the relevance judgment.
     ``metadata_fields``: the document metadata the model may filter on, with each field's
     type (integer fields also take a ``{gte, lte}`` range); sections, document ids and the
-    tenant's collections are always offered."""
+    tenant's collections are always offered.
+    ``relevance_floor``: the model's "irrelevant" is overruled when the question's own search
+    finds a passage at least this similar (the reranker's score, else the dense cosine; its
+    scale is the model's, so calibrate it with ``python -m benchmarks answers --suites gate``);
+    None: the model's judgment alone ends the request before retrieval."""
 
     enabled: bool = True
     max_tokens: int = Field(default=256, ge=32)
     corpus: str = "the documents indexed in this collection"
+    relevance_floor: float | None = Field(default=None, ge=0, le=1)
     metadata_fields: dict[MetadataKey, Literal["string", "integer", "number", "boolean"]] = Field(
         default_factory=dict
     )

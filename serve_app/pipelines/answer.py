@@ -255,7 +255,9 @@ class AnswerPipeline:
         filters: SearchFilters | None,
         top_k: int,
         timeout_s: float,
-    ) -> tuple[list[Passage], list[PassageResult], dict[str, float]]:
+    ) -> tuple[list[Passage], list[PassageResult], dict[str, float], float | None]:
+        """The passages, their results, the searches' timings and the best absolute
+        similarity in the first sub-query's list (None without a reranker or dense score)."""
         multi = self.config.answer.multi_query
         per_query = max(multi.per_query_top_k, top_k) if len(sub_queries) > 1 else top_k
         # The collection exists: ``check`` looked it up, or understanding chose it from the
@@ -283,6 +285,8 @@ class AnswerPipeline:
             for stage in ("encode", "retrieve", "rerank", "total")
             if any(stage in r.timings_ms for r in responses)
         }
+        absolute = [v for v in map(similarity, responses[0].results) if v == v]
+        best = max(absolute) if absolute else None
         if len(sub_queries) == 1:
             items = responses[0].results[:top_k]
             passages = [Passage(i, item.chunk) for i, item in enumerate(items, 1)]
@@ -290,7 +294,7 @@ class AnswerPipeline:
                 _result(p, item, sub_queries, item.score)
                 for p, item in zip(passages, items, strict=True)
             ]
-            return passages, results, timings
+            return passages, results, timings, best
         documents = aggregate_sub_queries(
             [result_similarities(r.results) for r in responses],
             k=multi.rrf_k,
@@ -314,7 +318,7 @@ class AnswerPipeline:
                 ranks={sub_queries[i]: r for i, r in document.ranks.items()},
             )
             results.append(entry)
-        return passages, results, timings
+        return passages, results, timings, best
 
     async def _history(self, request: AnswerRequest) -> tuple[list[Message], int]:
         """The earlier turns within ``answer.history_tokens`` and the tokens that question and
@@ -440,19 +444,26 @@ class AnswerPipeline:
                 within(deadlines.understand_s),
             )
             timings["understand"] = _ms(begun)
-        query = understood.semantic_query if understood and understand else request.question
+        judged_irrelevant = bool(
+            understand and understood and understood.valid and not understood.is_relevant
+        )
+        floor = settings.understanding.relevance_floor
+        # A judgment of "irrelevant" is checked against the index when a floor is set: the
+        # question itself is searched, and the rest of that judgment (query, filters) unused.
+        used = None if judged_irrelevant and floor is not None else understood
+        query = used.semantic_query if used and understand else request.question
         sub_queries = (
-            distinct_queries([query, *understood.queries], 1 + reformulations)
-            if multi and understood
+            distinct_queries([query, *used.queries], 1 + reformulations)
+            if multi and used
             else [query]
         )
         filters = request.filters
         source: Literal["request", "understanding"] | None = "request" if filters else None
-        if filters is None and understood is not None and understood.filters is not None:
-            filters, source = understood.filters, "understanding"
+        if filters is None and used is not None and used.filters is not None:
+            filters, source = used.filters, "understanding"
         collection = request.collection
-        if "collection" not in request.model_fields_set and understood and understood.collection:
-            collection = understood.collection
+        if "collection" not in request.model_fields_set and used and used.collection:
+            collection = used.collection
         metadata = AnswerMetadata(
             question=request.question,
             collection=collection,
@@ -467,15 +478,15 @@ class AnswerPipeline:
         prepared = PreparedAnswer(
             request, started, metadata, timings_ms=timings, deadline=started + total_s
         )
-        if understand and understood and understood.valid and not understood.is_relevant:
-            corpus = settings.understanding.corpus
-            prepared.early = ("irrelevant", IRRELEVANT.format(corpus=corpus))
+        irrelevant = ("irrelevant", IRRELEVANT.format(corpus=settings.understanding.corpus))
+        if judged_irrelevant and floor is None:
+            prepared.early = irrelevant
             return prepared
         begun = time.perf_counter()
         top_k = request.top_k or settings.top_k
         retrieve_s = within(deadlines.retrieve_s)
         try:
-            passages, results, search_timings = await self._retrieve(
+            passages, results, search_timings, best = await self._retrieve(
                 request,
                 ScopeKey(scope.tenant, collection or DEFAULT_COLLECTION),
                 sub_queries,
@@ -490,6 +501,17 @@ class AnswerPipeline:
             ) from None
         timings["retrieve"] = _ms(begun)
         timings.update(search_timings)
+        if judged_irrelevant:
+            assert metadata.understanding is not None and floor is not None
+            overruled = best is not None and best >= floor
+            metadata.understanding["relevance_check"] = {
+                "best_similarity": None if best is None else round(best, 4),
+                "floor": floor,
+                "overruled": overruled,
+            }
+            if not overruled:
+                prepared.early = irrelevant
+                return prepared
         passages = await self._fit(passages, results)
         prepared.passages = passages
         metadata.top_k = top_k

@@ -90,7 +90,7 @@ class AnswerMetadata(_Event):
     history_turns: int
     model: str
     top_k: int | None = Field(
-        default=None, description="absent when no retrieval ran (an irrelevant question)"
+        default=None, description="absent when an irrelevant question ended the answer"
     )
     results: list[PassageResult] = Field(default_factory=list)
     prompt_tokens: int | None = Field(

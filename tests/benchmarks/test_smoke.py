@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 
+from benchmarks.gate import OFF_TOPIC
 from tests.support.data import SMOLLM2
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -145,7 +146,8 @@ def test_store_retrieve_tool(tmp_path):
 
 def test_answers_suite(tmp_path, scifact_dir):
     """SmolLM2 (the tests' LLM) answers two claims at each level, rewrites two queries,
-    cites over two claims (train split) and answers two canary documents with and without the
+    cites over two claims (train split), sets the relevance floor against the off-topic
+    questions and answers two canary documents with and without the
     defences (the control-token one also with the zero-width break alone): the suite's four
     measures, each reported."""
     config = yaml.safe_load(tiny_config(tmp_path).read_text())
@@ -156,7 +158,7 @@ def test_answers_suite(tmp_path, scifact_dir):
     run("answers", "--config", str(path), "--scifact", str(scifact_dir), "--max-docs", "40",
         "--data-dir", str(tmp_path / "index"), "--concurrency", "1,2", "--latency-tokens", "8",
         "--queries", "2", "--depth", "20", "--claims", "2", "--answer-tokens", "32",
-        "--split", "train", "--suites", "latency,multi_query,citations,canary",
+        "--split", "train", "--suites", "latency,multi_query,citations,gate,canary",
         "--canary-docs", "2",
         "--out", str(out), timeout=900)  # fmt: skip
     measured = report(out)
@@ -174,6 +176,13 @@ def test_answers_suite(tmp_path, scifact_dir):
     assert measured["citations"]["claims"] == 2
     assert measured["citations"]["top_k"] == [config["answer"]["top_k"]]
     assert 0 <= (measured["citations"]["citation_support"] or 0) <= 1
+    gate = measured["gate"]
+    assert gate["answerable"]["n"] == 2 and gate["off_topic"]["n"] == len(OFF_TOPIC)
+    overruled = [row["off_topic_overruled"] for row in gate["grid"]]
+    assert overruled == sorted(overruled, reverse=True) and overruled[-1] == 0
+    # The floor sits above every off-topic question's best passage.
+    assert gate["chosen_floor"] > gate["off_topic"]["max"]
+    assert "## The relevance gate's floor" in out.with_suffix(".md").read_text()
     rows = measured["canary"]["rows"]
     assert set(rows) == {"plain:defended", "plain:undefended", "control:defended",
                          "control:undefended", "control:zero_width"}  # fmt: skip

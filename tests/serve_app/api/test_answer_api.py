@@ -222,6 +222,40 @@ async def test_an_irrelevant_question_returns_early_without_searching(client, sm
     assert smollm2.tokens_generated - before < 60
 
 
+@pytest.mark.parametrize("floor", [0.0, 0.99])
+async def test_a_relevance_floor_checks_the_models_refusal_against_the_index(
+    service, smollm2, floor
+):
+    """With ``relevance_floor`` the model's "irrelevant" is checked: the question itself is
+    searched, and the answer goes on when its best passage reaches the floor. The joke is
+    refused by SmolLM2 every time (the test above); its best passage's cosine is low but
+    above 0, so a floor of 0 overrules the refusal and 0.99 keeps it."""
+    from serve_app.pipelines.answer import AnswerPipeline
+    from serve_app.schemas import AnswerRequest
+    from serve_app.stores.base import ScopeKey
+
+    config = service.config.model_copy(deep=True)
+    config.answer.understanding.relevance_floor = floor
+    pipeline = AnswerPipeline(config, smollm2, service.search_pipeline, service.components.index)
+    question = "Tell me a joke about cats"
+    out = await pipeline.answer(
+        AnswerRequest(question=question, understand=True, max_tokens=8, stream=False),
+        ScopeKey("default"),
+    )
+    check = out["understanding"]["relevance_check"]
+    assert out["understanding"]["is_relevant"] is False
+    assert check["floor"] == floor and 0 < check["best_similarity"] < 0.99
+    assert "retrieve" in out["timings_ms"]  # searched although the model said irrelevant
+    # The model's query and filters are not used: the question itself was searched.
+    assert out["semantic_query"] == question and out["filters"] is None
+    if floor == 0.0:
+        assert check["overruled"] is True
+        assert out["early_return"] is None and out["results"] and out["answer"]
+    else:
+        assert check["overruled"] is False
+        assert out["early_return"] == "irrelevant" and out["results"] == []
+
+
 async def test_multi_query_results_say_which_sub_queries_found_them(client):
     events = await answer(
         client, question="Does sleep help memory?", multi_query=True, max_tokens=8
