@@ -23,8 +23,10 @@ documents plus others up to ``--max-docs``.
   with each ``--threads`` setting, then one lone answer on the default path with each: the
   ratio of its first-token time to (its prompt tokens, the understanding call's included, over
   the fastest rate measured: the physical bound on this machine's cores).
-- multi_query: per query, nDCG@10 of the documents ranked by the question alone against
-  the question plus the model's reformulations (one schema-constrained call), aggregated
+- multi_query: per query, nDCG@10 of the documents ranked by the question as asked, by the
+  heavy list alone (the understood ``semantic_query`` when understanding is on, as in the
+  pipeline, with its filters), and by it plus the model's reformulations (one
+  schema-constrained call, filters offered as the pipeline offers them), aggregated
   with RRF and the similarity blend (serve_app/fusion/queries.py); each sub-query retrieves
   ``--depth`` chunks. The blend's ``w`` and RRF's ``k`` are also tried on a grid over the
   same sub-query lists: choose them on ``--split train``, read them on test.
@@ -338,33 +340,42 @@ async def multi_query(service: Any, dataset: Any, count: int, depth: int) -> dic
     settings = config.answer.understanding
     reformulations = config.answer.multi_query.queries
     multi = config.answer.multi_query
-    schema = understanding_schema(settings, reformulations, [], filters=False)
+    # As the pipeline calls it with understanding on (the default): filters offered, the
+    # semantic query first (the heavy list), the understood filters applied to every search.
+    understand = settings.enabled
+    schema = understanding_schema(settings, reformulations, [], understand)
+    question_run: dict[str, list[tuple[str, float]]] = {}
     single_run: dict[str, list[tuple[str, float]]] = {}
     multi_run: dict[str, list[tuple[str, float]]] = {}
     lists: dict[str, list[list[tuple[str, float]]]] = {}  # query -> each sub-query's hits
     llm_s: list[float] = []
     sub_query_counts: list[int] = []
+    filtered = 0
     selected = claims(dataset, count)
     for i, (query_id, question) in enumerate(selected, 1):
         started = time.perf_counter()
         completion = await service.llm.complete(
-            understanding_messages(question, [], settings, reformulations, [], False),
+            understanding_messages(question, [], settings, reformulations, [], understand),
             GenerationParams(max_tokens=settings.max_tokens, temperature=0.0, json_schema=schema),
         )
         llm_s.append(time.perf_counter() - started)
         understood = parse_understanding(completion.text, question, settings, [], reformulations)
-        queries = distinct_queries([question, *understood.queries], 1 + reformulations)
+        heavy = understood.semantic_query if understand else question
+        filters = understood.filters if understand else None
+        filtered += filters is not None
+        queries = distinct_queries([heavy, *understood.queries], 1 + reformulations)
         sub_query_counts.append(len(queries))
         responses = await asyncio.gather(
             *(
-                service.search(SearchRequest(query=q, top_k=depth), ScopeKey(TENANT))
-                for q in queries
+                service.search(
+                    SearchRequest(query=q, top_k=depth, filters=filters), ScopeKey(TENANT)
+                )
+                for q in [*queries, question]
             )
         )
-        best: dict[str, float] = {}  # a document ranks where its first chunk does
-        for result in responses[0].results:
-            best.setdefault(result.chunk.doc_id, result.score)
-        single_run[query_id] = list(best.items())
+        *responses, asked = responses
+        single_run[query_id] = documents(responses[0])
+        question_run[query_id] = documents(asked)
         lists[query_id] = [result_similarities(r.results) for r in responses]
         multi_run[query_id] = aggregated(
             lists[query_id], multi.rrf_k, multi.similarity_weight, multi.question_weight
@@ -380,6 +391,9 @@ async def multi_query(service: Any, dataset: Any, count: int, depth: int) -> dic
         "similarity_weight": multi.similarity_weight,
         "rrf_k": multi.rrf_k,
         "understanding_call_s_p50": round(statistics.median(llm_s), 2),
+        "heavy_list": "semantic_query" if understand else "question",
+        "understood_filters_applied": filtered,
+        "question": evaluate_run(question_run, qrels),
         "single": evaluate_run(single_run, qrels),
         "multi": evaluate_run(multi_run, qrels),
         "question_weight": multi.question_weight,
@@ -395,6 +409,14 @@ async def multi_query(service: Any, dataset: Any, count: int, depth: int) -> dic
             for w in GRID_WEIGHTS
         ],
     }
+
+
+def documents(response: Any) -> list[tuple[str, float]]:
+    """A search's documents, each ranked where its first chunk is."""
+    best: dict[str, float] = {}
+    for result in response.results:
+        best.setdefault(result.chunk.doc_id, result.score)
+    return list(best.items())
 
 
 # The aggregation's parameters tried on the same sub-query lists (no new retrieval or LLM call).
@@ -552,13 +574,16 @@ def markdown(report: dict[str, Any]) -> str:
             f"({mq['reformulations_asked']} reformulations asked), w = "
             f"{mq['similarity_weight']}, RRF k = {mq['rrf_k']}, question weight "
             f"{mq.get('question_weight', 1.0)}, {mq['depth']} chunks a "
-            f"sub-query; understanding call p50 {mq['understanding_call_s_p50']} s.",
+            f"sub-query; understanding call p50 {mq['understanding_call_s_p50']} s; the "
+            f"heavy list: {mq.get('heavy_list', 'question')} (single: it alone; question: the "
+            f"claim as asked); understood filters applied to "
+            f"{mq.get('understood_filters_applied', 0)} queries.",
             "",
         ]
         lines += table(
             ["retrieval", "nDCG@10", "Recall@100", "MRR@10"],
             [[name, mq[name]["ndcg@10"], mq[name]["recall@100"], mq[name]["mrr@10"]]
-             for name in ("single", "multi")],
+             for name in ("question", "single", "multi") if name in mq],
         )  # fmt: skip
         if mq.get("grid"):
             best = max(mq["grid"], key=lambda row: row["ndcg@10"])

@@ -365,6 +365,7 @@ class RemoteLLM:
         self._complete = handle.complete  # made once: see _RemoteLanes
         self._count_tokens = handle.count_tokens
         self._count_prompt_tokens = handle.count_prompt_tokens
+        self._as_read = handle.as_read
         self._stream = handle.options(stream=True).stream
         self._ping = handle.ping
         self.model_id = info.model_id
@@ -391,6 +392,9 @@ class RemoteLLM:
 
     async def count_prompt_tokens(self, messages: list[Message]) -> int:
         return await call("llm", self._count_prompt_tokens.remote(messages))
+
+    async def as_read(self, texts: list[str]) -> list[str]:
+        return await call("llm", self._as_read.remote(texts))
 
     async def open_stream(
         self, messages: list[Message], params: GenerationParams

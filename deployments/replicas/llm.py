@@ -57,6 +57,9 @@ class LlmDeployment(ModelReplica[ServedLLM]):
     async def count_prompt_tokens(self, messages: list[Message]) -> int:
         return await self.model.count_prompt_tokens(messages)
 
+    async def as_read(self, texts: list[str]) -> list[str]:
+        return await self.model.as_read(texts)
+
     async def stream(
         self, messages: list[Message], params: GenerationParams
     ) -> AsyncIterator[dict[str, Any]]:

@@ -85,6 +85,11 @@ class LLM(Protocol):
         """The tokens of the templated prompt of ``messages`` as the engine will read it."""
         ...
 
+    async def as_read(self, texts: list[str]) -> list[str]:
+        """Each text as the engine reads it inside a message: after the special-token
+        guard (``special_tokens.py``), which turns control text into a visible marker."""
+        ...
+
 
 @runtime_checkable
 class ServedLLM(LLM, Protocol):

@@ -223,6 +223,9 @@ class LlamaCppLLM:
     async def count_tokens(self, texts: list[str]) -> list[int]:
         return self.tokenizer.count([self.guard.neutralise(text) for text in texts])
 
+    async def as_read(self, texts: list[str]) -> list[str]:
+        return [self.guard.neutralise(text) for text in texts]
+
     async def count_prompt_tokens(self, messages: list[Message]) -> int:
         guarded = [m.as_dict() for m in self.guard.messages(messages)]
         return len(self.tokenizer.prompt_ids(guarded))

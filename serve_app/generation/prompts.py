@@ -67,6 +67,7 @@ class Passage:
     number: int
     chunk: Chunk
     kept_chars: int | None = None  # the chunk's first characters kept; None: all of it
+    read_as: str | None = None  # the text as the engine reads it, where its guard changed it
 
     @property
     def raw_text(self) -> str:
@@ -74,7 +75,7 @@ class Passage:
 
     @property
     def text(self) -> str:
-        return as_data(self.raw_text)
+        return as_data(self.raw_text) if self.read_as is None else self.read_as
 
     @property
     def trimmed(self) -> bool:

@@ -159,6 +159,9 @@ class VllmLLM:
         guarded = [self.guard.neutralise(text) for text in texts]
         return [len(ids) for ids in self.tokenizer(guarded, add_special_tokens=False).input_ids]
 
+    async def as_read(self, texts: list[str]) -> list[str]:
+        return [self.guard.neutralise(text) for text in texts]
+
     async def count_prompt_tokens(self, messages: list[Message]) -> int:
         return len(self.prompt_ids(messages))
 

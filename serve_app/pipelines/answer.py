@@ -26,7 +26,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, TypeVar
 
 from serve_app.config import AppConfig
@@ -370,6 +370,13 @@ class AnswerPipeline:
         tokens = dict(zip(pieces, await self.llm.count_tokens(pieces), strict=True))
         limit = self.config.answer.max_passage_tokens
         fitted = [Passage.fit(p.number, p.chunk, limit, tokens.__getitem__) for p in passages]
+        # Control text in a chunk reaches the model as the guard's marker: the passage, its
+        # result and its citations show that, not the chunk's text.
+        read = await self.llm.as_read([p.text for p in fitted])
+        fitted = [
+            p if shown == p.text else replace(p, read_as=shown)
+            for p, shown in zip(fitted, read, strict=True)
+        ]
         for entry, passage in zip(results, fitted, strict=True):
             entry.text, entry.char_end = passage.text, passage.char_end
             entry.trimmed = passage.trimmed

@@ -45,6 +45,9 @@ class Slowed:
     async def count_prompt_tokens(self, messages: list[Message]) -> int:
         return await self.llm.count_prompt_tokens(messages)
 
+    async def as_read(self, texts: list[str]) -> list[str]:
+        return await self.llm.as_read(texts)
+
     async def open_stream(self, messages: list[Message], params: GenerationParams):
         await asyncio.sleep(self.admit_s)
         return _SlowStream(await self.llm.open_stream(messages, params), self.first_s)
