@@ -485,7 +485,10 @@ class AnswerPipeline:
         prepared = PreparedAnswer(
             request, started, metadata, timings_ms=timings, deadline=started + total_s
         )
-        irrelevant = ("irrelevant", IRRELEVANT.format(corpus=settings.understanding.corpus))
+        irrelevant: tuple[Literal["irrelevant"], str] = (
+            "irrelevant",
+            IRRELEVANT.format(corpus=settings.understanding.corpus),
+        )
         if judged_irrelevant and floor is None:
             prepared.early = irrelevant
             return prepared
