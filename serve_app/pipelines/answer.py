@@ -458,7 +458,11 @@ class AnswerPipeline:
         # A judgment of "irrelevant" is checked against the index when a floor is set: the
         # question itself is searched, and the rest of that judgment (query, filters) unused.
         used = None if judged_irrelevant and floor is not None else understood
-        query = used.semantic_query if used and understand else request.question
+        # The question is searched as asked; the model's rewrite only for a follow-up, whose
+        # references need the earlier turns. On SciFact the rewrite of a standalone question
+        # lost 0.08-0.10 nDCG@10 against the question itself (docs/answers.md).
+        rewrite = bool(used and understand and history)
+        query = used.semantic_query if used and rewrite else request.question
         sub_queries = (
             distinct_queries([query, *used.queries], 1 + reformulations)
             if multi and used
