@@ -1,7 +1,7 @@
 """The GPU suite: encoders, ingest, cold start, search and the store on one GPU machine.
 
     python -m benchmarks gpu [STEP ...] [--config benchmarks/gpu.yaml] [--corpus DIR]
-        [--work DIR] [--out DIR] [--docs 5183] [--model-cpus 4] [--chunker-cpus 1,4] ...
+        [--work DIR] [--out DIR] [--docs 5183] [--model-cpus 4] [--chunker-cpus 1,2] ...
 
 For any GPU machine with the project installed (serve and bench extras, the models' packages,
 SciFact under $SERVE_APP_TEST_DATA or --corpus). The configuration (default: gpu.yaml beside
@@ -58,7 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "bench-gpu")
     parser.add_argument("--docs", type=int, default=5183)
     parser.add_argument("--model-cpus", type=float, default=4)
-    parser.add_argument("--chunker-cpus", default="1,4", help="one ingest for each")
+    parser.add_argument("--chunker-cpus", default="1,2", help="one ingest for each")
     parser.add_argument("--tokenizer-threads", type=int, default=16)
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--cold-n", type=int, default=4)

@@ -43,16 +43,30 @@ def bind(deployment: Deployment, config: ServiceConfig, *handles: Any) -> Applic
     return deployment.options(**options).bind(config, *handles)
 
 
+def bound_deployments(config: ServiceConfig) -> dict[str, Deployment]:
+    """The deployments the graph binds for ``config``, by their ``serve:`` names."""
+    optional = {
+        "splade": (SpladeDeployment, config.splade.enabled),
+        "reranker": (RerankerDeployment, config.reranker.enabled),
+        "llm": (LlmDeployment, config.llm.enabled),
+    }
+    deployments = {"chunker": ChunkerDeployment, "dense": DenseDeployment}
+    deployments |= {name: d for name, (d, enabled) in optional.items() if enabled}
+    return deployments | {"store": StoreDeployment, "ingress": IngressDeployment}
+
+
 def build_app_from_config(config: AppConfig) -> Application:
     config = service_config(config)
-    chunker = bind(ChunkerDeployment, config)
-    dense = bind(DenseDeployment, config)
-    splade = bind(SpladeDeployment, config) if config.splade.enabled else None
-    reranker = bind(RerankerDeployment, config) if config.reranker.enabled else None
+    deployments = bound_deployments(config)
+
+    def bound(name: str, *handles: Any) -> Application | None:
+        return bind(deployments[name], config, *handles) if name in deployments else None
+
+    dense = bound("dense")
     # Every store replica opens its index itself, for the dense model's id and dimension.
-    store = bind(StoreDeployment, config, dense)
-    llm = bind(LlmDeployment, config) if config.llm.enabled else None
-    return bind(IngressDeployment, config, chunker, dense, splade, reranker, store, llm)
+    store = bound("store", dense)
+    parts = (bound("chunker"), dense, bound("splade"), bound("reranker"), store, bound("llm"))
+    return bind(deployments["ingress"], config, *parts)
 
 
 def build_app(args: dict[str, Any]) -> Application:

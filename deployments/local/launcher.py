@@ -45,10 +45,13 @@ def start(config: AppConfig, num_cpus: int | None = None) -> str:
     """Start Ray and the application; returns the base URL once every deployment is up."""
     config = service_config(config)
     instance = start_serve(config, num_cpus)
+    import ray
     from ray import serve
 
     from deployments.builder.graph import build_app_from_config
+    from deployments.builder.placement import check_fits
 
+    check_fits(config, ray.cluster_resources())
     settings = config.serve
     serve.run(
         build_app_from_config(config),

@@ -7,6 +7,7 @@ file."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from deployments.settings import DeploymentSettings, ServiceConfig
@@ -55,3 +56,26 @@ def deployment_options(settings: DeploymentSettings) -> dict[str, Any]:
     else:
         options["num_replicas"] = settings.num_replicas
     return options
+
+
+def replica_bundle(actor_options: Mapping[str, Any]) -> dict[str, float]:
+    """The Ray resources one replica with these ``ray_actor_options`` holds (Serve's default:
+    one CPU)."""
+    bundle = {"CPU": float(actor_options.get("num_cpus", 1))}
+    if actor_options.get("num_gpus"):
+        bundle["GPU"] = float(actor_options["num_gpus"])
+    if actor_options.get("memory"):
+        bundle["memory"] = float(actor_options["memory"])
+    bundle.update({k: float(v) for k, v in actor_options.get("resources", {}).items()})
+    if actor_options.get("accelerator_type"):
+        # How Ray expresses an accelerator type: a tiny share of the node's own label resource.
+        bundle[f"accelerator_type:{actor_options['accelerator_type']}"] = 0.001
+    return bundle
+
+
+def initial_replicas(options: Mapping[str, Any]) -> int:
+    """Replicas Serve starts with: ``num_replicas``, or autoscaling's initial or minimum."""
+    scaling = options.get("autoscaling_config")
+    if scaling:
+        return int(scaling.get("initial_replicas") or scaling.get("min_replicas", 1))
+    return int(options.get("num_replicas", 1))

@@ -21,6 +21,7 @@ from ray.autoscaler._private.kuberay.autoscaling_config import (
 )
 from ray.autoscaler._private.resource_demand_scheduler import get_bin_pack_residual
 
+from deployments.replicas.options import replica_bundle
 from tests.helm.kuberay_start import HEAD, WORKER, group_ray_start_command, raylet_resources
 from tests.helm.test_chart import SET_IMAGE
 
@@ -56,13 +57,7 @@ def deployment_demands(service: dict) -> list[tuple[str, dict, int]]:
     demands = []
     for app in serve_config["applications"]:
         for deployment in app["deployments"]:
-            options = deployment.get("ray_actor_options", {})
-            bundle = {"CPU": options.get("num_cpus", 1)}
-            if options.get("num_gpus"):
-                bundle["GPU"] = options["num_gpus"]
-            bundle.update(options.get("resources", {}))
-            if options.get("accelerator_type"):
-                bundle[f"accelerator_type:{options['accelerator_type']}"] = 0.001
+            bundle = replica_bundle(deployment.get("ray_actor_options", {}))
             autoscaling = deployment.get("autoscaling_config") or {}
             replicas = autoscaling.get("max_replicas", deployment.get("num_replicas", 1))
             demands.append((deployment["name"], bundle, int(replicas)))

@@ -150,6 +150,41 @@ def test_without_the_haproxy_binary_the_run_says_so_before_ray_starts(tmp_path):
     assert not ray_tmp.exists(), "Ray was started before the check"
 
 
+def test_replicas_that_cannot_fit_ray_fail_the_start_instead_of_waiting_for_ever(tmp_path):
+    """Serve waits for ever to schedule a replica bigger than the machine; the run refuses
+    the configuration, names the deployment and leaves no Ray process behind."""
+    config = yaml.safe_load((ROOT / "config" / "local.yaml").read_text())
+    config["data_dir"] = str(tmp_path / "data")
+    config["serve"]["dense"]["num_cpus"] = 64
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "deployments.cli", "--config", str(path), "serve",
+         "--port", str(free_port())],
+        cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    output = Output(process)
+    tree: dict[int, psutil.Process] = {}  # every process the run started, sampled until it ends
+    deadline = time.monotonic() + 180
+    try:
+        while process.poll() is None and time.monotonic() < deadline:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                tree |= {c.pid: c for c in psutil.Process(process.pid).children(recursive=True)}
+            time.sleep(0.2)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    text = "\n".join(output.lines[-40:])
+    assert process.returncode == 2, text
+    assert "error [CONFIG_ERROR]" in text and "dense 1 x 64" in text, text
+    deadline = time.monotonic() + STOP_WITHIN_S
+    while alive([*tree.values()]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert tree, "the run started no process: Ray never started"
+    assert not alive([*tree.values()]), alive([*tree.values()])
+
+
 @pytest.mark.slow
 def test_the_opt_out_serves_through_rays_python_proxy_without_haproxy(tmp_path):
     """What the error above offers works: with the HAProxy switch off the run serves
