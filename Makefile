@@ -9,7 +9,7 @@ export SERVE_APP_TEST_DATA ?= ../shared/data
 PORT ?= 8000
 INGEST ?= $(shell $(VENV)/bin/python -c "import importlib.util, pathlib; print(pathlib.Path(importlib.util.find_spec('allofplos').origin).parent / 'starter_corpus')")
 
-.PHONY: setup setup-dev setup-vllm run test test-vllm lint eval serve-configs k8s-manifests
+.PHONY: setup setup-dev setup-vllm run test test-fast test-vllm lint eval serve-configs k8s-manifests
 
 # What running needs (the service, its models, the PLOS starter articles).
 setup:
@@ -33,13 +33,33 @@ lint: setup-dev
 	$(VENV)/bin/ruff check serve_app deployments benchmarks tests
 	$(VENV)/bin/mypy
 
-# Both suites: the vLLM tests (marked `vllm`) in .venv-vllm, where a missing vLLM fails the
-# run instead of skipping, then everything in .venv (where the vLLM tests skip).
+# The suite's tiers (tests/support/tiers.py, by where a test lives): the fast ones (unit,
+# service, kube) on $(TEST_WORKERS) pytest workers, then the ones that start Ray clusters, run
+# the benchmark suites or install into a clean venv (ray, bench, image) one at a time. Each
+# run prints its 50 slowest tests and the time by tier, writes junit and tier reports under
+# test-reports/, and fails when a tier takes longer than its budget.
+TEST_WORKERS ?= 2
+PYTEST = python -m pytest -q -p no:cacheprovider --durations=50 --tier-budget
+FAST = -n $(TEST_WORKERS) --dist loadfile -m "not (ray or bench or image or vllm)"
+
+# Everything: ruff and mypy, the vLLM tests (marked `vllm`) in .venv-vllm, where a missing vLLM
+# fails the run instead of skipping, then the fast tiers, then the slow ones (in .venv, where
+# the vLLM tests skip). What CI runs.
 test: setup-dev lint test-vllm
-	$(VENV)/bin/python -m pytest -q -p no:cacheprovider
+	$(VENV)/bin/$(PYTEST) $(FAST) \
+	  --junitxml=test-reports/junit-fast.xml --tier-report=test-reports/tiers-fast.json
+	$(VENV)/bin/$(PYTEST) -m "ray or bench or image" \
+	  --junitxml=test-reports/junit-slow.xml --tier-report=test-reports/tiers-slow.json
+
+# Minutes, not the hour: every test but those that start Ray, run a benchmark suite, install
+# into a clean venv or need vLLM.
+test-fast: setup-dev
+	$(VENV)/bin/$(PYTEST) $(FAST) \
+	  --junitxml=test-reports/junit-fast.xml --tier-report=test-reports/tiers-fast.json
 
 test-vllm: setup-dev setup-vllm
-	SERVE_APP_REQUIRE_VLLM=1 $(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider -m vllm
+	SERVE_APP_REQUIRE_VLLM=1 $(VLLM_VENV)/bin/$(PYTEST) -m vllm \
+	  --junitxml=test-reports/junit-vllm.xml --tier-report=test-reports/tiers-vllm.json
 
 eval: setup-dev
 	$(VENV)/bin/serve-app --config config/local.yaml eval --beir $(SERVE_APP_TEST_DATA)/scifact --split test

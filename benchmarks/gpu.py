@@ -63,7 +63,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--cold-n", type=int, default=4)
     for name, default in (("cold-s", 5), ("warm-s", 25), ("sweep-start", 150), ("sweep-step", 50),
-                          ("step-s", 8), ("rate-s", 20), ("conc-s", 16), ("store-s", 8)):  # fmt: skip
+                          ("sweep-max", 100_000), ("step-s", 8), ("rate-s", 20), ("conc-s", 16),
+                          ("store-s", 8)):  # fmt: skip
         parser.add_argument(f"--{name}", type=float, default=default)
 
 
@@ -157,7 +158,7 @@ def search(data: dict, args: argparse.Namespace) -> dict:
             return asyncio.run(load.measure(url, queries, search_body(), timeout_s=8, **how))
 
         report = {"warm": measure(concurrency=args.clients, duration_s=args.warm_s, warmup_s=2)}
-        rates = sweep_rates(args.sweep_start, args.sweep_step, 100_000)
+        rates = sweep_rates(args.sweep_start, args.sweep_step, args.sweep_max)
         report["sweep"] = measure(rates=rates, duration_s=args.step_s, warmup_s=2, cooldown_s=1)
         if rate := int(report["sweep"]["max_sustainable_qps"] * 0.8):
             before = current_reading()

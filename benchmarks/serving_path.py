@@ -123,7 +123,9 @@ async def measure(
     if args.sweep:
         capacity = closed["achieved_qps"]
         rates = [round(capacity * f, 1) for f in (0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2)]
-        swept = await sweep(runner, rates, args.sweep_duration, args.warmup, 2.0)
+        # Two seconds between steps let queues drain; a short sweep (a smoke run) waits less.
+        cooldown_s = min(2.0, args.sweep_duration)
+        swept = await sweep(runner, rates, args.sweep_duration, args.warmup, cooldown_s)
         result["sweep"] = {k: swept[k] for k in ("max_sustainable_qps", "points")}
     if args.profile_s:
         busy = {p: k for p, k in pids.items() if k.startswith(("replica", "ray::Proxy", "in-"))}

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.data import SCIFACT_DIR, SMOLLM2, starter_corpus
+from tests.support import tiers
+from tests.support.data import SCIFACT_DIR, SMOLLM2, small_beir, starter_corpus
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -17,11 +18,26 @@ QWEN3_TOKENIZER = ROOT / ".cache" / "assets" / "qwen3-tokenizer"
 PLOS_DIR = starter_corpus()
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    tiers.add_options(parser)
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    tiers.register(config)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # One worker per core: a worker's models on one thread, not each on every core.
+        import torch
+
+        torch.set_num_threads(1)
     import transformers
 
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each test's tier as a marker (tests/support/tiers.py: by where it lives)."""
+    tiers.apply(items)
 
 
 @pytest.fixture(scope="session")
@@ -37,6 +53,16 @@ def scifact_dir() -> Path:
         "(default ../shared/data)"
     )
     return SCIFACT_DIR
+
+
+@pytest.fixture(scope="session")
+def scifact_small(scifact_dir, tmp_path_factory) -> Path:
+    """SciFact cut to its first 10 test and 10 train claims, their judged abstracts and 30
+    others (about 60 documents): a BEIR folder the eval, tune and benchmark code reads as the
+    whole one, indexed in seconds."""
+    return small_beir(
+        scifact_dir, tmp_path_factory.mktemp("small") / "scifact", {"test": 10, "train": 10}, 30
+    )
 
 
 @pytest.fixture(scope="session")

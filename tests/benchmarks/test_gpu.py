@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.benchmarks.test_smoke import FAST_METRICS
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = 20
 
@@ -35,19 +37,21 @@ def cpu_config(path: Path) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1500)  # five Serve starts, each loading the models anew
+@pytest.mark.timeout(1500)  # three Serve starts (ingest, cold, search), each loading the models
 def test_every_step_of_the_gpu_suite_runs_on_this_code(tmp_path, scifact_dir):
     out = tmp_path / "out"
-    sizes = {"--docs": DOCS, "--model-cpus": 0.1, "--chunker-cpus": "0.1,0.2", "--clients": 4,
-             "--cold-n": 2, "--cold-s": 2, "--warm-s": 3, "--sweep-start": 5, "--sweep-step": 5,
-             "--step-s": 3, "--rate-s": 3, "--conc-s": 3, "--store-s": 0.5}  # fmt: skip
+    sizes = {"--docs": DOCS, "--model-cpus": 0.1, "--chunker-cpus": "0.1", "--clients": 4,
+             "--cold-n": 2, "--cold-s": 2, "--warm-s": 2, "--sweep-start": 10, "--sweep-step": 20,
+             "--sweep-max": 50, "--step-s": 2, "--rate-s": 2, "--conc-s": 2,
+             "--store-s": 0.5}  # fmt: skip
     command = [sys.executable, "-m", "benchmarks", "gpu", "encoders", "ingest", "cold", "search"]
     command += ["store", "--config", str(cpu_config(tmp_path / "gpu-on-cpu.yaml"))]
     command += ["--corpus", str(scifact_dir), "--work", str(tmp_path / "work"), "--out", str(out)]
     command += [str(a) for pair in sizes.items() for a in pair]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "SERVE_APP_"))}
     done = subprocess.run(
-        command, cwd=ROOT, env={**env, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True,
+        command, cwd=ROOT, env={**env, "HF_HUB_OFFLINE": "1", **FAST_METRICS},
+        capture_output=True, text=True,
         timeout=1400,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
@@ -59,13 +63,12 @@ def test_every_step_of_the_gpu_suite_runs_on_this_code(tmp_path, scifact_dir):
     assert encoders["dense_cosine_to_cpu_min"] > 0.9999 and encoders["docs_per_s"]["dense"] > 0
     assert encoders["splade_relative_dot_error_max"] < 1e-4
 
-    # ingest: once per chunker share, the encoders' ceiling on the first only
-    for cpus in ("0.1", "0.2"):
-        http = summary[f"ingest_chunker_{cpus}"]["http"]
-        assert http["documents"] == DOCS and http["failed_requests"] == 0
-        assert json.loads((out / f"ingest-chunker-{cpus}.json").read_text())["http"] == http
+    # ingest: once per chunker share (one share here: each is a Serve start of its own), the
+    # encoders' ceiling on the first
+    http = summary["ingest_chunker_0.1"]["http"]
+    assert http["documents"] == DOCS and http["failed_requests"] == 0
+    assert json.loads((out / "ingest-chunker-0.1.json").read_text())["http"] == http
     assert summary["ingest_chunker_0.1"]["http_over_slower_encoder"] > 0
-    assert "ceiling" not in summary["ingest_chunker_0.2"]
 
     # cold: the windows from the first request after a start, over the ingest's index
     cold = summary["cold"]
@@ -74,7 +77,7 @@ def test_every_step_of_the_gpu_suite_runs_on_this_code(tmp_path, scifact_dir):
 
     # search: the sweep, 80 % of its maximum with the model calls, the closed loop
     search = summary["search"]
-    assert search["max_sustainable_qps"] >= 5
+    assert search["max_sustainable_qps"] >= 10
     assert search["warm"]["errors"] == {} and search["rate80"]["errors"] == {}
     calls = search["model_calls_rate80"]
     assert set(calls) == {"dense", "splade"}
@@ -84,7 +87,9 @@ def test_every_step_of_the_gpu_suite_runs_on_this_code(tmp_path, scifact_dir):
     assert "replica store" in closed["closed_loop"]["cpu_ms_per_query_by_process"]
     assert (out / "sweep.png").is_file()
 
-    # store: the same index searched in one process, Serve stopped
+    # store: the same index searched in one process, Serve stopped (the store-retrieve tool,
+    # benchmarks/dev/store_retrieve.py, run whole: its own smoke test)
     store = json.loads((out / "store-retrieve.json").read_text())
     assert store["chunks"] > 0 and [w["batch"] for w in store["windows"]] == [1, 4, 16]
-    assert all(w["queries"] > 0 for w in store["windows"]) and store["profile"]
+    assert all(w["queries"] > 0 and w["cpu_ms_per_query"] > 0 for w in store["windows"])
+    assert store["profile"]

@@ -3,8 +3,10 @@ RayService CRD schema, values.schema.json, and serveConfigV2 against the graph b
 
 from __future__ import annotations
 
+import functools
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import kubernetes_validate
@@ -14,6 +16,7 @@ import yaml
 from deployments.builder.serve_config import render_serve_config
 from deployments.settings import service_config
 from serve_app.config import load_config
+from tests.helm import rendering
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "serve-app"
@@ -44,17 +47,38 @@ def chart() -> Path:
     return CHART
 
 
-def render(helm: str, chart: Path, values: str | None, *extra: str) -> subprocess.CompletedProcess:
+def template_args(helm: str, chart: Path, values: str | None, *extra: str) -> list[str]:
     args = [helm, "template", "rel", str(chart), "--namespace", "search", *SET_IMAGE]
     if values:
         args += ["-f", str(chart / values)]
-    return subprocess.run([*args, *extra], capture_output=True, text=True, timeout=60)
+    return [*args, *extra]
+
+
+def render(helm: str, chart: Path, values: str | None, *extra: str) -> subprocess.CompletedProcess:
+    return rendering.helm(*template_args(helm, chart, values, *extra))
 
 
 def objects(helm: str, chart: Path, values: str | None, *extra: str) -> list[dict]:
-    result = render(helm, chart, values, *extra)
-    assert result.returncode == 0, result.stderr
-    return [d for d in yaml.safe_load_all(result.stdout) if d]
+    return rendering.documents(*template_args(helm, chart, values, *extra))
+
+
+@functools.cache
+def crd_validator() -> Any:
+    """The RayService CRD's v1 schema as a validator (checked and built once: the schema is
+    large, and ``jsonschema.validate`` checks it again on every call)."""
+    crd = yaml.load(CRD.read_text(), Loader=rendering.LOADER)
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    schema = version["schema"]["openAPIV3Schema"]
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+def validate_rayservice(service: dict) -> None:
+    """jsonschema.ValidationError unless ``service`` validates against the CRD (v1.7.0)."""
+    error = jsonschema.exceptions.best_match(crd_validator().iter_errors(service))
+    if error is not None:
+        raise error
 
 
 def rayservice(docs: list[dict]) -> dict:
@@ -63,7 +87,7 @@ def rayservice(docs: list[dict]) -> dict:
 
 
 def test_helm_lint(helm, chart):
-    result = subprocess.run([helm, "lint", str(CHART), *SET_IMAGE], capture_output=True, text=True)
+    result = rendering.helm(helm, "lint", str(CHART), *SET_IMAGE)
     assert result.returncode == 0, result.stdout + result.stderr
     # The only warning allowed on the real chart: the optional dependencies are not downloaded.
     warnings = [
@@ -76,7 +100,7 @@ def test_helm_lint(helm, chart):
         args = [helm, "lint", "--strict", str(chart), *SET_IMAGE] + (
             ["-f", str(chart / values)] if values else []
         )
-        strict = subprocess.run(args, capture_output=True, text=True)
+        strict = rendering.helm(*args)
         assert strict.returncode == 0, strict.stdout + strict.stderr
 
 
@@ -93,11 +117,7 @@ def test_every_object_validates_strictly(helm, chart, values):
 
 @pytest.mark.parametrize("values", VALUES)
 def test_rayservice_validates_against_the_crd(helm, chart, values):
-    crd = yaml.safe_load(CRD.read_text())
-    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
-    jsonschema.validate(
-        rayservice(objects(helm, chart, values)), version["schema"]["openAPIV3Schema"]
-    )
+    validate_rayservice(rayservice(objects(helm, chart, values)))
 
 
 def _normalise(deployments: list[dict]) -> dict[str, dict]:
@@ -264,7 +284,7 @@ def test_the_chart_alone_names_no_image(helm, chart):
             f"dataVolume.storageClass={STORAGE_CLASS}",
         ]
         args += ["-f", str(chart / values)] if values else []
-        result = subprocess.run(args, capture_output=True, text=True, timeout=60)
+        result = rendering.helm(*args)
         assert result.returncode != 0 and "image.repository is empty" in result.stderr, values
 
 
@@ -289,11 +309,8 @@ def test_plain_manifests_are_in_sync(helm, chart):
         "--set", f"image.repository={K8S_IMAGE}",
         "--set", f"dataVolume.storageClass={STORAGE_CLASS}",
     ]  # fmt: skip
-    with_hooks = subprocess.run(args, capture_output=True, text=True, timeout=60)
-    without = subprocess.run([*args, "--no-hooks"], capture_output=True, text=True, timeout=60)
-    assert with_hooks.returncode == 0 and without.returncode == 0, with_hooks.stderr
-    expected = [d for d in yaml.safe_load_all(without.stdout) if d]
-    assert expected == [d for d in yaml.safe_load_all(with_hooks.stdout) if d]  # none
+    expected = rendering.documents(*args, "--no-hooks")
+    assert expected == rendering.documents(*args)  # no hooks
 
     def read(name: str) -> list[dict]:
         return [d for d in yaml.safe_load_all((ROOT / "k8s" / name).read_text()) if d]
@@ -320,7 +337,7 @@ def test_no_claim_relies_on_a_default_storage_class(helm, chart, values, extra, 
     (a cluster without a default class, EKS 1.30+, would leave it Pending)."""
     args = [helm, "template", "rel", str(chart), "--set", f"image.repository={IMAGE}"]
     args += ["-f", str(chart / values)] if values else []
-    failed = subprocess.run([*args, *extra], capture_output=True, text=True, timeout=60)
+    failed = rendering.helm(*args, *extra)
     assert failed.returncode != 0
     assert f"{key}.storageClass is empty" in failed.stderr, failed.stderr
     assert f"--set {key}.storageClass=<class>" in failed.stderr

@@ -14,10 +14,12 @@ HAProxy surviving its ingress replica's replacement) is tests/e2e/test_ingress_d
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 import yaml
@@ -42,16 +44,21 @@ print(json.dumps({
 
 def ray_constants(env: dict[str, str]) -> dict:
     """Serve's constants as a Ray process started with ``env`` reads them."""
+    return dict(_ray_constants(tuple(sorted(env.items()))))
+
+
+@functools.cache  # one fresh interpreter per distinct environment
+def _ray_constants(env: tuple[tuple[str, str], ...]) -> tuple[tuple[str, Any], ...]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     result = subprocess.run(
         [sys.executable, "-c", RAY_CONSTANTS],
-        env={**base, **env},
+        env={**base, **dict(env)},
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout.splitlines()[-1])
+    return tuple(json.loads(result.stdout.splitlines()[-1]).items())
 
 
 def ray_containers(spec: dict) -> list[dict]:

@@ -6,15 +6,20 @@ The head's disruption budget (test_disruption.py) and its Redis egress
 
 from __future__ import annotations
 
-import jsonschema
 import kubernetes_validate
 import pytest
-import yaml
 from ray.autoscaler._private.kuberay.autoscaling_config import (
     _derive_autoscaling_config_from_ray_cr,
 )
 
-from tests.helm.test_chart import CHART, CRD, HELM, K8S_VERSION, VALUES, objects
+from tests.helm.test_chart import (
+    CHART,
+    HELM,
+    K8S_VERSION,
+    VALUES,
+    objects,
+    validate_rayservice,
+)
 from tests.helm.test_chart import render as render_raw
 from tests.helm.test_ray_cluster import as_raycluster
 
@@ -37,15 +42,8 @@ def rayservice(docs: list[dict]) -> dict:
     return found
 
 
-@pytest.fixture(scope="module")
-def crd_schema() -> dict:
-    crd = yaml.safe_load(CRD.read_text())
-    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
-    return version["schema"]["openAPIV3Schema"]
-
-
 @pytest.mark.parametrize("values", VALUES, ids=IDS)
-def test_on_renders_the_options_with_the_password_from_a_secret(values, crd_schema):
+def test_on_renders_the_options_with_the_password_from_a_secret(values):
     docs = render(values, *FT_ON)
     service = rayservice(docs)
     cluster = service["spec"]["rayClusterConfig"]
@@ -61,7 +59,7 @@ def test_on_renders_the_options_with_the_password_from_a_secret(values, crd_sche
     assert "ray.io/ft-enabled" not in (service["metadata"].get("annotations") or {})
     env = {e["name"] for e in head["template"]["spec"]["containers"][0]["env"]}
     assert not {"RAY_REDIS_ADDRESS", "REDIS_PASSWORD", "RAY_external_storage_namespace"} & env
-    jsonschema.validate(service, crd_schema)
+    validate_rayservice(service)
     for doc in docs:
         if not doc["apiVersion"].startswith(("ray.io/", "monitoring.coreos.com/")):
             kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
@@ -74,7 +72,7 @@ def test_off_renders_none(values):
     assert "gcsFaultToleranceOptions" not in cluster
 
 
-def test_no_password_secret_and_a_namespace_with_in_place_upgrades(crd_schema):
+def test_no_password_secret_and_a_namespace_with_in_place_upgrades():
     """No Secret named: no password. A fixed namespace is allowed where the RayCluster is
     never replaced by an upgrade (the embedded store's upgradeStrategy None)."""
     docs = render(
@@ -89,7 +87,7 @@ def test_no_password_secret_and_a_namespace_with_in_place_upgrades(crd_schema):
         "redisAddress": "rediss://redis.example.com:6380",
         "externalStorageNamespace": "serve-app",
     }
-    jsonschema.validate(service, crd_schema)
+    validate_rayservice(service)
 
 
 @pytest.mark.parametrize(

@@ -13,13 +13,12 @@ any policy selecting the pod matches the peer (absent ``from``/``to``: every pee
 from __future__ import annotations
 
 import ipaddress
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-import yaml
 
+from tests.helm import rendering
 from tests.helm.test_chart import SET_IMAGE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -143,12 +142,7 @@ def allowed(
 
 
 def render(values: str | None) -> list[dict]:
-    args = [str(HELM), "template", "rel", str(CHART), "--namespace", NAMESPACE, *SET_IMAGE]
-    if values:
-        args += ["-f", str(CHART / values)]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    return [d for d in yaml.safe_load_all(done.stdout) if d]
+    return render_with(values)
 
 
 def ray_pods(docs: list[dict]) -> tuple[Pod, list[Pod]]:
@@ -300,9 +294,7 @@ def render_with(values: str | None, *extra: str) -> list[dict]:
     args = [str(HELM), "template", "rel", str(CHART), "--namespace", NAMESPACE, *SET_IMAGE]
     if values:
         args += ["-f", str(CHART / values)]
-    done = subprocess.run([*args, *extra], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    return [d for d in yaml.safe_load_all(done.stdout) if d]
+    return rendering.documents(*args, *extra)
 
 
 @pytest.mark.parametrize("values", [None, "ci/gpu-production.yaml", "ci/external-stores.yaml"])

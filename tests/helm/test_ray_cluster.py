@@ -11,7 +11,6 @@ for replicas that can never land there."""
 from __future__ import annotations
 
 import shlex
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ from ray.autoscaler._private.kuberay.autoscaling_config import (
 from ray.autoscaler._private.resource_demand_scheduler import get_bin_pack_residual
 
 from deployments.replicas.options import replica_bundle
+from tests.helm import rendering
 from tests.helm.kuberay_start import HEAD, WORKER, group_ray_start_command, raylet_resources
 from tests.helm.test_chart import SET_IMAGE
 
@@ -35,9 +35,7 @@ def rendered_rayservice(values: str | None) -> dict:
     args = [str(HELM), "template", "rel", str(CHART), "--namespace", "search", *SET_IMAGE]
     if values:
         args += ["-f", str(CHART / values)]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    (service,) = [d for d in yaml.safe_load_all(done.stdout) if d and d["kind"] == "RayService"]
+    (service,) = [d for d in rendering.documents(*args) if d["kind"] == "RayService"]
     return service
 
 
@@ -189,9 +187,7 @@ def test_autoscaler_sidecar_can_reach_the_api_server(values):
     args = [str(HELM), "template", "rel", str(CHART), "--namespace", "search", *SET_IMAGE]
     if values:
         args += ["-f", str(CHART / values)]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    docs = [d for d in yaml.safe_load_all(done.stdout) if d]
+    docs = rendering.documents(*args)
     accounts = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ServiceAccount"}
     (service,) = [d for d in docs if d["kind"] == "RayService"]
     cluster = service["spec"]["rayClusterConfig"]

@@ -20,7 +20,6 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
@@ -28,7 +27,8 @@ from pydantic import BaseModel
 
 from deployments.cli import build_parser
 from serve_app.config import AppConfig, load_config
-from tests.helm.test_chart import CHART, CRD, HELM, K8S_VERSION, ROOT
+from tests.helm import rendering
+from tests.helm.test_chart import CHART, HELM, K8S_VERSION, ROOT, validate_rayservice
 
 KUBECTL = ROOT / ".cache" / "bin" / "kubectl"
 DEPLOY_DOCS = [ROOT / "docs" / "kubernetes.md"]  # the whole production sequence
@@ -373,8 +373,6 @@ def template_args(
 
 
 def test_install_and_upgrade_lines_render(tmp_path):
-    crd = yaml.safe_load(CRD.read_text())
-    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
     install: list[str] = []
     rendered = 0
     for doc, command in chart_commands():
@@ -387,9 +385,8 @@ def test_install_and_upgrade_lines_render(tmp_path):
             cwd=ROOT, capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         assert done.returncode == 0, (command.line, done.stderr)
-        docs = [d for d in yaml.safe_load_all(done.stdout) if d]
-        (service,) = [d for d in docs if d["kind"] == "RayService"]
-        jsonschema.validate(service, version["schema"]["openAPIV3Schema"])
+        (service,) = [d for d in rendering.load_all(done.stdout) if d["kind"] == "RayService"]
+        validate_rayservice(service)
         image = service["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"][
             "containers"
         ][0]["image"]

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.helm import rendering
 from tests.helm.test_chart import SET_IMAGE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,12 +31,10 @@ SECRET = "rel-serve-app-secrets"
 
 
 def rendered_kinds() -> set[tuple[str, str]]:
-    done = subprocess.run(
-        [str(HELM), "template", "rel", str(CHART), "--namespace", NAMESPACE, *SET_IMAGE],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return {(d["apiVersion"], d["kind"]) for d in yaml.safe_load_all(done.stdout) if d}
+    docs = rendering.documents(
+        str(HELM), "template", "rel", str(CHART), "--namespace", NAMESPACE, *SET_IMAGE
+    )
+    return {(d["apiVersion"], d["kind"]) for d in docs}
 
 
 class FakeApiServer:

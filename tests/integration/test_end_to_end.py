@@ -14,11 +14,14 @@ from serve_app.schemas import SearchFilters, SearchRequest
 from serve_app.stores.base import ScopeKey
 
 ROOT = Path(__file__).resolve().parents[2]
+ARTICLES = ("pbio.0020188", "pntd.0000149", "pone.0008519")
 
 
 @pytest.mark.parametrize("chunker", ["sliding_window", "sections", "imrad"])
 async def test_plos_articles_with_each_chunker(app_config_factory, plos_dir, chunker):
-    files = sorted(plos_dir.glob("*.xml"))[::15]  # 9 articles spread over the journals
+    # Three research articles from three journals, among the shorter ones (the encoders' time
+    # grows with the text; the chunkers' paths are the same).
+    files = [plos_dir / f"journal.{name}.xml" for name in ARTICLES]
     documents = [load_file(f) for f in files]
     components = await build_components(app_config_factory(chunker={"name": chunker}))
     try:
@@ -53,7 +56,7 @@ async def test_plos_articles_with_each_chunker(app_config_factory, plos_dir, chu
         await components.close()
 
 
-def test_eval_cli_on_a_scifact_slice(tmp_path, scifact_dir, capsys):
+def test_eval_cli_on_a_scifact_slice(tmp_path, scifact_small, capsys):
     import yaml
 
     from serve_app.evaluation.beir import read_qrels
@@ -69,13 +72,13 @@ def test_eval_cli_on_a_scifact_slice(tmp_path, scifact_dir, capsys):
         str(config_path),
         "eval",
         "--beir",
-        str(scifact_dir),
+        str(scifact_small),
         "--split",
         "test",
         "--max-docs",
-        "150",
+        "60",
         "--max-queries",
-        "30",
+        "10",
         "--depth",
         "100",
         "--json",
@@ -90,7 +93,7 @@ def test_eval_cli_on_a_scifact_slice(tmp_path, scifact_dir, capsys):
     for name in ("bm25", "splade", "dense", "rrf(bm25+splade+dense)", "dbsf(bm25+dense)"):
         assert name in report and name in printed
         assert set(report[name]) == {"ndcg@10", "recall@100", "mrr@10"}
-    # With 150 documents every judged one is in the index; a working retriever is far above chance.
+    # Every judged document is in the index (it holds them first); a working retriever is far above chance.
     assert all(report[s]["ndcg@10"] > 0.5 for s in ("bm25", "splade", "dense"))
     assert "best fused" in printed
     # The default configuration comes first, by name, as /v1/search answers it.
@@ -105,8 +108,8 @@ def test_eval_cli_on_a_scifact_slice(tmp_path, scifact_dir, capsys):
     runs = tmp_path / "runs" / "scifact-test"
     files = sorted(runs.glob("*.trec"))
     assert len(files) == len(report)
-    qrels = read_qrels(scifact_dir / "qrels" / "test.tsv")
-    qrels = {q: qrels[q] for q in sorted(qrels)[:30]}
+    qrels = read_qrels(scifact_small / "qrels" / "test.tsv")
+    qrels = {q: qrels[q] for q in sorted(qrels)[:10]}
     for name in ("default", "dbsf(bm25+dense)"):
         stem = name.replace("(", "_").replace(")", "")
         assert evaluate_run(read_trec_run(runs / f"{stem}.trec"), qrels) == report[name]

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from serve_app.cli import main
+from tests.support.data import SMOLLM2
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -18,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def topology_config(tmp_path: Path, topology: str, opensearch_url: str | None) -> Path:
     config = yaml.safe_load((ROOT / "config" / "local.yaml").read_text())
     config["data_dir"] = str(tmp_path / "data")
+    config["llm"] = {**config["llm"], **SMOLLM2}  # the tests' LLM (config/local.yaml: the 1.5B)
     tag = uuid.uuid4().hex[:8]
     if topology != "embedded":
         config["stores"]["topology"] = topology

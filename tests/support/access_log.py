@@ -29,11 +29,15 @@ def captured_access_lines() -> Iterator[AccessLines]:
     handler = logging.StreamHandler(lines.stream)
     handler.setFormatter(JsonFormatter())
     access = logging.getLogger("serve_app.access")
-    previous = access.level
+    previous = access.level, access.disabled
     access.addHandler(handler)
     access.setLevel(logging.INFO)
+    # A replica built in this process before (deployments/replicas/logs.py) may have switched
+    # the logger off, as it does on Serve, where Serve's own access log takes its place.
+    access.disabled = False
     try:
         yield lines
     finally:
         access.removeHandler(handler)
-        access.setLevel(previous)
+        access.setLevel(previous[0])
+        access.disabled = previous[1]

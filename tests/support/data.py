@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from pathlib import Path
 
@@ -32,3 +33,36 @@ SMOLLM2 = {
     "threads": 1,
     "temperature": 0.0,
 }
+
+
+def small_beir(
+    scifact_dir: Path, folder: Path, split_queries: dict[str, int], others: int = 40
+) -> Path:
+    """A BEIR folder cut from SciFact: the first queries of each split, their judged abstracts
+    and ``others`` more (the smallest inputs on which retrieval and its measures still mean
+    something; the whole split indexes every judged abstract, over 300)."""
+    qrels_dir = folder / "qrels"
+    qrels_dir.mkdir(parents=True)
+    keep_docs: set[str] = set()
+    keep_queries: set[str] = set()
+    for split, n in split_queries.items():
+        lines = (scifact_dir / "qrels" / f"{split}.tsv").read_text().replace("\r", "").splitlines()
+        header, rows = lines[0], [line.split("\t") for line in lines[1:] if line]
+        queries = sorted({r[0] for r in rows}, key=int)[:n]
+        rows = [r for r in rows if r[0] in queries]
+        keep_queries |= set(queries)
+        keep_docs |= {r[1] for r in rows}
+        (qrels_dir / f"{split}.tsv").write_text(
+            "\n".join([header, *("\t".join(r) for r in rows)]) + "\n"
+        )
+    corpus = (scifact_dir / "corpus.jsonl").read_text().splitlines()
+    extra = [line for line in corpus[:200] if json.loads(line)["_id"] not in keep_docs][:others]
+    judged = [line for line in corpus if json.loads(line)["_id"] in keep_docs]
+    (folder / "corpus.jsonl").write_text("\n".join(judged + extra) + "\n")
+    queries = [
+        line
+        for line in (scifact_dir / "queries.jsonl").read_text().splitlines()
+        if json.loads(line)["_id"] in keep_queries
+    ]
+    (folder / "queries.jsonl").write_text("\n".join(queries) + "\n")
+    return folder

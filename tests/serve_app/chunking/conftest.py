@@ -21,5 +21,19 @@ def plos_article(plos_dir):
 
 
 @pytest.fixture(scope="session")
+def article_chunks(chunkers, plos_article):
+    """Each chunker's chunks of ``plos_article``, chunked once for the tests that only read
+    them (the determinism test chunks it again itself)."""
+    return {name: chunker.chunk(plos_article) for name, chunker in chunkers.items()}
+
+
+@pytest.fixture(scope="session")
 def plos_sample(plos_dir):
-    return [load_file(p) for p in sorted(plos_dir.glob("*.xml"))[::10]]
+    """Seven articles spread over the 122 (every journal, short and long)."""
+    return [load_file(p) for p in sorted(plos_dir.glob("*.xml"))[::20]]
+
+
+@pytest.fixture(scope="session")
+def sample_chunks(chunkers, plos_sample):
+    """name -> each sample article's chunks, chunked once for the tests that read them."""
+    return {name: [c.chunk(doc) for doc in plos_sample] for name, c in chunkers.items()}

@@ -14,6 +14,7 @@ import yaml
 
 from serve_app.cli import main
 from serve_app.config import config_from_dict, merge_dicts
+from tests.support.data import small_beir
 
 ROOT = Path(__file__).resolve().parents[3]
 STAGES = {
@@ -31,35 +32,6 @@ STAGES = {
 }
 
 
-def small_beir(scifact_dir: Path, folder: Path, split_queries: dict[str, int]) -> Path:
-    """The first queries of each split, their judged abstracts and 40 others."""
-    qrels_dir = folder / "qrels"
-    qrels_dir.mkdir(parents=True)
-    keep_docs: set[str] = set()
-    keep_queries: set[str] = set()
-    for split, n in split_queries.items():
-        lines = (scifact_dir / "qrels" / f"{split}.tsv").read_text().replace("\r", "").splitlines()
-        header, rows = lines[0], [line.split("\t") for line in lines[1:] if line]
-        queries = sorted({r[0] for r in rows}, key=int)[:n]
-        rows = [r for r in rows if r[0] in queries]
-        keep_queries |= set(queries)
-        keep_docs |= {r[1] for r in rows}
-        (qrels_dir / f"{split}.tsv").write_text(
-            "\n".join([header, *("\t".join(r) for r in rows)]) + "\n"
-        )
-    corpus = (scifact_dir / "corpus.jsonl").read_text().splitlines()
-    extra = [line for line in corpus[:200] if json.loads(line)["_id"] not in keep_docs][:40]
-    judged = [line for line in corpus if json.loads(line)["_id"] in keep_docs]
-    (folder / "corpus.jsonl").write_text("\n".join(judged + extra) + "\n")
-    queries = [
-        line
-        for line in (scifact_dir / "queries.jsonl").read_text().splitlines()
-        if json.loads(line)["_id"] in keep_queries
-    ]
-    (folder / "queries.jsonl").write_text("\n".join(queries) + "\n")
-    return folder
-
-
 def beir_docs(folder: Path) -> list[str]:
     return (folder / "corpus.jsonl").read_text().splitlines()
 
@@ -72,7 +44,7 @@ def tuned(tmp_path_factory, scifact_dir) -> tuple[Path, Path, Path]:
     config["data_dir"] = str(tmp_path / "data")
     config_path = tmp_path / "config.yaml"
     config_path.write_text(yaml.safe_dump(config))
-    beir = small_beir(scifact_dir, tmp_path / "beir", {"train": 10, "test": 6})
+    beir = small_beir(scifact_dir, tmp_path / "beir", {"train": 10, "test": 6}, others=15)
     out = tmp_path / "first"
     assert tune(config_path, beir, out) == 0
     return config_path, beir, out
@@ -89,7 +61,7 @@ def tune(config_path: Path, beir: Path, out: Path, *extra: str) -> int:
             "--split",
             "train",
             "--chunkings",
-            "64/8/64,128/16/128",
+            "128/16/128",
             "--out",
             str(out),
             "--grid",

@@ -26,12 +26,16 @@ class Operation:
     body_type: str | None
 
 
+# libyaml where PyYAML has it: the spec is hundreds of files, slow in the Python loader.
+LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 @cache
 def _load() -> tuple[Registry, list[tuple[re.Pattern, Operation]]]:
     registry = Registry()
     routes: list[tuple[re.Pattern, Operation]] = []
     for path in sorted(SPEC_DIR.rglob("*.yaml")):
-        document = yaml.safe_load(path.read_text())
+        document = yaml.load(path.read_text(), Loader=LOADER)
         uri = path.resolve().as_uri()
         registry = registry.with_resource(uri, Resource.from_contents(document, DRAFT202012))
         if path.parent.name != "namespaces":
