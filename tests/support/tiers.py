@@ -63,13 +63,13 @@ TIER_BY_PATH = {
 BUDGET_S = {
     # What each tier may take on two quiet cores (setup, call and teardown of its tests). The
     # fast tiers run on two pytest workers: theirs is the sum over both workers.
-    "unit": 420,
-    "service": 420,
-    "kube": 240,
-    "ray": 720,
-    "bench": 420,
-    "image": 180,
-    "vllm": 360,
+    "unit": 320,
+    "service": 460,
+    "kube": 100,
+    "ray": 940,
+    "bench": 840,
+    "image": 170,
+    "vllm": 460,
 }
 
 
