@@ -56,10 +56,13 @@ def deployment_demands(service: dict) -> list[tuple[str, dict, int]]:
     for app in serve_config["applications"]:
         for deployment in app["deployments"]:
             bundle = replica_bundle(deployment.get("ray_actor_options", {}))
-            autoscaling = deployment.get("autoscaling_config") or {}
-            replicas = autoscaling.get("max_replicas", deployment.get("num_replicas", 1))
-            demands.append((deployment["name"], bundle, int(replicas)))
+            demands.append((deployment["name"], bundle, max_replicas(deployment)))
     return demands
+
+
+def max_replicas(deployment: dict) -> int:
+    autoscaling = deployment.get("autoscaling_config") or {}
+    return int(autoscaling.get("max_replicas", deployment.get("num_replicas", 1)))
 
 
 @pytest.fixture(scope="module", params=VALUES, ids=lambda v: v or "defaults")
@@ -225,3 +228,41 @@ def test_serve_switches_reach_every_ray_process(values):
             env = {e["name"]: e.get("value") for e in container.get("env", [])}
             for key, value in serve_env.items():
                 assert env.get(key) == str(value), (container["name"], key)
+
+
+def starting_replicas(deployment: dict) -> int:
+    """The replicas Serve starts a deployment with: ``initial_replicas``, else the
+    autoscaling minimum, else ``num_replicas``."""
+    autoscaling = deployment.get("autoscaling_config") or {}
+    if autoscaling:
+        return int(autoscaling.get("initial_replicas") or autoscaling.get("min_replicas", 1))
+    return int(deployment.get("num_replicas", 1))
+
+
+def test_replicas_fit_the_pods_that_will_exist(cluster):
+    """What creates pods decides what the replicas are packed into. With Ray's autoscaler
+    off, KubeRay keeps each group at its `replicas` pods for good: every replica Serve starts
+    (and every one its own autoscaling may add) must fit those pods, or one stays pending, the
+    cluster never turns RUNNING and KubeRay fails the RayService after its initializing
+    timeout. With the autoscaler on, pods follow the demand up to `maxReplicas` (the test
+    above). Main's ci/cpu-small.yaml started 4 CPUs of replicas on one 3-CPU pod."""
+    service, _ = cluster
+    spec = service["spec"]["rayClusterConfig"]
+    if spec.get("enableInTreeAutoscaling"):
+        pytest.skip("the autoscaler adds pods up to maxReplicas: packed at max above")
+    started = raylet_resources(spec)
+    pods = [
+        dict(started[group["groupName"]])
+        for group in spec["workerGroupSpecs"]
+        for _ in range(int(group.get("replicas", 0)))
+    ]
+    serve_config = yaml.safe_load(service["spec"]["serveConfigV2"])
+    deployments = [d for app in serve_config["applications"] for d in app["deployments"]]
+    for count in (starting_replicas, max_replicas):
+        bundles = [
+            replica_bundle(d.get("ray_actor_options", {}))
+            for d in deployments
+            for _ in range(count(d))
+        ]
+        unfit, _ = get_bin_pack_residual(pods[:], bundles)
+        assert not unfit, f"with the autoscaler off these stay pending: {unfit}"
