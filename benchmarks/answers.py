@@ -1,7 +1,8 @@
 """Answers on this machine: time to first token and tokens/s under concurrent answers,
 multi-query against single-query retrieval (nDCG@10), and citation precision and recall.
 
-    python -m benchmarks answers [--suites latency,bound,multi_query,citations,gate,canary]
+    python -m benchmarks answers [--suites latency,bound,multi_query,citations,gate,canary,
+                                          contradictions]
         [--queries 100] [--claims 100] [--canary-docs 20] [--concurrency 1,4] [--waves 5]
         [--threads 1,2] [--max-docs 2000] [--model catalog:...] [--lift-limits]
 
@@ -63,6 +64,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks import contradictions
 from benchmarks.canary import canary
 from benchmarks.gate import gate
 from benchmarks.report import default_stem, table, write_report
@@ -673,6 +675,8 @@ def markdown(report: dict[str, Any]) -> str:
               row["hits_supported"], row["errors"]] for key, row in sorted(k["rows"].items())],
         )  # fmt: skip
         lines.append("")
+    if "contradictions" in report:
+        lines += contradictions.markdown(report["contradictions"])
     return "\n".join(lines)
 
 
@@ -693,6 +697,14 @@ def run(args: argparse.Namespace) -> int:
 
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
     suites = [s.strip() for s in args.suites.split(",") if s.strip()]
+    if suites == ["contradictions"]:  # the citation check alone: no model, no index
+        figures = contradictions.measure(args.scifact, args.claims)
+        command = "python -m benchmarks answers " + " ".join(sys.argv[2:])
+        title = [f"# Contradictions ({datetime.date.today().isoformat()})", "", f"`{command}`", ""]
+        lines = title + contradictions.markdown(figures)
+        write_report(args.out or default_stem("answers-contradictions"), figures, lines)
+        print(f"contradictions: {figures['forms']}", file=sys.stderr)
+        return {"contradictions": figures}
     levels = [int(c) for c in args.concurrency.split(",")]
     config = load(args, levels)
     load_start = [round(x, 1) for x in os.getloadavg()]
@@ -741,6 +753,9 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                 service, TENANT, claims(dataset, args.claims), config.answer.top_k
             )
             print(f"gate: {report['gate']}", file=sys.stderr)
+            save(report, args)
+        if "contradictions" in suites:
+            report["contradictions"] = contradictions.measure(args.scifact, args.claims)
             save(report, args)
         if "canary" in suites:
             report["canary"] = await canary(

@@ -26,10 +26,16 @@ class ServeAppError(Exception):
 
 
 class InvalidInputError(ServeAppError):
-    """The request or a document is invalid (bad field, empty query, unknown strategy)."""
+    """The request or a document is invalid (bad field, empty query, unknown strategy);
+    ``param``, where one field is at fault, goes to ``details.param``."""
 
     code = "INVALID_INPUT"
     status = 400
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        if param is not None:
+            self.details = {"param": param}
 
 
 class RequestSchemaError(InvalidInputError):
@@ -43,6 +49,13 @@ class PromptTooLongError(InvalidInputError):
 
     code = "PROMPT_TOO_LONG"
     status = 422
+
+
+class UnsupportedParameterError(InvalidInputError):
+    """A request field the service understands but cannot honour (OpenAI's ``tools``, an
+    image part); ``details.param`` names it."""
+
+    code = "UNSUPPORTED_PARAMETER"
 
 
 class InvalidHeaderError(InvalidInputError):

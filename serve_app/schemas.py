@@ -31,6 +31,8 @@ FilterValue = (
 # refused by the engine, so keys are plain identifiers.
 MetadataKey = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")]
 Metadata = dict[MetadataKey, MetadataValue]
+# The longest search query; a longer question is searched by its last QUERY_CHARS characters.
+QUERY_CHARS = 4096
 
 
 def printable_id(value: str) -> str:
@@ -232,7 +234,7 @@ class FusionSpec(_Strict):
 
 
 class SearchRequest(_Strict):
-    query: str = Field(max_length=4096)
+    query: str = Field(max_length=QUERY_CHARS)
     collection: CollectionName = DEFAULT_COLLECTION
     top_k: int = Field(default=10, ge=1, le=200)
     strategies: list[Strategy] | None = None
@@ -301,11 +303,35 @@ class DocumentInfo(_Strict):
     chunk_ids: list[str]
 
 
+# A question or an earlier turn may be long (a client may put its own context there): the
+# prompt's token budget (answer.max_question_tokens, answer.history_tokens) decides what fits;
+# these bound only what is parsed and counted.
+QUESTION_CHARS = 20_000
+HISTORY_TURNS = 64
+
+
 class ChatTurn(_Strict):
     """An earlier turn of a conversation (``AnswerRequest.messages``), oldest first."""
 
     role: Literal["user", "assistant"]
-    content: str = Field(min_length=1, max_length=20_000)
+    content: str = Field(min_length=1, max_length=QUESTION_CHARS)
+
+
+class Sampling(_Strict):
+    """How the answer's tokens are drawn, OpenAI's names and ranges (unset: the engine's and
+    ``llm.temperature``'s defaults): ``temperature`` 0 is greedy, ``stop`` ends the answer at
+    the first of up to four strings (not included), ``seed`` makes sampling repeatable on one
+    engine. ``top_k`` is the sampling cut-off (llama.cpp's and vLLM's), not a passage count."""
+
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    top_k: int | None = Field(default=None, ge=1, le=1000)
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    stop: list[Annotated[str, Field(min_length=1, max_length=256)]] | None = Field(
+        default=None, max_length=4
+    )
+    seed: Int64 | None = None
 
 
 class AnswerOptions(BaseModel):
@@ -324,6 +350,7 @@ class AnswerOptions(BaseModel):
     rerank: bool | None = None
     filters: SearchFilters | None = None
     max_tokens: int | None = Field(default=None, ge=1, le=8192)
+    sampling: Sampling | None = None
 
     @field_validator("strategies")
     @classmethod
@@ -336,9 +363,10 @@ class AnswerRequest(_Strict, AnswerOptions):
     turns (``AnswerOptions`` for the rest). ``stream``: Server-Sent Events (default) or one
     JSON answer."""
 
-    question: str = Field(max_length=4096)
+    question: str = Field(max_length=QUESTION_CHARS)
     collection: CollectionName = DEFAULT_COLLECTION
-    messages: list[ChatTurn] = Field(default_factory=list, max_length=64)
+    messages: list[ChatTurn] = Field(default_factory=list, max_length=HISTORY_TURNS)
+    instructions: str | None = Field(default=None, max_length=4096)
     stream: bool = True
 
     @field_validator("question")

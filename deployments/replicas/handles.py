@@ -6,6 +6,7 @@ this boundary; a library error raised inside a deployment keeps its type and API
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
 
@@ -385,7 +386,15 @@ class RemoteLLM:
         await call("llm", self._ping.remote())
 
     async def complete(self, messages: list[Message], params: GenerationParams) -> Completion:
-        return await call("llm", self._admitted(self._complete.remote(messages, params)))
+        response: Any = self._complete.remote(messages, params)  # a DeploymentResponse
+        try:
+            return await call("llm", self._admitted(response))
+        except asyncio.CancelledError:
+            # A caller that gave up (the understanding deadline, a client that left): Serve
+            # does not cancel the replica's call when its awaiter is cancelled, so it is told
+            # here; the replica stops generating for nobody and frees its slot or queue place.
+            response.cancel()
+            raise
 
     async def count_tokens(self, texts: list[str]) -> list[int]:
         return await call("llm", self._count_tokens.remote(texts))

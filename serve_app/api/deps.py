@@ -99,6 +99,9 @@ def scope_key(
 
 async def within(seconds: float, work: Awaitable[T]) -> T:
     try:
-        return await asyncio.wait_for(work, seconds)
+        # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation (a client
+        # that left) arriving as the work finishes.
+        async with asyncio.timeout(seconds):
+            return await work
     except TimeoutError:
         raise TimeoutExceededError(f"the request did not finish within {seconds:g}s") from None

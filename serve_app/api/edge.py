@@ -42,7 +42,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from serve_app.api.errors import error_response
-from serve_app.api.observability import REQUEST_ID, request_id_from
+from serve_app.api.observability import (
+    CLIENT_CLOSED,
+    CLIENT_CLOSED_STATUS,
+    REQUEST_ID,
+    request_id_from,
+)
 from serve_app.config import ConnectionBudget
 from serve_app.errors import InvalidHeaderError, RequestTooSlowError, ServeAppError
 
@@ -56,9 +61,6 @@ ACCESS = logging.getLogger("serve_app.access")
 MAX_LOGGED_PATH = 512
 # Load balancers' checks, every few seconds per replica: an access line only when they fail.
 HEALTH_PATHS = frozenset({"/-/healthz", "/-/routes"})
-# The access line's status and code of a request that did not finish (nginx's 499: the
-# client closed the connection before the answer).
-CLIENT_CLOSED_STATUS, CLIENT_CLOSED = 499, "CLIENT_CLOSED"
 INCOMPLETE = "INCOMPLETE"  # the answer started but did not finish
 INTERNAL = ServeAppError.code
 WEBSOCKET_REFUSED = "WEBSOCKET_REFUSED"

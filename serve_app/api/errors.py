@@ -57,13 +57,14 @@ def table() -> dict[int, list[str]]:
     return dict(sorted(out.items()))
 
 
-def reported_error(code: str, message: str) -> ServeAppError:
-    """The error an answer's ``error`` event (or body) reports: ``message`` with the status
-    of the class that answers with ``code`` (500 for a code no class has)."""
-    error = ServeAppError(message)
+def reported_error(code: str, message: str, retry_after_s: float | None = None) -> ServeAppError:
+    """The error an answer's ``error`` event (or body) reports: the class that answers with
+    ``code`` (ServeAppError, a 500, for a code no class has), so that an overload is an
+    OverloadedError whose answer carries ``Retry-After``."""
     cls = next((c for c in error_classes() if c.code == code), ServeAppError)
-    error.code, error.status = cls.code, cls.status
-    return error
+    if issubclass(cls, OverloadedError) and retry_after_s is not None:
+        return cls(message, retry_after_s)
+    return cls(message)
 
 
 def for_status(status: int) -> type[ServeAppError]:

@@ -8,7 +8,7 @@ import logging
 import re
 import time
 import uuid
-from typing import Protocol, TextIO, TypeVar
+from typing import Any, Protocol, TextIO, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
@@ -28,6 +28,10 @@ ACCESS_FIELDS = (
 """The fields a log record may carry besides its message (the access line has them all)."""
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+# Answers take seconds to minutes on a CPU.
+ANSWER_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300)
+# The outcome of a request whose client left before it was answered (HTTP 499, nginx's).
+CLIENT_CLOSED_STATUS, CLIENT_CLOSED = 499, "CLIENT_CLOSED"
 
 
 def request_id_from(header: str | None) -> str:
@@ -140,6 +144,27 @@ class Metrics:
             LATENCY_BUCKETS,
         )
         self.errors = counter("serve_app_errors", "Error responses by code", ("code",))
+        self.answers = counter(
+            "serve_app_answers",
+            "Answers by outcome (answered, irrelevant, no_results, an error code, "
+            "CLIENT_CLOSED) and mode (stream, whole)",
+            ("outcome", "mode"),
+        )
+        self.answer_checks = counter(
+            "serve_app_answer_checks",
+            "What the answers' checks found: valid and invalid citations, unsupported and "
+            "uncited sentences, relevance-gate overrules, understanding that did not parse",
+            ("kind",),
+        )
+        self.answer_latency = histogram(
+            "serve_app_answer_seconds", "Answer latency, to its end", ("mode",), ANSWER_BUCKETS
+        )
+        self.first_token = histogram(
+            "serve_app_answer_first_token_seconds",
+            "Time to an answer's first generated text",
+            ("mode",),
+            ANSWER_BUCKETS,
+        )
         self.batch_size = histogram(
             "serve_app_model_batch_size",
             "Items per model batch (reported by the model deployments)",
@@ -164,6 +189,42 @@ class Metrics:
             ("model",),
             LATENCY_BUCKETS,
         )
+
+    def observe_answer(
+        self,
+        outcome: str,
+        streamed: bool,
+        seconds: float,
+        data: dict[str, Any],
+        first_token_s: float | None = None,
+    ) -> None:
+        """One answer as its user saw it: ``outcome`` is ``answered``, an early return
+        (``irrelevant``, ``no_results``), an error code or ``CLIENT_CLOSED``; ``data`` its
+        metadata and done events' fields merged (``AnswerPipeline.collect``'s shape)."""
+        mode = "stream" if streamed else "whole"
+        self.answers.labels(outcome, mode).inc()
+        self.answer_latency.labels(mode).observe(seconds)
+        if first_token_s is not None:
+            self.first_token.labels(mode).observe(first_token_s)
+        checks = {
+            "citation_valid": len(data.get("citations") or []),
+            "citation_invalid": len(data.get("invalid_citations") or []),
+            "sentence_unsupported": len(data.get("unsupported_sentences") or []),
+            "sentence_uncited": len(data.get("uncited_sentences") or []),
+        }
+        understanding = data.get("understanding") or {}
+        checks["understanding_invalid"] = int(understanding.get("valid") is False)
+        checks["gate_overruled"] = int(
+            bool((understanding.get("relevance_check") or {}).get("overruled"))
+        )
+        for kind, count in checks.items():
+            if count:
+                self.answer_checks.labels(kind).inc(count)
+
+    def observe_streamed_error(self, code: str) -> None:
+        """An error sent inside a stream whose 200 already went out: the HTTP layer counted
+        a success, so the error is counted here."""
+        self.errors.labels(code).inc()
 
     def observe_request(self, endpoint: str, method: str, status: int, seconds: float) -> None:
         self.requests.labels(endpoint, method, str(status)).inc()

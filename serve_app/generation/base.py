@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from serve_app.registry import Registry
+from serve_app.schemas import Sampling
 
 Role = Literal["system", "user", "assistant"]
 
@@ -34,6 +35,35 @@ class GenerationParams:
     json_schema: dict[str, Any] | None = None
     stop: tuple[str, ...] = ()
     seed: int | None = None
+    # None: the engine's default.
+    top_p: float | None = None
+    top_k: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+
+    def sampling_options(self) -> dict[str, Any]:
+        """The optional sampling settings that are set, by the name both engines use."""
+        names = ("seed", "top_p", "top_k", "presence_penalty", "frequency_penalty")
+        options = {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+        return {**options, **({"stop": list(self.stop)} if self.stop else {})}
+
+
+def generation_params(
+    sampling: Sampling | None, *, max_tokens: int, temperature: float
+) -> GenerationParams:
+    """An answer's parameters: the request's ``sampling`` over the configured defaults."""
+    if sampling is None:
+        return GenerationParams(max_tokens=max_tokens, temperature=temperature)
+    return GenerationParams(
+        max_tokens=max_tokens,
+        temperature=temperature if sampling.temperature is None else sampling.temperature,
+        stop=tuple(sampling.stop or ()),
+        seed=sampling.seed,
+        top_p=sampling.top_p,
+        top_k=sampling.top_k,
+        presence_penalty=sampling.presence_penalty,
+        frequency_penalty=sampling.frequency_penalty,
+    )
 
 
 @dataclass

@@ -4,11 +4,15 @@ prompt held) with the answer span it supports and a support score; every other b
 number is reported as invalid, and sentences without a valid citation, or whose citations all
 lack support, are flagged.
 
-Support (``support_score``): the share of the span's content words (lower-cased, stop words
-left out, a plural ``s`` and ``ed``/``ing`` endings stripped) that occur in the passage text.
-A citation is ``supported`` at ``SUPPORTED`` (0.5) or more: at least half of what the
-sentence says in content words is in the passage it names. Lexical and deterministic: a
-paraphrase scores low, a sentence that copies the passage's words scores high."""
+Support (``support_score``, the citation's ``support``) is word overlap, not entailment: the
+share of the span's content words (lower-cased, stop words left out, a plural ``s`` and
+``ed``/``ing`` endings stripped, citation marks not counted) that occur in the passage text.
+A citation is ``supported`` when that share is ``SUPPORTED`` (0.5) or more and the span does
+not contradict the passage (``stance.contradiction``: a negation, a number or a direction
+flipped against the passage's clause it aligns with; the reason in ``contradiction``).
+Lexical and deterministic: a paraphrase scores low, a sentence that copies the passage's
+words scores high, and a copy with its stance flipped is caught only when the flip is written
+with the words ``stance`` knows."""
 
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from typing import Any
 
 from serve_app.generation.prompts import Passage
 from serve_app.generation.sentences import CITATION, sentences
+from serve_app.generation.stance import contradiction
 
 SUPPORTED = 0.5
 MAX_RANGE = 50
@@ -119,19 +124,33 @@ def _claim_end(sentence: str) -> int:
         end = len(trimmed)
 
 
+def claim_text(span: str) -> str:
+    """A span's own words: every mark (a citation, a document's reference) left out."""
+    return MARK.sub(" ", span)
+
+
 def check_citations(answer: str, passages: list[Passage]) -> CitationReport:
-    """Every citation of ``answer`` with its passage and answer span (``start``/``end``, the
-    sentence's words without its marks), or in ``invalid`` with the reason; each sentence of
-    at least three words that cites no valid passage is flagged as uncited, each whose valid
-    citations all lack support as unsupported."""
+    """Every citation of ``answer`` with its passage and answer span (``start``/``end``: the
+    clause it closes, from the sentence's start or the previous citation mark to this one, the
+    marks' own text left out of what is compared), or in ``invalid`` with the reason; each
+    sentence of at least three words that cites no valid passage is flagged as uncited, each
+    whose valid citations all lack support (or contradict their passage) as unsupported."""
     by_number = {p.number: p for p in passages}
     report = CitationReport()
     for index, (start, end) in enumerate(sentences(answer)):
         sentence = answer[start:end]
         claim_end = start + _claim_end(sentence)
-        claim = answer[start:claim_end]
         cited: list[dict[str, Any]] = []
+        clause_start, clause = start, (start, claim_end)
         for mark in MARK.finditer(sentence):
+            if mark.group("citation") is not None:
+                # The clause this citation closes; marks in a row ("[1][2]") share one.
+                until = min(start + mark.start(), claim_end)
+                text = answer[clause_start:until]
+                if content_words(claim_text(text)):
+                    left = len(text) - len(text.lstrip(" ,;:"))
+                    clause = (clause_start + left, clause_start + len(text.rstrip(" ,;:")))
+                clause_start = start + mark.end()
             where = {"sentence": index, "at": start + mark.start(), "mark": mark.group()}
             if mark.group("citation") is None:
                 numbers = [int(n) for n in _NUMBER.findall(mark.group())]
@@ -153,14 +172,16 @@ def check_citations(answer: str, passages: list[Passage]) -> CitationReport:
                         {**where, "number": number, "reason": "no passage has this number"}
                     )
                     continue
+                claim = claim_text(answer[clause[0] : clause[1]])
                 support = support_score(claim, passage.text)
+                contradicts = contradiction(claim, passage.text)
                 chunk = passage.chunk
                 cited.append(
                     {
                         **where,
                         "number": number,
-                        "start": start,
-                        "end": claim_end,
+                        "start": clause[0],
+                        "end": clause[1],
                         "doc_id": chunk.doc_id,
                         "chunk_id": chunk.id,
                         "title": chunk.title,
@@ -169,7 +190,8 @@ def check_citations(answer: str, passages: list[Passage]) -> CitationReport:
                         "char_end": passage.char_end,
                         "text": passage.text,
                         "support": support,
-                        "supported": support >= SUPPORTED,
+                        "contradiction": contradicts,
+                        "supported": support >= SUPPORTED and contradicts is None,
                     }
                 )
         report.citations.extend(cited)

@@ -46,10 +46,7 @@ def request_body(messages: list[Message], params: GenerationParams, stream: bool
         "temperature": params.temperature,
         "stream": stream,
     }
-    if params.seed is not None:
-        body["seed"] = params.seed
-    if params.stop:
-        body["stop"] = list(params.stop)
+    body.update(params.sampling_options())
     if stream:
         # A chunk after each prompt batch: the stream's callback can stop a generation while
         # llama.cpp still reads its prompt (llm.prompt_batch_tokens bounds how long that takes).

@@ -41,11 +41,10 @@ def sampling_params(params: GenerationParams, seed: int) -> Any:
     kwargs: dict[str, Any] = {
         "max_tokens": params.max_tokens,
         "temperature": params.temperature,
+        **params.sampling_options(),
         "seed": params.seed if params.seed is not None else seed,
         "output_kind": RequestOutputKind.DELTA,
     }
-    if params.stop:
-        kwargs["stop"] = list(params.stop)
     if params.json_schema is not None:
         try:
             from vllm.sampling_params import StructuredOutputsParams

@@ -39,11 +39,18 @@ from serve_app.errors import (
     collection_not_found,
 )
 from serve_app.fusion.queries import aggregate_sub_queries, distinct_queries
-from serve_app.generation.base import LLM, GenerationParams, Message, TokenStream
+from serve_app.generation.base import (
+    LLM,
+    GenerationParams,
+    Message,
+    TokenStream,
+    generation_params,
+)
 from serve_app.generation.citations import CitationReport, check_citations
 from serve_app.generation.prompts import (
     Passage,
     answer_messages,
+    client_instructions,
     history_content,
     history_within,
     passages_sentences,
@@ -67,6 +74,7 @@ from serve_app.pipelines.answer_events import (
 from serve_app.pipelines.search import SearchPipeline
 from serve_app.schemas import (
     DEFAULT_COLLECTION,
+    QUERY_CHARS,
     AnswerRequest,
     ScoredChunk,
     SearchFilters,
@@ -224,10 +232,16 @@ class AnswerPipeline:
                 settings.understanding, reformulations, collections, with_filters
             ),
         )
+        # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation that
+        # arrives as the call finishes, and the answer would go on for a client that left.
         try:
-            completion = await asyncio.wait_for(self.llm.complete(messages, params), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                completion = await self.llm.complete(messages, params)
         except OverloadedError:
-            raise
+            # Understanding is optional: a busy LLM costs it, not the answer (the generation
+            # asks for its own slot, and is refused before any byte if there is none).
+            log.warning("query understanding refused (overloaded); searching the question")
+            return Understanding.fallback(request.question, "understanding: OVERLOADED"), None
         except TimeoutError:
             log.warning("query understanding timed out; searching the question as asked")
             return Understanding.fallback(request.question, "understanding: timed out"), None
@@ -327,11 +341,14 @@ class AnswerPipeline:
         assert self.llm is not None
         settings = self.config.answer
         contents = list(dict.fromkeys(history_content(t) for t in request.messages))
-        question_tokens, *counts = await self.llm.count_tokens([request.question, *contents])
+        # The client's instructions count as part of the question (answer.max_question_tokens).
+        asked = request.question + client_instructions(request.instructions)
+        question_tokens, *counts = await self.llm.count_tokens([asked, *contents])
         if question_tokens > settings.max_question_tokens:
             raise PromptTooLongError(
-                f"the question has {question_tokens} tokens; the limit is "
-                f"{settings.max_question_tokens} (answer.max_question_tokens)"
+                f"the question{' and instructions' if request.instructions else ''} have "
+                f"{question_tokens} tokens; the limit is {settings.max_question_tokens} "
+                "(answer.max_question_tokens)"
             )
         tokens = dict(zip(contents, counts, strict=True))
         kept = history_within(request.messages, settings.history_tokens, tokens.__getitem__)
@@ -401,7 +418,8 @@ class AnswerPipeline:
         """What can refuse an answer before any byte or generation: no LLM (503), a
         collection the tenant lacks (404), a prompt that cannot fit the model's context
         (422, ``_check_allowance``), a replica in this process whose slots and queue are full
-        (429; through Ray Serve the replica's refusal comes as an error event). A named
+        (429; through Ray Serve the replica's refusal is the stream's first event, which the
+        doors answer with its status too). A named
         collection is one registry lookup."""
         if self.llm is None:
             raise ServiceUnavailableError(
@@ -462,7 +480,9 @@ class AnswerPipeline:
         # references need the earlier turns. On SciFact the rewrite of a standalone question
         # lost 0.08-0.10 nDCG@10 against the question itself (docs/answers.md).
         rewrite = bool(used and understand and history)
-        query = used.semantic_query if used and rewrite else request.question
+        # A question longer than a search query (context a client put before it) is
+        # searched by its end, where the question is.
+        query = used.semantic_query if used and rewrite else request.question[-QUERY_CHARS:]
         sub_queries = (
             distinct_queries([query, *used.queries], 1 + reformulations)
             if multi and used
@@ -545,17 +565,16 @@ class AnswerPipeline:
         begun = time.perf_counter()
         # One deadline for the first token, the wait for a slot included: it runs from here.
         prepared.first_token_by = begun + settings.deadlines.first_token_s
-        messages = answer_messages(request.question, passages, history)
-        params = GenerationParams(
+        messages = answer_messages(request.question, passages, history, request.instructions)
+        params = generation_params(
+            request.sampling,
             max_tokens=min(request.max_tokens or settings.max_tokens, settings.max_tokens_limit),
             temperature=self.config.llm.temperature,
         )
         metadata.prompt_tokens = await self._check_budget(messages, params.max_tokens, top_k)
         try:
-            prepared.stream = await asyncio.wait_for(
-                self.llm.open_stream(messages, params),
-                prepared.remaining_s(prepared.first_token_by),
-            )
+            async with asyncio.timeout(prepared.remaining_s(prepared.first_token_by)):
+                prepared.stream = await self.llm.open_stream(messages, params)
         except OverloadedError:
             raise
         except TimeoutError:
@@ -628,7 +647,8 @@ class AnswerPipeline:
             while True:
                 until = prepared.deadline if parts else prepared.first_token_by
                 try:
-                    delta = await asyncio.wait_for(anext(tokens), prepared.remaining_s(until))
+                    async with asyncio.timeout(prepared.remaining_s(until)):
+                        delta = await anext(tokens)
                 except StopAsyncIteration:
                     break
                 if not parts:

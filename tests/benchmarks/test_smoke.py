@@ -150,7 +150,7 @@ def test_answers_suite(tmp_path, scifact_small):
     run("answers", "--config", str(path), "--scifact", str(scifact_small), "--max-docs", "40",
         "--data-dir", str(tmp_path / "index"), "--concurrency", "1,2", "--latency-tokens", "8",
         "--queries", "2", "--depth", "20", "--claims", "2", "--answer-tokens", "32",
-        "--split", "train", "--suites", "latency,multi_query,citations,gate,canary",
+        "--split", "train", "--suites", "latency,multi_query,citations,gate,canary,contradictions",
         "--canary-docs", "2", "--waves", "1",
         "--out", str(out), timeout=900)  # fmt: skip
     measured = report(out)
@@ -183,3 +183,6 @@ def test_answers_suite(tmp_path, scifact_small):
     assert set(rows) == {"plain:defended", "plain:undefended", "control:defended",
                          "control:undefended", "control:zero_width"}  # fmt: skip
     assert all(row["answers"] == 1 and 0 <= row["canary_rate"] <= 1 for row in rows.values())
+    forms = measured["contradictions"]["forms"]
+    assert forms["true"]["n"] == 2 and forms["true"]["overlap"] == 2
+    assert "## Contradictions" in out.with_suffix(".md").read_text()

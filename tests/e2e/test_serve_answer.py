@@ -110,3 +110,72 @@ async def test_a_client_hanging_up_stops_the_generation_in_the_llm_replica(
     assert stopped["tokens_generated"] - before["tokens_generated"] < 200  # of the 500
     await asyncio.sleep(1.5)
     assert (await llm.stats.remote())["tokens_generated"] == stopped["tokens_generated"]
+
+
+def test_openai_and_langchain_clients_through_serve(serve_url, indexed):
+    """The shipped topology (the LLM in its own replica behind Serve's handles): what the
+    openai SDK and LangChain's ChatOpenAI send is answered, sampling crosses the handle
+    (temperature 0 repeats itself, ``stop`` cuts), and ``tools`` is refused by name."""
+    import openai
+    from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+    from langchain_openai import ChatOpenAI
+
+    base = f"{serve_url}/v1/collections/sleep"
+    client = openai.OpenAI(base_url=base, api_key="key-a", max_retries=0, timeout=300)
+    assert [m.id for m in client.models.list().data] == ["sleep"]
+    history = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"Earlier turn {i}."}
+        for i in range(69)
+    ]
+    ask = {"model": "sleep", "max_tokens": 16, "temperature": 0, "extra_body": {"serve_app": {"understand": False}}}  # fmt: skip
+    question = [{"role": "user", "content": [{"type": "text", "text": "Do naps help memory?"}]}]
+    first = client.chat.completions.create(messages=[*history, *question], **ask)
+    again = client.chat.completions.create(messages=[*history, *question], **ask)
+    text = first.choices[0].message.content
+    assert text and again.choices[0].message.content == text
+    stop = next(w for w in text.split()[2:] if text.index(w) > 0)
+    cut = client.chat.completions.create(messages=question, stop=[stop], **ask)
+    assert stop not in cut.choices[0].message.content
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(
+            messages=question, tools=[{"type": "function", "function": {"name": "f"}}], **ask
+        )
+    assert refused.value.param == "tools"
+
+    chat = ChatOpenAI(base_url=base, api_key="key-a", model="sleep", max_tokens=16,
+                      temperature=0, max_retries=0, stream_usage=True,
+                      extra_body={"serve_app": {"understand": False}})  # fmt: skip
+    agent = [
+        SystemMessage("Be brief."),
+        HumanMessage("Look it up."),
+        AIMessage("", tool_calls=[{"name": "lookup", "args": {}, "id": "c1"}]),
+        ToolMessage("no result", tool_call_id="c1"),
+        HumanMessage("Do naps help memory?"),
+    ]
+    chunks = list(chat.stream(agent))
+    streamed = sum(chunks[1:], chunks[0])
+    assert streamed.content and streamed.usage_metadata["output_tokens"] > 0
+
+
+def test_an_overloaded_llm_replica_is_a_429_before_any_byte(serve_url, indexed):
+    """More answers at once than the LLM replica has slots and queue for (2 + 4): the excess
+    is refused with HTTP 429 and Retry-After, so clients back off, never a 200 whose stream
+    carries OVERLOADED (main answered every one 200 through Serve)."""
+
+    async def burst() -> list[httpx.Response]:
+        body = {"question": "Do naps help memory?", "max_tokens": 48, "understand": False}
+        async with httpx.AsyncClient(base_url=serve_url, timeout=300) as client:
+            return await asyncio.gather(
+                *(client.post("/v1/collections/sleep/answer", json=body, headers=A)
+                  for _ in range(12))
+            )  # fmt: skip
+
+    responses = asyncio.run(burst())
+    refused = [r for r in responses if r.status_code == 429]
+    answered = [r for r in responses if r.status_code == 200]
+    assert refused and answered and len(refused) + len(answered) == len(responses)
+    assert all(r.headers.get("retry-after") and r.json()["error"]["code"] == "OVERLOADED"
+               for r in refused)  # fmt: skip
+    for response in answered:
+        kinds = [kind for kind, _ in events_of(response.text)]
+        assert kinds[-1] == "done", kinds

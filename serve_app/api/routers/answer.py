@@ -18,10 +18,17 @@ from starlette.types import Receive, Scope, Send
 from serve_app.api import deps
 from serve_app.api.auth import Principal
 from serve_app.api.errors import error_response, reported_error
-from serve_app.api.observability import Metrics
+from serve_app.api.observability import CLIENT_CLOSED, Metrics, Stopwatch
 from serve_app.config import AppConfig
 from serve_app.pipelines.answer import CheckedAnswer
-from serve_app.pipelines.answer_events import AnswerDone, AnswerEvent, Heartbeat
+from serve_app.pipelines.answer_events import (
+    AnswerDelta,
+    AnswerDone,
+    AnswerError,
+    AnswerEvent,
+    AnswerMetadata,
+    Heartbeat,
+)
 from serve_app.schemas import AnswerRequest
 from serve_app.service import RetrievalService
 
@@ -149,27 +156,63 @@ async def run_answer(
         seconds, service.check_answer(request, who.scope(request.collection))
     )
     if not request.stream:
+        watch = Stopwatch()
         answer = await deps.within(seconds, service.answer(checked, seconds))
-        metrics.observe_stages("answer", answer.get("timings_ms", {}))
+        observe_whole_answer(answer, watch.seconds(), metrics)
         if answer["error"] is not None:
             return failed_answer(answer)
         return JSONResponse(answer)
 
-    return event_stream(observed_answer(service, checked, seconds, metrics), service.config, encode)
+    observed = observed_answer(service, checked, seconds, metrics)
+    events = await held(observed, service.config, metrics)
+    if isinstance(events, AnswerError):
+        return error_response(reported_error(events.code, events.message, events.retry_after_s))
+    return event_stream(events, service.config, encode)
+
+
+async def held(
+    events: AsyncIterator[AnswerEvent], config: AppConfig, metrics: Metrics
+) -> AnswerError | AsyncIterator[AnswerEvent | Heartbeat]:
+    """The answer's events with heartbeats, or its refusal: the response's headers wait for
+    the first event up to ``answer.heartbeat_s`` (what proxies are sized to wait for a byte),
+    so a refusal decided before any result (an LLM replica's overload through Serve, the
+    exact prompt budget, a retrieval timeout: a first ``error`` event) is answered with its
+    own status (429 with Retry-After, 422, 504) and clients' retry logic runs."""
+    beating = with_heartbeats(events, config.answer.heartbeat_s)
+    try:
+        first = await anext(beating, None)
+    except BaseException:  # cancelled (the client left): the answer stops here
+        await beating.aclose()  # type: ignore[attr-defined]
+        raise
+    if isinstance(first, AnswerError):
+        await beating.aclose()  # type: ignore[attr-defined]
+        return first
+
+    async def resumed() -> AsyncIterator[AnswerEvent | Heartbeat]:
+        try:
+            if first is not None:
+                yield first
+            async for event in beating:
+                if isinstance(event, AnswerError):  # after the 200: the HTTP layer saw none
+                    metrics.observe_streamed_error(event.code)
+                yield event
+        finally:
+            await beating.aclose()  # type: ignore[attr-defined]
+
+    return resumed()
 
 
 def event_stream(
-    events: AsyncIterator[T],
+    events: AsyncIterator[T | Heartbeat],
     config: AppConfig,
     encoder: Callable[[T, int], bytes],
     retry: bool = True,
     end: bytes = b"",
 ) -> EventStreamResponse[T]:
-    """An answer's SSE response (both doors): ``events`` with a heartbeat every
-    ``answer.heartbeat_s`` of silence, a ``retry:`` hint of ``llm.retry_after_s`` unless
-    ``retry`` is false, ``end`` after the last event."""
+    """An answer's SSE response (both doors) of ``held`` events: a ``retry:`` hint of
+    ``llm.retry_after_s`` unless ``retry`` is false, ``end`` after the last event."""
     return EventStreamResponse(
-        with_heartbeats(events, config.answer.heartbeat_s),
+        events,
         encoder,
         retry_ms=round(config.llm.retry_after_s * 1000) if retry else None,
         end=end,
@@ -180,7 +223,8 @@ def failed_answer(answer: dict[str, Any]) -> Response:
     """A JSON answer whose generation failed: the error's own status and envelope (with the
     request id), the results and whatever else was found beside it."""
     error = answer["error"]
-    response = error_response(reported_error(error["code"], error["message"]))
+    failed = reported_error(error["code"], error["message"], error.get("retry_after_s"))
+    response = error_response(failed)
     body = json.loads(bytes(response.body))
     body["error"].update({k: v for k, v in error.items() if k not in body["error"]})
     headers = {}
@@ -220,14 +264,37 @@ def add_answer_routes(router: APIRouter, collection: Callable[..., Any]) -> None
 
 
 async def observed_answer(
-    service: RetrievalService, checked: CheckedAnswer, seconds: float, metrics: Metrics
+    service: RetrievalService,
+    checked: CheckedAnswer,
+    seconds: float,
+    metrics: Metrics,
 ) -> AsyncIterator[AnswerEvent]:
-    """The answer's events (both doors), its stage timings recorded when it is done."""
+    """The answer's events (both doors), its stage timings and outcome recorded when it is
+    done."""
     events = service.answer_stream(checked, seconds)
+    watch = Stopwatch()
+    outcome, data, first_token_s = CLIENT_CLOSED, {}, None
     try:
         async for event in events:
-            if isinstance(event, AnswerDone):
+            if isinstance(event, AnswerMetadata):
+                data.update(event.data())
+            elif isinstance(event, AnswerDelta) and first_token_s is None:
+                first_token_s = watch.seconds()
+            elif isinstance(event, AnswerDone):
                 metrics.observe_stages("answer", event.timings_ms)
+                data.update(event.data())
+                outcome = event.early_return or "answered"
+            elif isinstance(event, AnswerError):
+                outcome = event.code
             yield event
     finally:
         await events.aclose()
+        metrics.observe_answer(outcome, True, watch.seconds(), data, first_token_s)
+
+
+def observe_whole_answer(answer: dict, seconds: float, metrics: Metrics) -> None:
+    """A non-streamed answer's stage timings and outcome (``service.answer``'s object)."""
+    metrics.observe_stages("answer", answer.get("timings_ms", {}))
+    error = answer.get("error")
+    outcome = error["code"] if error else answer.get("early_return") or "answered"
+    metrics.observe_answer(outcome, False, seconds, answer)

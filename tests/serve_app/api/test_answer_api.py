@@ -400,6 +400,15 @@ async def test_an_llm_outage_still_returns_the_results_with_an_error_event(app_c
                 )
             ).json()
             assert body["results"] and body["error"]["code"] == "SERVICE_UNAVAILABLE"
+            # Operators see each failure, the streamed ones (a 200 on the wire) included.
+            metrics = (await http.get("/metrics")).text
+        streamed = 'serve_app_answers_total{mode="stream",outcome="SERVICE_UNAVAILABLE"} 2.0'
+        whole = 'serve_app_answers_total{mode="whole",outcome="SERVICE_UNAVAILABLE"} 1.0'
+        assert streamed in metrics and whole in metrics
+        errors = [
+            line for line in metrics.splitlines() if line.startswith("serve_app_errors_total")
+        ]
+        assert 'serve_app_errors_total{code="SERVICE_UNAVAILABLE"} 3.0' in errors, errors
     finally:
         await service.components.close()
 

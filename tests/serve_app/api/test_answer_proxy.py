@@ -107,7 +107,7 @@ async def test_an_openai_stream_slower_than_the_proxys_idle_timeout_completes_th
         base_url=f"{proxied}/v1", api_key="unused", max_retries=0, timeout=30
     )
     stream = await client.chat.completions.create(
-        model="any",
+        model="default",
         messages=[{"role": "user", "content": "Does sleep help memory?"}],
         stream=True,
         max_tokens=8,

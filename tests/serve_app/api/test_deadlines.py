@@ -40,10 +40,14 @@ CASES: dict[tuple[str, str], dict] = {
     ("POST", "/v1/answer"): {"url": "/v1/answer", "json": {"question": "q"}},
     ("POST", "/v1/collections/{name}/answer"): {"url": "/v1/collections/c1/answer", "json": {"question": "q", "stream": False}},
     ("POST", "/v1/chat/completions"): {"url": "/v1/chat/completions", "json": CHAT},
-    ("POST", "/v1/collections/{name}/chat/completions"): {"url": "/v1/collections/c1/chat/completions", "json": {**CHAT, "stream": True}},
+    ("POST", "/v1/collections/{name}/chat/completions"): {"url": "/v1/collections/c1/chat/completions", "json": {**CHAT, "model": "c1", "stream": True}},
+    ("GET", "/v1/models"): {"url": "/v1/models"},
+    ("GET", "/v1/models/{model}"): {"url": "/v1/models/m"},
+    ("GET", "/v1/collections/{name}/models"): {"url": "/v1/collections/c1/models"},
+    ("GET", "/v1/collections/{name}/models/{model}"): {"url": "/v1/collections/c1/models/c1"},
 }  # fmt: skip
 # No I/O: nothing to wait for.
-UNTIMED = {("GET", "/healthz"), ("GET", "/metrics"), ("GET", "/v1/models"), ("GET", "/v1/collections/{name}/models")}  # fmt: skip
+UNTIMED = {("GET", "/healthz"), ("GET", "/metrics")}
 
 
 class Hanging:

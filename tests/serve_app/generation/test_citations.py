@@ -1,7 +1,7 @@
 """Citations mapped to chunks and checked; sentences without one flagged; prompts that keep
 documents inside their delimiters and the conversation within its budget."""
 
-from serve_app.generation.citations import check_citations, sentences
+from serve_app.generation.citations import SUPPORTED, check_citations, sentences
 from serve_app.generation.prompts import Passage, answer_messages, defuse, history_within
 from serve_app.schemas import ChatTurn, Chunk
 
@@ -187,3 +187,53 @@ def test_a_trimmed_passage_cites_exactly_what_the_prompt_held():
     assert (cited["char_start"], cited["char_end"]) == (passage.char_start, passage.char_end)
     whole = Passage.fit(1, long, max_tokens=100, count=words)
     assert whole.text == text and not whole.trimmed
+
+
+def passage_of(text: str) -> list[Passage]:
+    body = Chunk(id="p", doc_id="p", text=text, order=0, char_start=0, char_end=len(text))
+    return [Passage(1, body)]
+
+
+def test_a_citation_that_contradicts_its_passage_is_not_supported():
+    """Word overlap alone scored each of these 0.75-1.0, so each counted as supported."""
+    passage = passage_of(
+        "Aspirin reduces stroke risk in adults. In the trial, 25% of patients improved."
+    )
+    for claim, kind in [
+        ("Aspirin does not reduce stroke risk [1].", "negation"),
+        ("Aspirin increases stroke risk in adults [1].", "direction"),
+        ("In the trial, 75% of patients improved [1].", "number"),
+    ]:
+        (citation,) = check_citations(claim, passage).citations
+        assert citation["support"] >= SUPPORTED, claim
+        assert citation["contradiction"].startswith(kind) and not citation["supported"], claim
+    for claim in ("Aspirin reduces stroke risk [1].", "25% of patients improved [1]."):
+        (citation,) = check_citations(claim, passage).citations
+        assert citation["supported"] and citation["contradiction"] is None, claim
+
+
+def test_each_citation_covers_its_own_clause_and_marks_are_not_claimed_words():
+    passage = passage_of("Coral reefs bleached after marine heatwaves in 2016.")
+    answer = "Reefs bleached after heatwaves [1], while yeast grew in culture [1]."
+    first, second = check_citations(answer, passage).citations
+    assert answer[first["start"] : first["end"]] == "Reefs bleached after heatwaves"
+    assert answer[second["start"] : second["end"]] == "while yeast grew in culture"
+    assert first["supported"] and not second["supported"]
+    # A mark inside the span is not a claimed word: "[1]"'s digit is not in the passage.
+    (only,) = check_citations("Reefs [1] bleached after heatwaves [1].", passage).citations[1:]
+    assert only["support"] == 1.0
+
+
+def test_a_passage_fits_its_allowance_as_the_prompt_shows_it():
+    """A document's reference marks are rewritten in the prompt ("[3]" -> "(ref 3)"), which
+    takes more tokens: the allowance holds for the rewritten text (main counted the raw one,
+    so a passage of marks overran it)."""
+    text = " ".join(f"Finding {i} was replicated [{i}]." for i in range(1, 21))
+    body = Chunk(id="m", doc_id="m", text=text, order=0, char_start=0, char_end=len(text))
+
+    def words(piece: str) -> int:
+        return len(piece.split())
+
+    limit = words(text) + 5  # the raw text fits, its rewritten form does not
+    passage = Passage.fit(1, body, max_tokens=limit, count=words)
+    assert passage.trimmed and words(passage.text) <= limit
