@@ -8,6 +8,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Literal, TypeVar
 
 from fastapi import Depends, Header, Path, Request
+from starlette.requests import ClientDisconnect
+from starlette.types import Receive
 
 from serve_app.api.auth import Principal
 from serve_app.api.observability import Metrics
@@ -95,6 +97,31 @@ def scope_key(
         return await within(seconds, service.existing(who.scope(name or DEFAULT_COLLECTION)))
 
     return resolve
+
+
+async def client_left(receive: Receive) -> None:
+    """Returns when the client hangs up (once the body is read, ``receive`` has nothing
+    else to say)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def unless_client_leaves(receive: Receive, work: Awaitable[T]) -> T:
+    """``work``, cancelled when its client hangs up first: ``ClientDisconnect`` then (the
+    envelope's 499). Before a response's first byte nothing else notices a hang-up: uvicorn
+    and Serve's proxy tell the app only through ``receive``, which nobody reads while an
+    answer is prepared, so the generation would run on for nobody."""
+    working = asyncio.ensure_future(work)
+    watching = asyncio.ensure_future(client_left(receive))
+    try:
+        await asyncio.wait({working, watching}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watching.cancel()
+        working.cancel()  # a no-op once it is done
+        await asyncio.gather(working, watching, return_exceptions=True)
+    if working.cancelled():
+        raise ClientDisconnect()
+    return working.result()
 
 
 async def within(seconds: float, work: Awaitable[T]) -> T:

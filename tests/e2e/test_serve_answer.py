@@ -112,6 +112,81 @@ async def test_a_client_hanging_up_stops_the_generation_in_the_llm_replica(
     assert (await llm.stats.remote())["tokens_generated"] == stopped["tokens_generated"]
 
 
+@pytest.mark.asyncio(loop_scope="session")
+async def test_a_completion_past_its_deadline_is_cancelled_in_the_llm_replica(
+    serve_url, serve_config, indexed
+):
+    """Understanding's call (``RemoteLLM.complete``, the adapter the ingress uses) given up
+    by its ``asyncio.timeout`` while the replica generates: the replica's generation stops
+    and its slot is free within a second (main let it run its 400 tokens for nobody)."""
+    from ray import serve
+
+    from deployments.replicas.handles import RemoteLLM
+    from serve_app.generation import GenerationParams, Message
+
+    llm = serve.get_deployment_handle("llm", service_config(serve_config).serve.app_name)
+    remote = RemoteLLM(llm, await llm.info.remote(), retry_after_s=1)
+    before = await llm.stats.remote()
+    call = [Message("user", "Write a very long story about sleep.")]
+    params = GenerationParams(max_tokens=400, temperature=1.0, seed=1)
+
+    async def understand() -> None:
+        async with asyncio.timeout(None) as deadline:
+            watching = asyncio.create_task(expire_when_generating(deadline))
+            try:
+                await remote.complete(call, params)
+            finally:
+                watching.cancel()
+
+    async def expire_when_generating(deadline: asyncio.Timeout) -> None:
+        while (await llm.stats.remote())["tokens_generated"] <= before["tokens_generated"]:
+            await asyncio.sleep(0.05)
+        deadline.reschedule(asyncio.get_running_loop().time())  # the deadline passes now
+
+    with pytest.raises(TimeoutError):
+        await understand()
+    given_up = time.time()
+    while (await llm.stats.remote())["active"] and time.time() < given_up + 1:
+        await asyncio.sleep(0.05)
+    stopped = await llm.stats.remote()
+    assert stopped["active"] == 0, stopped
+    assert stopped["streams_stopped"] == before["streams_stopped"] + 1, (before, stopped)
+    assert stopped["tokens_generated"] - before["tokens_generated"] < 300
+    await asyncio.sleep(1)
+    assert (await llm.stats.remote())["tokens_generated"] == stopped["tokens_generated"]
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_a_client_hanging_up_before_the_first_byte_stops_the_llm(
+    serve_url, serve_config, indexed
+):
+    """A client that leaves while its answer is still before its first byte (understanding,
+    retrieval, the prompt's reading: the headers are held until the first event): nothing
+    generates on for it."""
+    from ray import serve
+
+    llm = serve.get_deployment_handle("llm", service_config(serve_config).serve.app_name)
+    before = await llm.stats.remote()
+    body = {"question": "Tell me all about sleep. " * 60, "max_tokens": 400, "understand": False}
+    async with httpx.AsyncClient(base_url=serve_url, timeout=120) as client:
+        asked = asyncio.create_task(
+            client.post("/v1/collections/sleep/answer", json=body, headers=A)
+        )
+        deadline = time.time() + 30
+        while not (await llm.stats.remote())["active"] and time.time() < deadline:
+            await asyncio.sleep(0.02)
+        asked.cancel()  # the connection closes: the proxy tells the ingress
+        await asyncio.gather(asked, return_exceptions=True)
+    left = time.time()
+    while (await llm.stats.remote())["active"] and time.time() < left + 2:
+        await asyncio.sleep(0.05)
+    stopped = await llm.stats.remote()
+    assert stopped["active"] == 0, stopped
+    assert stopped["tokens_generated"] - before["tokens_generated"] < 300, (before, stopped)
+    await asyncio.sleep(1)
+    assert (await llm.stats.remote())["tokens_generated"] == stopped["tokens_generated"]
+
+
 def test_openai_and_langchain_clients_through_serve(serve_url, indexed):
     """The shipped topology (the LLM in its own replica behind Serve's handles): what the
     openai SDK and LangChain's ChatOpenAI send is answered, sampling crosses the handle
@@ -155,6 +230,87 @@ def test_openai_and_langchain_clients_through_serve(serve_url, indexed):
     chunks = list(chat.stream(agent))
     streamed = sum(chunks[1:], chunks[0])
     assert streamed.content and streamed.usage_metadata["output_tokens"] > 0
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_llamaindex_and_the_sdks_own_errors_through_serve(serve_url, serve_config, indexed):
+    """LlamaIndex's OpenAILike answers and streams through Serve; a 10,000-character user
+    message over the question budget is the SDK's ``BadRequestError`` with
+    ``context_length_exceeded``, streamed or not; and an LLM replica with every slot and
+    queue place taken is the SDK's ``RateLimitError``, which its own retry (Retry-After)
+    rides out once the slots free: the 429 is decided before the first byte."""
+    import openai
+    from llama_index.core.llms import ChatMessage
+    from llama_index.llms.openai_like import OpenAILike
+    from ray import serve
+
+    base = f"{serve_url}/v1/collections/sleep"
+    ours = {"serve_app": {"understand": False}}
+    llama = OpenAILike(model="sleep", api_base=base, api_key="key-a", is_chat_model=True,
+                       max_tokens=12, temperature=0, max_retries=0, timeout=300,
+                       additional_kwargs={"extra_body": ours})  # fmt: skip
+    question = [ChatMessage(role="user", content="Do naps help memory?")]
+    reply = await llama.achat(question)
+    streamed = [chunk.delta async for chunk in await llama.astream_chat(question)]
+    assert reply.message.content and "".join(d or "" for d in streamed) == reply.message.content
+
+    attempts: list[int] = []
+
+    async def counted(response: httpx.Response) -> None:
+        attempts.append(response.status_code)
+
+    http = httpx.AsyncClient(timeout=300, event_hooks={"response": [counted]})
+
+    def sdk(retries: int) -> openai.AsyncOpenAI:
+        return openai.AsyncOpenAI(
+            base_url=base, api_key="key-a", max_retries=retries, http_client=http
+        )
+
+    ask = {"model": "sleep", "max_tokens": 8, "extra_body": ours,
+           "messages": [{"role": "user", "content": "Do naps help memory?"}]}  # fmt: skip
+    long = [{"role": "user", "content": ("context " * 1250)[:9_990] + "Do naps help memory?"}]
+    for stream in (False, True):
+        with pytest.raises(openai.BadRequestError) as over:
+            await sdk(0).chat.completions.create(**{**ask, "messages": long}, stream=stream)
+        assert over.value.code == "context_length_exceeded" and over.value.param == "messages"
+
+    llm = serve.get_deployment_handle("llm", service_config(serve_config).serve.app_name)
+    hold = {"question": "Tell me all about sleep.", "max_tokens": 400, "understand": False}
+    holders = [
+        asyncio.create_task(
+            http.post(f"{serve_url}/v1/collections/sleep/answer", json=hold, headers=A)
+        )
+        for _ in range(6)  # llm.parallel 2 + llm.max_queued 4
+    ]
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            stats = await llm.stats.remote()
+            if stats["active"] + stats["waiting"] >= 6:
+                break
+            await asyncio.sleep(0.1)
+        for stream in (False, True):
+            with pytest.raises(openai.RateLimitError) as refused:
+                await sdk(0).chat.completions.create(**ask, stream=stream)
+            assert refused.value.code == "OVERLOADED"
+            assert float(refused.value.response.headers["retry-after"]) > 0
+
+        async def release() -> None:
+            await asyncio.sleep(0.5)
+            for holder in holders:
+                holder.cancel()  # hanging up stops their generations (test above)
+
+        attempts.clear()
+        freed = asyncio.create_task(release())
+        done = await sdk(3).chat.completions.create(**ask)
+        await freed
+        assert done.choices[0].message.content
+        assert attempts[0] == 429 and attempts[-1] == 200, attempts
+    finally:
+        for holder in holders:
+            holder.cancel()
+        await asyncio.gather(*holders, return_exceptions=True)
+        await http.aclose()
 
 
 def test_an_overloaded_llm_replica_is_a_429_before_any_byte(serve_url, indexed):

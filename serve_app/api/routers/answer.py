@@ -10,7 +10,7 @@ import math
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Generic, TypeVar
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -150,6 +150,7 @@ async def run_answer(
     seconds: float,
     service: RetrievalService,
     metrics: Metrics,
+    receive: Receive,
 ) -> Response:
     who.require("read")
     checked = await deps.within(
@@ -157,30 +158,33 @@ async def run_answer(
     )
     if not request.stream:
         watch = Stopwatch()
-        answer = await deps.within(seconds, service.answer(checked, seconds))
+        answer = await deps.within(
+            seconds, deps.unless_client_leaves(receive, service.answer(checked, seconds))
+        )
         observe_whole_answer(answer, watch.seconds(), metrics)
         if answer["error"] is not None:
             return failed_answer(answer)
         return JSONResponse(answer)
 
     observed = observed_answer(service, checked, seconds, metrics)
-    events = await held(observed, service.config, metrics)
+    events = await held(observed, service.config, metrics, receive)
     if isinstance(events, AnswerError):
         return error_response(reported_error(events.code, events.message, events.retry_after_s))
     return event_stream(events, service.config, encode)
 
 
 async def held(
-    events: AsyncIterator[AnswerEvent], config: AppConfig, metrics: Metrics
+    events: AsyncIterator[AnswerEvent], config: AppConfig, metrics: Metrics, receive: Receive
 ) -> AnswerError | AsyncIterator[AnswerEvent | Heartbeat]:
     """The answer's events with heartbeats, or its refusal: the response's headers wait for
     the first event up to ``answer.heartbeat_s`` (what proxies are sized to wait for a byte),
     so a refusal decided before any result (an LLM replica's overload through Serve, the
     exact prompt budget, a retrieval timeout: a first ``error`` event) is answered with its
-    own status (429 with Retry-After, 422, 504) and clients' retry logic runs."""
+    own status (429 with Retry-After, 422, 504) and clients' retry logic runs. A client
+    that hangs up meanwhile stops the answer (``ClientDisconnect``)."""
     beating = with_heartbeats(events, config.answer.heartbeat_s)
     try:
-        first = await anext(beating, None)
+        first = await deps.unless_client_leaves(receive, anext(beating, None))
     except BaseException:  # cancelled (the client left): the answer stops here
         await beating.aclose()  # type: ignore[attr-defined]
         raise
@@ -252,6 +256,7 @@ def add_answer_routes(router: APIRouter, collection: Callable[..., Any]) -> None
         },
     )
     async def answer_post(
+        http: Request,
         body: AnswerRequest,
         name: str | None = Depends(collection),
         who: Principal = Depends(deps.principal),
@@ -260,7 +265,7 @@ def add_answer_routes(router: APIRouter, collection: Callable[..., Any]) -> None
         metrics: Metrics = Depends(deps.metrics),
     ) -> Response:
         request = body if name is None else body.model_copy(update={"collection": name})
-        return await run_answer(request, who, seconds, service, metrics)
+        return await run_answer(request, who, seconds, service, metrics, http.receive)
 
 
 async def observed_answer(

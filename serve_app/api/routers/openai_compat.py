@@ -22,10 +22,11 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Literal
 
-from fastapi import APIRouter, Body, Depends
+from fastapi import APIRouter, Body, Depends, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.responses import Response
+from starlette.types import Receive
 
 from serve_app.api import deps
 from serve_app.api.auth import Principal
@@ -433,6 +434,7 @@ async def run_chat_completion(
     seconds: float,
     service: RetrievalService,
     metrics: Metrics,
+    receive: Receive,
 ) -> Response:
     try:
         who.require("read")
@@ -455,7 +457,9 @@ async def run_chat_completion(
     if not request.stream:
         watch = Stopwatch()
         try:
-            answer = await deps.within(seconds, service.answer(checked, seconds))
+            answer = await deps.within(
+                seconds, deps.unless_client_leaves(receive, service.answer(checked, seconds))
+            )
         except ServeAppError as error:
             return openai_error(error)
         observe_whole_answer(answer, watch.seconds(), metrics)
@@ -467,7 +471,7 @@ async def run_chat_completion(
         return JSONResponse(completion.whole(answer))
 
     observed = observed_answer(service, checked, seconds, metrics)
-    events = await held(observed, service.config, metrics)
+    events = await held(observed, service.config, metrics, receive)
     if isinstance(events, AnswerError):
         return openai_error(reported_error(events.code, events.message, events.retry_after_s))
     return event_stream(
@@ -495,6 +499,7 @@ def add_openai_routes(router: APIRouter, collection: Callable[..., Any]) -> None
         },
     )
     async def chat_completions(
+        http: Request,
         body: dict[str, Any] = CHAT_BODY,
         name: str | None = Depends(collection),
         who: Principal = Depends(deps.principal),
@@ -502,7 +507,7 @@ def add_openai_routes(router: APIRouter, collection: Callable[..., Any]) -> None
         service: RetrievalService = Depends(deps.service),
         metrics: Metrics = Depends(deps.metrics),
     ) -> Response:
-        return await run_chat_completion(body, name, who, seconds, service, metrics)
+        return await run_chat_completion(body, name, who, seconds, service, metrics, http.receive)
 
     async def collection_models(
         name: str | None, who: Principal, seconds: float, service: RetrievalService
