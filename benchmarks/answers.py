@@ -1,9 +1,9 @@
 """Answers on this machine: time to first token and tokens/s under concurrent answers,
 multi-query against single-query retrieval (nDCG@10), and citation precision and recall.
 
-    python -m benchmarks answers [--suites latency,bound,multi_query,citations,gate,canary,
+    python -m benchmarks answers [--suites latency,bound,multi_query,citations,gate,injection,
                                           contradictions]
-        [--queries 100] [--claims 100] [--canary-docs 20] [--concurrency 1,4] [--waves 5]
+        [--queries 100] [--claims 100] [--injection-phrasings 2] [--concurrency 1,4] [--waves 5]
         [--threads 1,2] [--max-docs 2000] [--model catalog:...] [--lift-limits]
 
 Everything runs in process on ``config/local.yaml``'s pipeline (the real small encoders, the
@@ -43,9 +43,10 @@ documents plus others up to ``--max-docs``.
 - gate: the relevance floor (``answer.understanding.relevance_floor``): the best passage's
   similarity for ``--claims`` claims of the split against off-topic questions
   (benchmarks/gate.py); choose it on ``--split train``. No LLM call.
-- canary: stored documents carrying orders (plain text and control tokens) asked related
-  questions; the share of answers containing the canary word, with the defences and without
-  them (benchmarks/canary.py). Runs without SciFact when it is the only suite.
+- injection: stored documents carrying orders (plain, disguised, in titles and headings,
+  goal-directed, turn switches) asked related questions; the share of answers that did what
+  the order asked, per attack and condition, with Wilson intervals (benchmarks/injection.py).
+  Runs without SciFact when it is the only suite.
 
 Writes ``benchmarks/results/<date>-<hardware>-answers.json`` and ``.md`` (or ``--out``'s
 stem); the machine's load average is recorded with the figures (its cores may be shared).
@@ -64,8 +65,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import contradictions
-from benchmarks.canary import canary
+from benchmarks import contradictions, injection
 from benchmarks.gate import gate
 from benchmarks.report import default_stem, table, write_report
 from benchmarks.service import add_run_arguments
@@ -91,9 +91,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--queries", type=int, default=100, help="multi_query: test queries")
     parser.add_argument("--depth", type=int, default=100, help="multi_query: chunks a sub-query")
     parser.add_argument("--claims", type=int, default=100, help="citations: test claims")
-    parser.add_argument("--canary-docs", type=int, default=20, help="canary: hostile documents")
     parser.add_argument(
-        "--answer-tokens", type=int, default=None, help="citations/canary: max_tokens (configured)"
+        "--injection-phrasings", type=int, default=2, help="injection: phrasings per attack (x10)"
+    )
+    parser.add_argument(
+        "--injection-conditions", default="defended,before,undefended", help="injection"
+    )
+    parser.add_argument("--injection-repeats", type=int, default=20, help="injection: repeats")
+    parser.add_argument("--injection-topics", type=int, default=10, help="injection: topics")
+    parser.add_argument("--injection-attacks", default="", help="injection: rows (all)")
+    parser.add_argument(
+        "--answer-tokens",
+        type=int,
+        default=None,
+        help="citations/injection: max_tokens (configured)",
     )
 
 
@@ -658,23 +669,8 @@ def markdown(report: dict[str, Any]) -> str:
                  for r in g["grid"]],
             )  # fmt: skip
             lines.append("")
-    if "canary" in report:
-        k = report["canary"]
-        lines += [
-            "## Injection canaries",
-            "",
-            f"{k['documents']} stored documents carrying orders (benchmarks/canary.py), each "
-            "asked a related question on the default path; a hit is an answer holding the "
-            "canary word (any of them).",
-            "",
-        ]
-        lines += table(
-            ["orders", "defences", "answers", "canary rate", "hits citing a supported passage",
-             "errors"],
-            [[key.split(":")[0], key.split(":")[1], row["answers"], row["canary_rate"],
-              row["hits_supported"], row["errors"]] for key, row in sorted(k["rows"].items())],
-        )  # fmt: skip
-        lines.append("")
+    if "injection" in report:
+        lines += injection.markdown(report["injection"])
     if "contradictions" in report:
         lines += contradictions.markdown(report["contradictions"])
     return "\n".join(lines)
@@ -708,7 +704,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     levels = [int(c) for c in args.concurrency.split(",")]
     config = load(args, levels)
     load_start = [round(x, 1) for x in os.getloadavg()]
-    dataset, service, llm, index = await build(config, args, scifact=suites != ["canary"])
+    dataset, service, llm, index = await build(config, args, scifact=suites != ["injection"])
     report: dict[str, Any] = {
         "date": datetime.date.today().isoformat(),
         "command": "python -m benchmarks answers " + " ".join(sys.argv[2:]),
@@ -757,11 +753,19 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         if "contradictions" in suites:
             report["contradictions"] = contradictions.measure(args.scifact, args.claims)
             save(report, args)
-        if "canary" in suites:
-            report["canary"] = await canary(
-                service, llm, TENANT, args.canary_docs, args.answer_tokens
+        if "injection" in suites:
+            report["injection"] = await injection.injection(
+                service,
+                llm,
+                TENANT,
+                args.injection_phrasings,
+                args.answer_tokens,
+                tuple(c for c in args.injection_conditions.split(",") if c),
+                args.injection_repeats,
+                args.injection_topics,
+                tuple(a for a in args.injection_attacks.split(",") if a),
             )
-            print(f"canary: {report['canary']}", file=sys.stderr)
+            print(f"injection: {report['injection']['rows']}", file=sys.stderr)
     finally:
         llm.close()
         await service.components.close()

@@ -24,6 +24,7 @@ from serve_app.api.edge import Edge
 from serve_app.api.middleware import Authenticate, BodyLimit, RequestEnvelope
 from serve_app.api.models import IngestRequest
 from serve_app.api.observability import Metrics
+from serve_app.api.replays import Replays
 from serve_app.api.routers import (
     admin,
     answer,
@@ -81,6 +82,7 @@ def create_app(
     app.state.service = service
     app.state.metrics = metrics or Metrics()
     app.state.loaders = pool
+    app.state.replays = Replays(service.config.answer.resume_s)
     errors.install(app)
     default = APIRouter(prefix="/v1")  # the tenant's default collection
     documents.add_document_routes(default, deps.default_collection)

@@ -16,6 +16,10 @@ from serve_app.schemas import MetadataKey
 # checks them against the shipped models' tokenizers.
 PROMPT_OVERHEAD_TOKENS = 320
 PASSAGE_MARKUP_TOKENS = 24
+# Each earlier turn's own template markup (its role header and end-of-turn token), counted
+# against answer.history_tokens with the turn's text: 64 short turns carry about 320 tokens
+# of it, which the text alone left out of every allowance.
+HISTORY_TURN_TOKENS = 8
 
 
 class UnderstandingConfig(Section):
@@ -80,6 +84,7 @@ class AnswerConfig(Section):
     idle timeout above it keep the stream."""
 
     heartbeat_s: float = Field(default=15.0, gt=0, le=300)
+    resume_s: float = Field(default=10.0, ge=0, le=600)
     top_k: int = Field(default=5, ge=1, le=20)
     max_passage_tokens: int = Field(default=256, ge=32)
     max_question_tokens: int = Field(default=512, ge=16)

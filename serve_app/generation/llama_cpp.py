@@ -36,6 +36,9 @@ from serve_app.generation.special_tokens import SpecialTokenGuard
 log = logging.getLogger(__name__)
 
 _END = object()
+# A metrics request goes through llama.cpp's task queue like a generation: an engine whose
+# loop does not answer one within this is wedged (Serve's health check replaces the replica).
+HEALTH_TIMEOUT_S = 10.0
 
 
 def request_body(messages: list[Message], params: GenerationParams, stream: bool) -> dict:
@@ -277,8 +280,16 @@ class LlamaCppLLM:
         }
 
     async def check_health(self) -> None:
-        """Raises ServiceUnavailableError once the engine is stopped."""
+        """Raises ServiceUnavailableError once the engine is stopped, or when its loop does
+        not answer a metrics request within ``HEALTH_TIMEOUT_S``."""
         self._check_open()
+        try:
+            async with asyncio.timeout(HEALTH_TIMEOUT_S):
+                await self.engine_requests()
+        except TimeoutError:
+            raise ServiceUnavailableError(
+                f"the llama.cpp engine did not answer within {HEALTH_TIMEOUT_S:g}s"
+            ) from None
 
     def close(self) -> None:
         self.closed = True

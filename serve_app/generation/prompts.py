@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from serve_app.generation.base import Message
+from serve_app.generation.orders import without_orders
 from serve_app.generation.sentences import CITATION, sentences
 from serve_app.schemas import ChatTurn, Chunk
 
@@ -27,8 +28,11 @@ REMINDER = (
 )
 
 # Anything in a document that looks like the delimiters is defused, so no passage can close
-# its own block and speak outside it.
-_DELIMITER = re.compile(r"<(/?)\s*(passages?|instructions)\b", re.IGNORECASE)
+# its own block and speak outside it: spaced or broken over lines, HTML-escaped, fullwidth.
+_DELIMITER = re.compile(
+    r"(?:<|&lt;|&#0*60;|&#x0*3c;|\uff1c|\ufe64)\s*(/?)\s*(passages?|instructions)\b",
+    re.IGNORECASE,
+)
 _CITATION_MARK = re.compile(rf"\s*{CITATION}", re.IGNORECASE)
 # A document's own marks in the prompt's citation form ("[12]", "[3, 4]", "[Passage 2]")
 # become "(ref 12)": a model that copies one cites nothing (the parser reports it).
@@ -48,14 +52,19 @@ def neutralise_reference_marks(text: str) -> str:
 
 
 def as_data(text: str) -> str:
-    """``text`` as the prompt shows it inside a passage: delimiters defused, reference marks
-    neutralised."""
-    return defuse(neutralise_reference_marks(text))
+    """``text`` as the prompt shows it inside a passage: orders removed (``orders``),
+    delimiters defused, reference marks neutralised."""
+    return defuse(neutralise_reference_marks(without_orders(text)))
+
+
+_LABEL_CHARS = str.maketrans({'"': "'", "<": "\u2039", ">": "\u203a", "\n": " ", "\r": " "})
 
 
 def label(text: str) -> str:
-    """A title or section as the passage's tag shows it: as data, at most ``LABEL_CHARS``."""
-    return as_data(text)[:LABEL_CHARS].replace('"', "'")
+    """A title or section as the passage's tag shows it: as data, on one line, at most
+    ``LABEL_CHARS``, with no ``<`` or ``>``: no special token's text stays whole in it, so
+    the engine's guard never cuts into the tag around it."""
+    return as_data(text).translate(_LABEL_CHARS)[:LABEL_CHARS]
 
 
 @dataclass(frozen=True)
@@ -145,17 +154,18 @@ def history_content(turn: ChatTurn) -> str:
 
 
 def history_within(
-    turns: list[ChatTurn], budget_tokens: int, count: Callable[[str], int]
+    turns: list[ChatTurn], budget_tokens: int, count: Callable[[str], int], turn_tokens: int
 ) -> list[Message]:
-    """The newest earlier turns whose ``history_content`` fits ``budget_tokens`` (by
-    ``count``), oldest first."""
+    """The newest earlier turns whose ``history_content`` (by ``count``) and template markup
+    (``turn_tokens`` each) fit ``budget_tokens``, oldest first."""
     kept: list[Message] = []
     budget = budget_tokens
     for turn in reversed(turns):
         content = history_content(turn)
-        if count(content) > budget:
+        cost = count(content) + turn_tokens
+        if cost > budget:
             break
-        budget -= count(content)
+        budget -= cost
         kept.append(Message(turn.role, content))
     return list(reversed(kept))
 

@@ -58,12 +58,16 @@ def sampling_params(params: GenerationParams, seed: int) -> Any:
 
 
 class VllmStream:
-    def __init__(self, owner: VllmLLM, prompt: str, sampling: Any) -> None:
+    def __init__(self, owner: VllmLLM, prompt_ids: list[int], sampling: Any) -> None:
         self.owner = owner
         self.request_id = f"answer-{uuid.uuid4().hex}"
         self.usage = Usage()
         self.finish_reason: str | None = None
         self.prompt_token_ids: list[int] = []  # as the engine read them, once it ends
+        # The ids themselves (a TokensPrompt), not the templated text: vLLM would encode the
+        # text again with the tokenizer's own special tokens, a second BOS where the
+        # template writes one, and the count the budget checked would not be the prompt's.
+        prompt = {"prompt_token_ids": prompt_ids}
         self._outputs = owner.engine.generate(prompt, sampling, self.request_id)
         self._open = True
 
@@ -141,18 +145,17 @@ class VllmLLM:
         self.tokens_generated = 0  # every token handed to a reader, over the engine's life
         self.streams_stopped = 0  # generations their reader closed while they still ran
 
-    def prompt(self, messages: list[Message]) -> str:
-        """The templated prompt vLLM reads (its special tokens parsed), every message's
-        special-token strings made plain text first."""
-        return self.tokenizer.apply_chat_template(
-            [m.as_dict() for m in self.guard.messages(messages)],
-            tokenize=False,
-            add_generation_prompt=True,
-        )
-
     def prompt_ids(self, messages: list[Message]) -> list[int]:
-        """The token ids vLLM's engine makes of ``prompt`` (its tokenizer's ``encode``)."""
-        return self.tokenizer.encode(self.prompt(messages))
+        """The token ids vLLM's engine reads: the model's chat template applied and
+        tokenized by it (its special tokens parsed, no more added), every message's
+        special-token strings made plain text first."""
+        templated = self.tokenizer.apply_chat_template(
+            [m.as_dict() for m in self.guard.messages(messages)],
+            tokenize=True,
+            add_generation_prompt=True,
+            return_dict=True,  # the same shape on transformers 4 and 5
+        )
+        return list(templated["input_ids"])
 
     async def count_tokens(self, texts: list[str]) -> list[int]:
         guarded = [self.guard.neutralise(text) for text in texts]
@@ -168,7 +171,7 @@ class VllmLLM:
         await self.slots.acquire()
         try:
             return VllmStream(
-                self, self.prompt(messages), sampling_params(params, self.config.seed)
+                self, self.prompt_ids(messages), sampling_params(params, self.config.seed)
             )
         except BaseException:
             self.slots.release()

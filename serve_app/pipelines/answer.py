@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, TypeVar
 
 from serve_app.config import AppConfig
+from serve_app.config.answer import HISTORY_TURN_TOKENS
 from serve_app.errors import (
     OverloadedError,
     PromptTooLongError,
@@ -351,8 +352,11 @@ class AnswerPipeline:
                 "(answer.max_question_tokens)"
             )
         tokens = dict(zip(contents, counts, strict=True))
-        kept = history_within(request.messages, settings.history_tokens, tokens.__getitem__)
-        return kept, question_tokens + sum(tokens[t.content] for t in kept)
+        kept = history_within(
+            request.messages, settings.history_tokens, tokens.__getitem__, HISTORY_TURN_TOKENS
+        )
+        markup = HISTORY_TURN_TOKENS * len(kept)
+        return kept, question_tokens + markup + sum(tokens[t.content] for t in kept)
 
     def _check_allowance(self, request: AnswerRequest, asked_tokens: int) -> None:
         """Before any byte: the request's question and history (``asked_tokens``, counted),

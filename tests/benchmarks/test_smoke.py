@@ -139,9 +139,11 @@ def test_search_during_ingest_suite(tmp_path, plos_dir):
 def test_answers_suite(tmp_path, scifact_small):
     """SmolLM2 (the tests' LLM) answers two claims at each level, rewrites two queries,
     cites over two claims (train split), sets the relevance floor against the off-topic
-    questions and answers two canary documents with and without the
-    defences (the control-token one also with the zero-width break alone): the suite's four
-    measures, each reported."""
+    questions, answers two hostile documents (a plain order, a turn switch) under each
+    condition and repeats one: the suite's measures, each reported. The order's words never
+    reach the defended prompt, and do reach it without the order guard."""
+    from benchmarks.injection import CONDITIONS
+
     config = yaml.safe_load(tiny_config(tmp_path).read_text())
     config["llm"] = {**config.get("llm", {}), **SMOLLM2}
     path = tmp_path / "answers.yaml"
@@ -150,8 +152,9 @@ def test_answers_suite(tmp_path, scifact_small):
     run("answers", "--config", str(path), "--scifact", str(scifact_small), "--max-docs", "40",
         "--data-dir", str(tmp_path / "index"), "--concurrency", "1,2", "--latency-tokens", "8",
         "--queries", "2", "--depth", "20", "--claims", "2", "--answer-tokens", "32",
-        "--split", "train", "--suites", "latency,multi_query,citations,gate,canary,contradictions",
-        "--canary-docs", "2", "--waves", "1",
+        "--split", "train", "--suites", "latency,multi_query,citations,gate,injection,contradictions",
+        "--injection-topics", "1", "--injection-phrasings", "1", "--injection-repeats", "2",
+        "--injection-attacks", "body,control", "--waves", "1",
         "--out", str(out), timeout=900)  # fmt: skip
     measured = report(out)
     assert measured["model"] == SMOLLM2["model"] and measured["index"]["documents"] >= 2
@@ -179,10 +182,15 @@ def test_answers_suite(tmp_path, scifact_small):
     # The floor sits above every off-topic question's best passage.
     assert gate["chosen_floor"] > gate["off_topic"]["max"]
     assert "## The relevance gate's floor" in out.with_suffix(".md").read_text()
-    rows = measured["canary"]["rows"]
-    assert set(rows) == {"plain:defended", "plain:undefended", "control:defended",
-                         "control:undefended", "control:zero_width"}  # fmt: skip
-    assert all(row["answers"] == 1 and 0 <= row["canary_rate"] <= 1 for row in rows.values())
+    rows = measured["injection"]["rows"]
+    assert set(rows) == {f"{a}:{c}" for a in ("body", "control") for c in CONDITIONS} | {
+        f"{a}:{c}" for a in ("repeated", "interleaved") for c in ("defended", "before")
+    }
+    assert all(row["n"] == 1 for key, row in rows.items() if not key.startswith("repeated"))
+    assert rows["repeated:defended"]["n"] == 2 and 0 <= rows["body:before"]["rate"] <= 1
+    assert rows["body:defended"]["reached"] == rows["control:defended"]["reached"] == 0
+    assert rows["body:before"]["reached"] == rows["control:before"]["reached"] == 1
+    assert "## Injection" in out.with_suffix(".md").read_text()
     forms = measured["contradictions"]["forms"]
     assert forms["true"]["n"] == 2 and forms["true"]["overlap"] == 2
     assert "## Contradictions" in out.with_suffix(".md").read_text()

@@ -26,6 +26,9 @@ def serve_config(app_config_factory):
     return app_config_factory(
         api={"auth": {"mode": "required", "api_keys": api_keys}, "max_request_bytes": 3_000_000},
         serve={"port": free_port()},
+        # A client that hangs up stops its answer at once (the tests here show that through
+        # Serve); reconnects (answer.resume_s) are tested in process.
+        answer={"resume_s": 0},
     )
 
 

@@ -40,6 +40,7 @@ TIER_BY_PATH = {
     "tests/e2e/": "ray",
     "tests/e2e/test_benchmarks_smoke.py": "bench",
     "tests/benchmarks/test_smoke.py": "bench",
+    "tests/benchmarks/test_injection.py": "bench",
     "tests/benchmarks/test_gpu.py": "bench",
     "tests/integration/": "service",
     "tests/serve_app/api/": "service",

@@ -10,7 +10,7 @@ import math
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Generic, TypeVar
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import JSONResponse
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -19,6 +19,7 @@ from serve_app.api import deps
 from serve_app.api.auth import Principal
 from serve_app.api.errors import error_response, reported_error
 from serve_app.api.observability import CLIENT_CLOSED, Metrics, Stopwatch
+from serve_app.api.replays import Replays
 from serve_app.config import AppConfig
 from serve_app.pipelines.answer import CheckedAnswer
 from serve_app.pipelines.answer_events import (
@@ -46,7 +47,7 @@ HEARTBEAT = b": keep-alive\n\n"
 T = TypeVar("T")
 
 
-def encode(event: AnswerEvent, event_id: int | None = None) -> bytes:
+def encode(event: AnswerEvent, event_id: int | str | None = None) -> bytes:
     head = f"id: {event_id}\n" if event_id is not None else ""
     data = json.dumps(event.data(), separators=(",", ":"))
     return f"{head}event: {event.event}\ndata: {data}\n\n".encode()
@@ -151,8 +152,21 @@ async def run_answer(
     service: RetrievalService,
     metrics: Metrics,
     receive: Receive,
+    replays: Replays | None = None,
+    last_event_id: str | None = None,
 ) -> Response:
+    """An answer (``replays``: where streamed answers are kept for a reconnect, and
+    ``last_event_id`` a reconnect's header; serve_app/api/replays.py)."""
     who.require("read")
+    config = service.config
+    owner = f"{who.tenant_id}/{who.subject}"
+    resumable = replays is not None and request.stream and config.answer.resume_s > 0
+    if resumable and last_event_id:
+        assert replays is not None
+        recording, after = replays.find(last_event_id, owner, request.model_dump(mode="json"))
+        return event_stream(
+            replays.follow(recording, after, config.answer.heartbeat_s), config, _sent
+        )
     checked = await deps.within(
         seconds, service.check_answer(request, who.scope(request.collection))
     )
@@ -167,10 +181,19 @@ async def run_answer(
         return JSONResponse(answer)
 
     observed = observed_answer(service, checked, seconds, metrics)
-    events = await held(observed, service.config, metrics, receive)
+    events = await held(observed, config, metrics, receive)
     if isinstance(events, AnswerError):
         return error_response(reported_error(events.code, events.message, events.retry_after_s))
-    return event_stream(events, service.config, encode)
+    if not resumable:
+        return event_stream(events, config, encode)
+    assert replays is not None
+    recording = replays.start(owner, request.model_dump(mode="json"), events, encode)
+    return event_stream(replays.follow(recording, 0, config.answer.heartbeat_s), config, _sent)
+
+
+def _sent(data: bytes, _: int) -> bytes:
+    """A recorded event, already encoded with its id."""
+    return data
 
 
 async def held(
@@ -258,6 +281,7 @@ def add_answer_routes(router: APIRouter, collection: Callable[..., Any]) -> None
     async def answer_post(
         http: Request,
         body: AnswerRequest,
+        last_event_id: str | None = Header(default=None, max_length=64),
         name: str | None = Depends(collection),
         who: Principal = Depends(deps.principal),
         seconds: float = Depends(deps.answer_deadline_s),
@@ -265,7 +289,10 @@ def add_answer_routes(router: APIRouter, collection: Callable[..., Any]) -> None
         metrics: Metrics = Depends(deps.metrics),
     ) -> Response:
         request = body if name is None else body.model_copy(update={"collection": name})
-        return await run_answer(request, who, seconds, service, metrics, http.receive)
+        return await run_answer(
+            request, who, seconds, service, metrics, http.receive,
+            getattr(http.app.state, "replays", None), last_event_id,
+        )  # fmt: skip
 
 
 async def observed_answer(

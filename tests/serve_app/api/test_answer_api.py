@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 
 import httpx
 import pytest
@@ -27,6 +28,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="session")
 ANSWER = {
     "top_k": 4,
     "max_tokens": 96,
+    "resume_s": 0.5,
     "understanding": {
         "enabled": False,
         "max_tokens": 256,
@@ -172,6 +174,7 @@ async def test_events_come_in_order_with_results_deltas_and_checked_citations(cl
 
 
 async def test_a_hostile_document_stays_inside_its_delimiters(service):
+    from serve_app.generation.orders import REMOVED
     from serve_app.generation.prompts import Passage, answer_messages
     from serve_app.stores.base import ScopeKey
 
@@ -180,9 +183,10 @@ async def test_a_hostile_document_stays_inside_its_delimiters(service):
         [(ScopeKey("default"), list(info.chunk_ids))]
     )
     prompt = answer_messages("q", [Passage(1, hostile[0][0])], [])[-1].content
-    # One block, one passage: the document's own markup cannot close it or open another.
+    # One block, one passage: the document's own markup cannot close it or open another, and
+    # the order it carries (with the closing tag before it) is gone.
     assert prompt.count("</passage>") == 1 and prompt.count("<passage ") == 1
-    assert "<_passage" in prompt and "</_passage>" in prompt
+    assert "<_passage" in prompt and REMOVED in prompt and "PWNED" not in prompt
 
 
 async def test_control_text_in_a_passage_is_shown_as_the_model_read_it(service, smollm2):
@@ -414,8 +418,9 @@ async def test_an_llm_outage_still_returns_the_results_with_an_error_event(app_c
 
 
 async def test_a_client_disconnect_stops_the_generation(service, smollm2):
-    """Over a real socket (uvicorn): the client reads a few deltas and hangs up; the
-    generation stops at once (no token after it) and its slot is free."""
+    """Over a real socket (uvicorn): the client reads a few deltas and hangs up; once
+    ``answer.resume_s`` (0.5 s here) passes without a reconnect the generation stops (no
+    token after it) and its slot is free."""
     import uvicorn
 
     port = free_port()
@@ -437,11 +442,66 @@ async def test_a_client_disconnect_stops_the_generation(service, smollm2):
                 deltas += line == "event: delta"
                 if deltas == 3:
                     break
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.5 + 0.5)
         stopped_at = smollm2.tokens_generated
         assert smollm2.slots.active == 0
         await asyncio.sleep(1.5)
         assert smollm2.tokens_generated == stopped_at
+    finally:
+        server.should_exit = True
+        await serving
+
+
+async def test_a_reconnect_with_last_event_id_gets_the_rest_not_a_new_answer(service, smollm2):
+    """Over a real socket: the client reads a few events, its connection drops, and it asks
+    again with ``Last-Event-ID`` (as fetch-event-source does): it gets the events after that
+    id, and the answer was generated once (main ignored the header and generated a second
+    answer). Another body, another principal or an unknown id is 410 ANSWER_GONE."""
+    import uvicorn
+
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(service), host="127.0.0.1", port=port, log_level="warning")
+    )
+    serving = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.05)
+    try:
+        body = {"question": "Tell me everything about sleep and memory.", "max_tokens": 60}
+        url = f"http://127.0.0.1:{port}"
+        generated = smollm2.tokens_generated
+        first: list[str] = []
+        async with (
+            httpx.AsyncClient(base_url=url, timeout=120) as http,
+            http.stream("POST", "/v1/answer", json=body) as response,
+        ):
+            async for line in response.aiter_lines():
+                first.append(line)
+                if line == "" and first.count("event: delta") == 3:
+                    break  # an SSE client has the third delta (and its id) at its blank line
+        last_id = [line[4:] for line in first if line.startswith("id: ")][-1]
+        assert re.fullmatch(r"ans_[A-Za-z0-9_-]{16}:\d+", last_id)
+        async with httpx.AsyncClient(base_url=url, timeout=120) as http:
+            rest = await http.post("/v1/answer", json=body, headers={"Last-Event-ID": last_id})
+            assert rest.status_code == 200, rest.text
+            seen = parse_sse("\n".join(first) + "\n\n")
+            events = seen + parse_sse(rest.text)
+            kinds = [kind for kind, _ in events]
+            assert kinds[0] == "metadata" and kinds[-1] == "done" and kinds.count("metadata") == 1
+            text = "".join(data["text"] for kind, data in events if kind == "delta")
+            done = events[-1][1]
+            assert text == done["answer"]
+            # One generation: the tokens generated are this answer's, not two answers'.
+            assert smollm2.tokens_generated - generated == done["usage"]["completion_tokens"]
+            ids = [line[4:] for line in rest.text.splitlines() if line.startswith("id: ")]
+            number = int(last_id.split(":")[1])
+            assert ids[0] == f"{last_id.split(':')[0]}:{number + 1}"
+            for headers, ask in (
+                ({"Last-Event-ID": last_id}, {**body, "max_tokens": 61}),
+                ({"Last-Event-ID": "ans_AAAAAAAAAAAAAAAA:1"}, body),
+            ):
+                gone = await http.post("/v1/answer", json=ask, headers=headers)
+                assert gone.status_code == 410 and gone.json()["error"]["code"] == "ANSWER_GONE"
     finally:
         server.should_exit = True
         await serving

@@ -213,9 +213,10 @@ async def test_the_stream_starts_at_once_and_beats_while_nothing_is_due(app_conf
         assert before_metadata.count(": keep-alive") >= 2  # the wait for the slot
         after = body[body.index("event: metadata") : body.index("event: delta")]
         assert after.count(": keep-alive") >= 2  # the wait for the first token
-        ids = [line for line in body.splitlines() if line.startswith("id: ")]
+        ids = [line[4:] for line in body.splitlines() if line.startswith("id: ")]
         events = parse_sse(body)
-        assert ids == [f"id: {n}" for n in range(1, len(events) + 1)]
+        answer_id = ids[0].split(":")[0]  # one answer's id, its events numbered from 1
+        assert ids == [f"{answer_id}:{n}" for n in range(1, len(events) + 1)]
         assert events[-1][0] == "done"
     finally:
         await http.aclose()

@@ -69,11 +69,12 @@ def test_history_keeps_the_newest_turns_within_the_budget_without_old_citations(
     def thirds(text: str) -> int:
         return len(text) // 3
 
-    kept = history_within(turns, budget_tokens=20, count=thirds)
-    assert [m.role for m in kept] == ["assistant", "user"]
+    kept = history_within(turns, budget_tokens=30, count=thirds, turn_tokens=8)
+    assert [m.role for m in kept] == ["assistant", "user"]  # 3 + 8 and 5 + 8 tokens
     assert kept[0].content == "Old answer. More."
-    assert history_within(turns, budget_tokens=0, count=thirds) == []
-    assert len(history_within(turns, budget_tokens=1000, count=thirds)) == 3
+    assert history_within(turns, budget_tokens=20, count=thirds, turn_tokens=8) == kept[1:]
+    assert history_within(turns, budget_tokens=0, count=thirds, turn_tokens=0) == []
+    assert len(history_within(turns, budget_tokens=1000, count=thirds, turn_tokens=8)) == 3
 
 
 CORAL = (

@@ -118,3 +118,33 @@ async def test_slots_return_to_zero_after_any_mix_of_ways_to_leave():
             assert llm.slots.waiting == 0
     finally:
         llm.close()
+
+
+async def test_the_health_check_asks_the_engine_loop_itself(single_slot, monkeypatch):
+    """Healthy while a generation runs (the engine's loop answers between steps); an engine
+    whose loop does not answer is unhealthy (main only read a ``closed`` flag, so a wedged
+    engine stayed healthy for Serve). The wedge is a metrics call that never returns."""
+    from serve_app.errors import ServiceUnavailableError
+    from serve_app.generation import llama_cpp
+
+    stream = await single_slot.open_stream(STORY, GenerationParams(max_tokens=200))
+    try:
+        await anext(aiter(stream))
+        started = time.perf_counter()
+        await single_slot.check_health()
+        assert time.perf_counter() - started < 2
+    finally:
+        await stream.aclose()
+    release = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    class Wedged:
+        def handle_metrics(self) -> str:
+            asyncio.run_coroutine_threadsafe(release.wait(), loop).result()
+            return ""
+
+    monkeypatch.setattr(llama_cpp, "HEALTH_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(single_slot, "server", Wedged())
+    with pytest.raises(ServiceUnavailableError, match="did not answer"):
+        await single_slot.check_health()
+    release.set()

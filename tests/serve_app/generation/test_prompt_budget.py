@@ -9,8 +9,13 @@ from pathlib import Path
 import pytest
 
 from serve_app.config import load_config
-from serve_app.config.answer import PASSAGE_MARKUP_TOKENS, PROMPT_OVERHEAD_TOKENS
+from serve_app.config.answer import (
+    HISTORY_TURN_TOKENS,
+    PASSAGE_MARKUP_TOKENS,
+    PROMPT_OVERHEAD_TOKENS,
+)
 from serve_app.errors import ConfigError, RequestSchemaError
+from serve_app.generation.base import Message
 from serve_app.generation.gguf_tokenizer import load_chat_tokenizer
 from serve_app.generation.model_files import resolve_gguf
 from serve_app.generation.prompts import LABEL_CHARS, Passage, answer_messages
@@ -85,10 +90,12 @@ def qwen3_counter():
 
     tokenizer = AutoTokenizer.from_pretrained(str(QWEN3_TOKENIZER))
 
-    def count(messages):  # as VllmLLM.prompt_ids: the template rendered, then encoded
+    def count(messages):  # as VllmLLM.prompt_ids: the template's own ids
         dicts = [m.as_dict() for m in messages]
-        text = tokenizer.apply_chat_template(dicts, tokenize=False, add_generation_prompt=True)
-        return len(tokenizer.encode(text))
+        ids = tokenizer.apply_chat_template(
+            dicts, tokenize=True, add_generation_prompt=True, return_dict=True
+        )["input_ids"]
+        return len(ids)
 
     return count
 
@@ -98,4 +105,8 @@ def test_the_allowances_hold_on_the_shipped_tokenizers():
         fixed, markup = fixed_and_markup(count_prompt)
         assert fixed <= PROMPT_OVERHEAD_TOKENS
         assert markup <= PASSAGE_MARKUP_TOKENS
+        # An earlier turn's own markup (role header, end of turn), beside its text.
+        turns = [Message("user", ""), Message("assistant", "")] * 32
+        with_turns = count_prompt(answer_messages("", [], turns))
+        assert with_turns - fixed <= HISTORY_TURN_TOKENS * len(turns)
     assert LABEL_CHARS == 120  # the labels' own tokens are inside max_passage_tokens

@@ -86,9 +86,11 @@ async def test_untrusted_text_is_counted_as_the_engine_reads_it(fresh_smollm2):
 
 @session_loop
 async def test_a_document_cannot_open_a_system_turn_on_a_real_model(fresh_smollm2):
-    """The behavioural canary: SmolLM2 reads a passage that closes the user turn and opens a
-    system turn; the prompt it reads keeps the roles (token ids), and the reply is the
-    assistant's continuation of the real conversation."""
+    """SmolLM2 is given a passage that closes the user turn and opens a system turn; the
+    prompt it reads keeps the conversation's roles (token ids). Whether a model obeys an
+    order it can still read is measured with canaries the guards leave in place (the
+    injection suite of ``python -m benchmarks answers``), not here: the order and its word
+    are gone from this prompt."""
     messages = hostile_messages()
     stream = await fresh_smollm2.open_stream(messages, GenerationParams(max_tokens=12))
     try:
@@ -105,7 +107,7 @@ async def test_a_document_cannot_open_a_system_turn_on_a_real_model(fresh_smollm
     ]
     roles = [turn.split("\n", 1)[0] for turn in turns]
     assert roles == ["system", "user", "assistant", "user", "assistant"]
-    assert reply.strip() != "MARMALADE"
+    assert reply  # the model answered the real conversation's last turn
 
 
 def test_the_guard_breaks_every_special_token_and_changes_nothing_else():
