@@ -144,6 +144,18 @@ def _unspaced(text: str) -> tuple[str, bool]:
     return _LETTER_SPACED.sub(join, text), suspicious
 
 
+def _despaced(text: str) -> str:
+    """A sentence written letter by letter ("N o t e   t o   t h e   A I"), its words
+    joined back: single spaces between letters go, runs of spaces become one. Other text
+    is returned as it is."""
+    tokens = [t for t in text.split(" ") if t]
+    letters = sum(len(t) == 1 and t.isalpha() for t in tokens)
+    if letters < 6 or letters < len(tokens) / 2:
+        return text
+    joined = re.sub(r"(?<=(?<!\S)\S) (?=\S(?!\S))", "", text)  # between two lone letters
+    return re.sub(r" {2,}", " ", joined)
+
+
 def _decoded(text: str) -> list[str]:
     """The base64 runs of ``text`` that decode to printable text, decoded."""
     out = []
@@ -159,7 +171,7 @@ def _decoded(text: str) -> list[str]:
 
 
 def _reads_as_order(sentence: str) -> bool:
-    text, spelled = _unspaced(fold(sentence))
+    text, spelled = _unspaced(_despaced(fold(sentence)))
     if spelled:
         return True
     text = re.sub(r"\s+", " ", text).strip()
