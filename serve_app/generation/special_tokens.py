@@ -4,8 +4,8 @@ llama.cpp's server and vLLM tokenize a templated chat prompt with special tokens
 text ``<|im_end|>`` inside a passage, a title or a question would become the real
 end-of-turn token and let a document speak as the system. Breaking the token's text (a
 zero-width space inside it) keeps the ids plain, yet the 1.5B model still reads
-``<|im_start|>system`` followed by an order as a role switch and obeys it (the canary suite,
-benchmarks/canary.py). So every message's content is rewritten: each special token's text
+``<|im_start|>system`` followed by an order as a role switch and obeys it (the canary suite
+before benchmarks/injection.py: 4 of 10). So every message's content is rewritten: each special token's text
 (the engine's own list: llama.cpp's CONTROL and USER_DEFINED tokens, the Hugging Face
 tokenizer's added tokens for vLLM), together with the turn it opens, becomes the visible
 marker ``[removed control text]``. A token's turn is the role name after it (``system``,
