@@ -167,7 +167,7 @@ async def test_a_client_hanging_up_before_the_first_byte_stops_the_llm(
 
     llm = serve.get_deployment_handle("llm", service_config(serve_config).serve.app_name)
     before = await llm.stats.remote()
-    body = {"question": "Tell me all about sleep. " * 60, "max_tokens": 400, "understand": False}
+    body = {"question": "Tell me all about sleep. " * 60, "max_tokens": 1000, "understand": False}
     async with httpx.AsyncClient(base_url=serve_url, timeout=120) as client:
         asked = asyncio.create_task(
             client.post("/v1/collections/sleep/answer", json=body, headers=A)
@@ -178,11 +178,13 @@ async def test_a_client_hanging_up_before_the_first_byte_stops_the_llm(
         asked.cancel()  # the connection closes: the proxy tells the ingress
         await asyncio.gather(asked, return_exceptions=True)
     left = time.time()
-    while (await llm.stats.remote())["active"] and time.time() < left + 2:
+    while (await llm.stats.remote())["active"] and time.time() < left + 10:
         await asyncio.sleep(0.05)
     stopped = await llm.stats.remote()
     assert stopped["active"] == 0, stopped
-    assert stopped["tokens_generated"] - before["tokens_generated"] < 300, (before, stopped)
+    # Closed while it still ran (main ran it to its end for nobody), far short of its 1,000.
+    assert stopped["streams_stopped"] == before["streams_stopped"] + 1, (before, stopped)
+    assert stopped["tokens_generated"] - before["tokens_generated"] < 600, (before, stopped)
     await asyncio.sleep(1)
     assert (await llm.stats.remote())["tokens_generated"] == stopped["tokens_generated"]
 
