@@ -19,9 +19,9 @@ import pytest
 from serve_app.api.app import create_app
 from serve_app.generation import GenerationParams, Message, build_llm
 from serve_app.pipelines.components import build_components
-from serve_app.ports import free_port
 from serve_app.service import RetrievalService
 from tests.support.data import SMOLLM2
+from tests.support.uvicorn_server import served
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -421,18 +421,8 @@ async def test_a_client_disconnect_stops_the_generation(service, smollm2):
     """Over a real socket (uvicorn): the client reads a few deltas and hangs up; once
     ``answer.resume_s`` (0.5 s here) passes without a reconnect the generation stops (no
     token after it) and its slot is free."""
-    import uvicorn
-
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(service), host="127.0.0.1", port=port, log_level="warning")
-    )
-    serving = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.05)
-    try:
+    async with served(create_app(service)) as url:
         body = {"question": "Tell me everything about sleep and memory.", "max_tokens": 400}
-        url = f"http://127.0.0.1:{port}"
         async with (
             httpx.AsyncClient(base_url=url, timeout=120) as http,
             http.stream("POST", "/v1/answer", json=body) as response,
@@ -447,9 +437,6 @@ async def test_a_client_disconnect_stops_the_generation(service, smollm2):
         assert smollm2.slots.active == 0
         await asyncio.sleep(1.5)
         assert smollm2.tokens_generated == stopped_at
-    finally:
-        server.should_exit = True
-        await serving
 
 
 async def test_a_reconnect_with_last_event_id_gets_the_rest_not_a_new_answer(service, smollm2):
@@ -457,18 +444,8 @@ async def test_a_reconnect_with_last_event_id_gets_the_rest_not_a_new_answer(ser
     again with ``Last-Event-ID`` (as fetch-event-source does): it gets the events after that
     id, and the answer was generated once (main ignored the header and generated a second
     answer). Another body, another principal or an unknown id is 410 ANSWER_GONE."""
-    import uvicorn
-
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(service), host="127.0.0.1", port=port, log_level="warning")
-    )
-    serving = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.05)
-    try:
+    async with served(create_app(service)) as url:
         body = {"question": "Tell me everything about sleep and memory.", "max_tokens": 60}
-        url = f"http://127.0.0.1:{port}"
         generated = smollm2.tokens_generated
         first: list[str] = []
         async with (
@@ -502,9 +479,6 @@ async def test_a_reconnect_with_last_event_id_gets_the_rest_not_a_new_answer(ser
             ):
                 gone = await http.post("/v1/answer", json=ask, headers=headers)
                 assert gone.status_code == 410 and gone.json()["error"]["code"] == "ANSWER_GONE"
-    finally:
-        server.should_exit = True
-        await serving
 
 
 async def test_a_generation_past_its_deadline_ends_with_a_timeout_event(app_config_factory):
