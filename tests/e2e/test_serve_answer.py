@@ -235,17 +235,26 @@ def test_openai_and_langchain_clients_through_serve(serve_url, indexed):
 
 
 @pytest.mark.asyncio(loop_scope="session")
-async def test_the_sdks_own_errors_through_serve(serve_url, serve_config, indexed):
-    """A 10,000-character user message over the question budget is the SDK's
-    ``BadRequestError`` with ``context_length_exceeded``, streamed or not; and an LLM replica
-    with every slot and queue place taken is the SDK's ``RateLimitError``, which its own
-    retry (Retry-After) rides out once the slots free: the 429 is decided before the first
-    byte."""
+async def test_llamaindex_and_the_sdks_own_errors_through_serve(serve_url, serve_config, indexed):
+    """LlamaIndex's OpenAILike answers and streams through Serve; a 10,000-character user
+    message over the question budget is the SDK's ``BadRequestError`` with
+    ``context_length_exceeded``, streamed or not; and an LLM replica with every slot and
+    queue place taken is the SDK's ``RateLimitError``, which its own retry (Retry-After)
+    rides out once the slots free: the 429 is decided before the first byte."""
     import openai
+    from llama_index.core.llms import ChatMessage
+    from llama_index.llms.openai_like import OpenAILike
     from ray import serve
 
     base = f"{serve_url}/v1/collections/sleep"
     ours = {"serve_app": {"understand": False}}
+    llama = OpenAILike(model="sleep", api_base=base, api_key="key-a", is_chat_model=True,
+                       max_tokens=12, temperature=0, max_retries=0, timeout=300,
+                       additional_kwargs={"extra_body": ours})  # fmt: skip
+    question = [ChatMessage(role="user", content="Do naps help memory?")]
+    reply = await llama.achat(question)
+    streamed = [chunk.delta async for chunk in await llama.astream_chat(question)]
+    assert reply.message.content and "".join(d or "" for d in streamed) == reply.message.content
 
     attempts: list[int] = []
 

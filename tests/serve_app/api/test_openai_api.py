@@ -335,3 +335,34 @@ async def test_overload_is_the_sdks_rate_limit_error_and_its_retry_succeeds(app_
         await http.aclose()
         await service.components.close()
         llm.close()
+
+
+async def test_llamaindexs_openai_like_answers_and_streams(base_url):
+    """LlamaIndex's ``OpenAILike`` (what its RAG and agent stacks call a self-hosted model
+    through): chat and streamed chat with a system message and content blocks, the passage
+    count under our own ``extra_body`` name, and ``tools`` refused by name."""
+    from llama_index.core.llms import ChatMessage, TextBlock
+    from llama_index.llms.openai_like import OpenAILike
+
+    llm = OpenAILike(
+        model="default",
+        api_base=base_url,
+        api_key="key-default",
+        is_chat_model=True,
+        max_tokens=12,
+        temperature=0,
+        max_retries=0,
+        timeout=120,
+        additional_kwargs={"extra_body": {"serve_app": {"top_k": 2}}},
+    )
+    messages = [
+        ChatMessage(role="system", content="Be brief."),
+        ChatMessage(role="user", blocks=[TextBlock(text=QUESTION)]),
+    ]
+    reply = await llm.achat(messages)
+    assert reply.message.content
+    deltas = [chunk.delta async for chunk in await llm.astream_chat(messages)]
+    assert "".join(d or "" for d in deltas) == reply.message.content  # temperature 0
+    with pytest.raises(openai.BadRequestError) as refused:
+        await llm.achat(messages, tools=[{"type": "function", "function": {"name": "f"}}])
+    assert refused.value.param == "tools"
