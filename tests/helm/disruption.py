@@ -116,3 +116,74 @@ def sync(spec: Mapping[str, Any], pods: Sequence[Pod]) -> PdbStatus:
     if expected <= 0 or allowed <= 0:
         allowed = 0
     return PdbStatus(allowed, healthy, desired, expected)
+
+
+def may_evict(spec: Mapping[str, Any], pods: Sequence[Pod], pod: Pod) -> bool:
+    """The eviction subresource's decision for ``pod`` under the one budget selecting
+    ``pods`` (``pkg/registry/core/pod/storage/eviction.go``, ``Create``): a terminating pod is
+    deleted without the budget (``canIgnorePDB``); a pod that is not ready is deleted without
+    spending the budget when ``unhealthyPodEvictionPolicy`` is ``AlwaysAllow``, or, under the
+    default ``IfHealthyBudget``, when the budget is met (``currentHealthy >= desiredHealthy >
+    0``); otherwise ``checkAndDecrement`` needs ``disruptionsAllowed > 0``."""
+    if pod.terminating:
+        return True
+    status = sync(spec, pods)
+    if not pod.ready:
+        if spec.get("unhealthyPodEvictionPolicy") == "AlwaysAllow":
+            return True
+        if status.current_healthy >= status.desired_healthy > 0:
+            return True
+    return status.disruptions_allowed > 0
+
+
+@dataclass
+class DrainResult:
+    """What draining every node, one after the other, came to: ``blocked`` names the node and
+    pods a drain could never get past (no eviction allowed and nothing left that could
+    change it); ``fewest_ready`` is the fewest ready pods each group had at any moment."""
+
+    blocked: str
+    fewest_ready: dict[str, int]
+
+
+def drain_every_node(
+    groups: Mapping[str, tuple[Mapping[str, Any], int]],
+    unready: Mapping[str, int] | None = None,
+) -> DrainResult:
+    """Drain the nodes of a layout one at a time as ``kubectl drain`` does (cordon, then evict
+    each pod, retrying refused evictions), judged by :func:`may_evict`. ``groups`` maps a group
+    to (its budget's spec, its pod count); each pod runs on a node of its own (one GPU, or a
+    CPU request near a node's size). An evicted pod's RayCluster creates a replacement on a
+    fresh node, which turns ready on the next retry round, except the ``unready`` pods of a
+    group (crash-looping: never ready, replacements included). A drain that stays refused
+    after every replacement is ready is blocked for good."""
+    unready = unready or {}
+    cluster: dict[str, list[Pod]] = {}
+    for group, (_, count) in groups.items():
+        broken = unready.get(group, 0)
+        cluster[group] = [Pod(f"{group}-{i}", ready=i >= broken) for i in range(count)]
+    fewest = {g: sum(p.ready for p in pods) for g, pods in cluster.items()}
+    # Every pod that exists now sits on a node to drain; replacements land on new nodes.
+    nodes = [(group, pod.name) for group, pods in cluster.items() for pod in pods]
+    fresh = 0
+    for group, name in nodes:
+        spec = groups[group][0]
+        while True:
+            pods = cluster[group]
+            (pod,) = [p for p in pods if p.name == name]
+            if may_evict(spec, pods, pod):
+                fresh += 1
+                replacement = Pod(f"{group}-new-{fresh}", ready=False)
+                cluster[group] = [p for p in pods if p.name != name] + [replacement]
+                fewest[group] = min(fewest[group], sum(p.ready for p in cluster[group]))
+                break
+            waiting = [p for p in pods if not p.ready and unready.get(group, 0) == 0]
+            if not waiting:
+                return DrainResult(f"node of {name}: eviction refused for good", fewest)
+            # The next retry round: the replacements have started and turned ready.
+            cluster[group] = [Pod(p.name, ready=True) if p in waiting else p for p in pods]
+        # After the node is done, the replacements of every group turn ready unless broken.
+        for other, pods in cluster.items():
+            if unready.get(other, 0) == 0:
+                cluster[other] = [Pod(p.name, ready=True) for p in pods]
+    return DrainResult("", fewest)

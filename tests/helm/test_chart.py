@@ -162,7 +162,7 @@ def test_cluster_shape(helm, chart):
     # rayStartParams (KubeRay writes that unquoted into `bash -c`).
     assert dense["resources"]["dense_slot"] == "1"
     assert "resources" not in dense["rayStartParams"]
-    assert (dense["minReplicas"], dense["maxReplicas"]) == (1, 6)
+    assert (dense["minReplicas"], dense["maxReplicas"]) == (2, 6)
     assert dense["template"]["spec"]["tolerations"][0]["key"] == "nvidia.com/gpu"
     # KubeRay adds its default probes (raylet health, the node's Serve proxy) only to Ray
     # containers without one; an app-wide /readyz probe would fail every worker at once.

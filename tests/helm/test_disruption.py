@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helm.disruption import Controller, Pod, sync
+from tests.helm.disruption import Controller, Pod, drain_every_node, may_evict, sync
 from tests.helm.test_chart import CHART, HELM, objects
+from tests.helm.test_chart import render as render_raw
 from tests.helm.test_network_policy import render, selects
 
 VALUES = [None, "ci/cpu-small.yaml", "ci/gpu-production.yaml", "ci/external-stores.yaml"]
@@ -87,10 +88,10 @@ def budgets_by_group(docs: list[dict]) -> dict[str, tuple[dict, dict]]:
 def test_a_drain_may_evict_one_pod_of_each_worker_group(values):
     """At any size the autoscaler may give a worker group (minReplicas to maxReplicas), with
     every pod ready, the disruption controller allows evicting one of its pods, and at
-    minReplicas no more than one; the head none (no GCS fault tolerance)."""
+    minReplicas no more than one; the head's one pod too (test_the_head_budget_...)."""
     for name, (group, budget) in budgets_by_group(render(values)).items():
         if name == "head":
-            assert sync(budget["spec"], ray_cluster_pods(name, 1)).disruptions_allowed == 0
+            assert sync(budget["spec"], ray_cluster_pods(name, 1)).disruptions_allowed == 1
             continue
         low, high = group["minReplicas"], group["maxReplicas"]
         for count in range(max(low, 1), high + 1):
@@ -132,24 +133,118 @@ FT_ON = (
 @pytest.mark.parametrize(
     "extra,expected",
     [
-        ((), 0),
+        ((), 1),
         (FT_ON, 1),
         ((*FT_ON, "--set", "podDisruptionBudget.headMaxUnavailable=0"), 0),
-        (("--set", "podDisruptionBudget.headMaxUnavailable=1"), 1),
+        (("--set", "podDisruptionBudget.headMaxUnavailable=0"), 0),
     ],
-    ids=["no FT: 0", "FT: 1", "FT, set 0", "no FT, set 1"],
+    ids=["no FT: 1", "FT: 1", "FT, set 0", "no FT, set 0"],
 )
 @pytest.mark.parametrize("values", [None, "ci/gpu-production.yaml"])
-def test_the_head_budget_follows_gcs_fault_tolerance(values, extra, expected):
-    """Unset, the head's budget is 0 without GCS fault tolerance (losing the head restarts
-    every replica) and 1 with it (KubeRay replaces the head, the replicas keep serving); a
-    value set wins. The worker groups' budgets do not move."""
+def test_the_head_budget_never_holds_a_drain_unless_told(values, extra, expected):
+    """Unset, a drain may take the head, with GCS fault tolerance or without (a budget of 0
+    over its one pod would hold every drain of its node for good); 0 is the operator's
+    explicit choice. The worker groups' budgets do not move."""
     groups = budgets_by_group(render_with(values, *extra))
     _, head = groups.pop("head")
     assert sync(head["spec"], ray_cluster_pods("head", 1)).disruptions_allowed == expected
     for name, (group, budget) in groups.items():
         pods = ray_cluster_pods(name, max(group["minReplicas"], 1))
         assert sync(budget["spec"], pods).disruptions_allowed == 1, name
+
+
+def eviction_cases() -> list[tuple]:
+    """Cases of the eviction subresource's unhealthy-pod rule (KEP-3017, the table of
+    ``TestEvictionIngorePDB``/``TestEvictionPDBStatus`` reduced to its decision): (policy,
+    pods ready of 3, minAvailable, evict a ready pod?, evict the unready pod?)."""
+    return [
+        (None, 3, 2, True, None),  # budget met: a ready pod may go
+        (None, 2, 2, False, True),  # IfHealthyBudget: the unready pod goes, budget untouched
+        (None, 1, 2, False, False),  # IfHealthyBudget, budget broken: the unready pod stays
+        ("AlwaysAllow", 1, 2, False, True),  # AlwaysAllow: the unready pod goes anyway
+        ("AlwaysAllow", 0, 0, None, True),  # minAvailable 0, every pod unready
+        (None, 0, 1, None, False),
+    ]
+
+
+@pytest.mark.parametrize("policy,ready,minimum,ready_goes,unready_goes", eviction_cases())
+def test_the_eviction_rule_for_pods_that_are_not_ready(
+    policy, ready, minimum, ready_goes, unready_goes
+):
+    spec = {"minAvailable": minimum}
+    if policy:
+        spec["unhealthyPodEvictionPolicy"] = policy
+    pods = [Pod(f"p{i}", ready=i < ready) for i in range(3)]
+    if ready_goes is not None:
+        assert may_evict(spec, pods, pods[0]) is ready_goes
+    if unready_goes is not None:
+        assert may_evict(spec, pods, pods[-1]) is unready_goes
+
+
+def layout(values: str | None, *extra: str, size: str = "replicas") -> dict:
+    """group -> (its budget's spec, pods): the groups at their starting size or at
+    minReplicas (the autoscaler's floor)."""
+    return {
+        name: (budget["spec"], 1 if name == "head" else group[size])
+        for name, (group, budget) in budgets_by_group(render_with(values, *extra)).items()
+    }
+
+
+@pytest.mark.parametrize("size", ["replicas", "minReplicas"])
+@pytest.mark.parametrize("values", VALUES)
+def test_every_node_drains_in_turn_without_an_endless_block(values, size):
+    """Every node of the layout drained one after the other (kubectl drain, an EKS
+    node-group update) gets past every pod, judged by the disruption controller and the
+    eviction rule; in the production layout no worker group is ever left without a ready pod,
+    and the head is taken only where GCS fault tolerance keeps the replicas serving."""
+    groups = layout(values, size=size)
+    result = drain_every_node(groups)
+    assert not result.blocked, result
+    if values == "ci/gpu-production.yaml":
+        workers = {g: n for g, n in result.fewest_ready.items() if g != "head"}
+        assert min(workers.values()) >= 1, result.fewest_ready
+        (service,) = [d for d in render_with(values) if d["kind"] == "RayService"]
+        assert "gcsFaultToleranceOptions" in service["spec"]["rayClusterConfig"]
+
+
+def test_a_head_budget_of_zero_is_the_block_it_is_said_to_be():
+    """The operator's explicit 0 does hold the head's node (the drain test above can fail)."""
+    groups = layout(None, "--set", "podDisruptionBudget.headMaxUnavailable=0")
+    assert drain_every_node(groups).blocked.startswith("node of head-0")
+
+
+@pytest.mark.parametrize(
+    "policy,blocked",
+    [("AlwaysAllow", False), ("IfHealthyBudget", True)],
+    ids=["AlwaysAllow (chart)", "IfHealthyBudget (Kubernetes' default)"],
+)
+def test_a_crash_looping_group_does_not_hold_a_drain(policy, blocked):
+    """Both dense pods of the production layout crash-loop (never ready): with the chart's
+    AlwaysAllow the drain evicts them and goes on; under Kubernetes' default policy their
+    budget (one of two healthy) is broken, so the drain stops there for good."""
+    extra = ("--set", f"podDisruptionBudget.unhealthyPodEvictionPolicy={policy}")
+    groups = layout("ci/gpu-production.yaml", *extra)
+    result = drain_every_node(groups, unready={"dense-gpu": groups["dense-gpu"][1]})
+    assert bool(result.blocked) is blocked, result
+    if blocked:
+        assert result.blocked.startswith("node of dense-gpu-0")
+
+
+def test_pod_annotations_and_labels_per_group():
+    """karpenter.sh/do-not-disrupt and the like go on one group's pods only; the chart's own
+    labels cannot be overridden (the budgets above select by them)."""
+    docs = render_with(
+        None,
+        "--set-string", "workerGroups.llmGpu.podAnnotations.karpenter\\.sh/do-not-disrupt=true",
+        "--set", "workerGroups.llmGpu.podLabels.team=search",
+    )  # fmt: skip
+    groups = budgets_by_group(docs)
+    llm = groups["llm-gpu"][0]["template"]["metadata"]
+    assert llm["annotations"] == {"karpenter.sh/do-not-disrupt": "true"}
+    assert llm["labels"]["team"] == "search" and llm["labels"]["serve-app/group"] == "llm-gpu"
+    assert "annotations" not in groups["dense-gpu"][0]["template"]["metadata"]
+    refused = render_raw(str(HELM), CHART, None, "--set", "head.podLabels.serve-app/role=x")
+    assert refused.returncode != 0 and "one of the chart's own labels" in refused.stderr
 
 
 @pytest.mark.parametrize("values", [None, "ci/gpu-production.yaml"])
@@ -162,3 +257,21 @@ def test_without_the_llm_its_gpu_group_keeps_no_pod(values):
     assert budget["spec"]["minAvailable"] == 0
     enabled, _ = budgets_by_group(render_with(values))["llm-gpu"]
     assert enabled["minReplicas"] >= 1
+
+
+def test_in_production_a_drain_leaves_every_deployment_a_replica():
+    """Two pods per group help only if each holds a replica: in the production values every
+    deployment keeps two replicas at least, and Serve spreads a deployment's replicas over
+    nodes (its default scheduling strategy, not the compact one), so a drain that takes one
+    pod leaves each deployment one replica."""
+    import yaml
+
+    (service,) = [d for d in render("ci/gpu-production.yaml") if d["kind"] == "RayService"]
+    cluster = service["spec"]["rayClusterConfig"]
+    (app,) = yaml.safe_load(service["spec"]["serveConfigV2"])["applications"]
+    for deployment in app["deployments"]:
+        floor = deployment.get("autoscaling_config", {}).get("min_replicas")
+        assert (floor or deployment.get("num_replicas", 1)) >= 2, deployment["name"]
+    for group in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]:
+        env = {e["name"]: e.get("value") for e in group["template"]["spec"]["containers"][0]["env"]}
+        assert env.get("RAY_SERVE_USE_COMPACT_SCHEDULING_STRATEGY", "0") in ("0", "false")

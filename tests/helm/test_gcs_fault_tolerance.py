@@ -30,6 +30,7 @@ FT_ON = (
     "--set", "gcsFaultTolerance.redisPasswordSecret.name=redis",
     "--set", "gcsFaultTolerance.redisPasswordSecret.key=redis-password",
 )  # fmt: skip
+FT_OFF = ("--set", "gcsFaultTolerance.enabled=false")
 IDS = [v or "defaults" for v in VALUES]
 
 
@@ -68,7 +69,8 @@ def test_on_renders_the_options_with_the_password_from_a_secret(values):
 
 @pytest.mark.parametrize("values", VALUES, ids=IDS)
 def test_off_renders_none(values):
-    cluster = rayservice(render(values))["spec"]["rayClusterConfig"]
+    """Off (gpu-production turns it on: its head may then be drained), nothing of it."""
+    cluster = rayservice(render(values, *FT_OFF))["spec"]["rayClusterConfig"]
     assert "gcsFaultToleranceOptions" not in cluster
 
 

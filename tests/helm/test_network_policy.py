@@ -305,7 +305,8 @@ def test_with_gcs_fault_tolerance_the_head_reaches_redis(values, autoscaler):
     with fault tolerance on both reach networkPolicy.redisEgress (6379 by default), workers do
     not; off, the head does not either. The rest of the matrix stays as it was."""
     extra = ("--set", f"autoscaler.enabled={str(autoscaler).lower()}")
-    head_off, _ = ray_pods(docs_off := render_with(values, *extra))
+    off_extra = (*extra, "--set", "gcsFaultTolerance.enabled=false")
+    head_off, _ = ray_pods(docs_off := render_with(values, *off_extra))
     off = [d for d in docs_off if d["kind"] == "NetworkPolicy"]
     assert not allowed(off, head_off, REDIS, 6379)
 

@@ -16,6 +16,29 @@ app.kubernetes.io/name: {{ include "serve-app.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* A Ray pod's metadata: the chart's own labels (which its Services, budgets, policies and
+PodMonitor select by), then the group's podLabels and podAnnotations (karpenter.sh/do-not-disrupt
+and the like). A podLabels key that is one of the chart's own would move the pod out of its
+selectors: refused. Called with (root, the group's values, role, group name or ""). */}}
+{{- define "serve-app.podMetadata" -}}
+{{- $root := index . 0 -}}
+{{- $group := index . 1 -}}
+{{- $own := include "serve-app.selectorLabels" $root | fromYaml -}}
+{{- $_ := set $own "serve-app/role" (index . 2) -}}
+{{- with index . 3 }}{{ $_ := set $own "serve-app/group" . }}{{ end -}}
+{{- range $key, $_ := $group.podLabels | default dict -}}
+{{- if hasKey $own $key -}}
+{{- fail (printf "podLabels: %s is one of the chart's own labels (its selectors use it)" $key) -}}
+{{- end -}}
+{{- end -}}
+labels:
+  {{- toYaml (merge $own ($group.podLabels | default dict)) | nindent 2 }}
+{{- with $group.podAnnotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end -}}
+{{- end -}}
+
 {{/* The validate Job's pods: none of the Ray pods' labels (their NetworkPolicies, budgets and
 PodMonitor select by app.kubernetes.io/name), one policy of their own. */}}
 {{- define "serve-app.validateSelectorLabels" -}}
@@ -703,13 +726,16 @@ externalStorageNamespace: {{ . | quote }}
 {{- end -}}
 {{- end -}}
 
-{{/* The head's disruption budget: podDisruptionBudget.headMaxUnavailable when set, else 1 with
-GCS fault tolerance (the replicas keep serving while KubeRay replaces the head), 0 without
-(losing the head restarts every replica). */}}
+{{/* The head's disruption budget: podDisruptionBudget.headMaxUnavailable when set, else 1: a
+drain may take the head. With GCS fault tolerance the replicas keep serving while KubeRay
+replaces it; without, every replica restarts, but a budget of 0 over the one head pod would
+block every drain of its node for good (EKS node-group updates fail, Karpenter stalls, GKE
+force-evicts after an hour), so 0 is the operator's explicit choice, and NOTES says what it
+costs. */}}
 {{- define "serve-app.headMaxUnavailable" -}}
 {{- $set := .Values.podDisruptionBudget.headMaxUnavailable -}}
 {{- if kindIs "invalid" $set -}}
-{{- ternary 1 0 (.Values.gcsFaultTolerance.enabled | default false) -}}
+1
 {{- else -}}
 {{- $set -}}
 {{- end -}}
