@@ -381,19 +381,24 @@ _BINDING_FIELDS = {
 }
 
 
-async def check_stores(config: AppConfig, dense: tuple[str, int] | None, checks: _Checks) -> None:
+async def check_stores(
+    config: AppConfig,
+    dense: tuple[str, int] | None,
+    checks: _Checks,
+    missing_index_ok: bool = False,
+) -> None:
     from serve_app.pipelines.components import index_models
 
     index = TOPOLOGIES.create(config.stores.topology, config)
     assert isinstance(index, StoreIndex)
     try:
         for backend in index.backends:
-            await _check_store(config, backend, dense, checks, index_models)
+            await _check_store(config, backend, dense, checks, index_models, missing_index_ok)
     finally:
         await index.close()
 
 
-async def _check_store(config, backend, dense, checks, index_models) -> None:  # type: ignore[no-untyped-def]
+async def _check_store(config, backend, dense, checks, index_models, missing_index_ok) -> None:  # type: ignore[no-untyped-def]
     where, alias_field = _store_fields(config, backend)
     try:
         await backend.attach()
@@ -403,6 +408,14 @@ async def _check_store(config, backend, dense, checks, index_models) -> None:  #
             checks.not_run("store", where, f"{backend.name}: {error.message}")
             return
         missing = error.code == "NOT_FOUND"  # reached, but no index under the alias
+        if missing and missing_index_ok:
+            checks.not_run(
+                "store",
+                alias_field,
+                f"{backend.name} reachable, no index yet: {error.message}; the service "
+                "creates it at its first start (--missing-index-ok: a first install)",
+            )
+            return
         checks.add(
             "store",
             alias_field if missing else where,
@@ -566,9 +579,12 @@ def check_revisions(config: AppConfig, checks: _Checks) -> None:
             checks.add("revision", field, True, f"{model} at revision {revision} ({source})")
 
 
-async def validate(config: AppConfig, load: bool = True) -> list[Check]:
+async def validate(
+    config: AppConfig, load: bool = True, missing_index_ok: bool = False
+) -> list[Check]:
     """Every check; ``load=False`` (``--no-load``) checks model files instead of loading the
-    models and reports the device checks as not run."""
+    models and reports the device checks as not run; ``missing_index_ok``: a store reached
+    with no index under the alias yet (a first install) is reported as not run, not failed."""
     checks = _Checks()
     check_credentials(config, checks)
     if load:
@@ -581,7 +597,7 @@ async def validate(config: AppConfig, load: bool = True) -> list[Check]:
         dense = check_model_files(config, checks)
     await asyncio.to_thread(check_llm, config, checks, load)
     check_revisions(config, checks)
-    await check_stores(config, dense, checks)
+    await check_stores(config, dense, checks, missing_index_ok)
     return checks.items
 
 

@@ -96,11 +96,21 @@ def test_before_upgrades_only_after_the_model_fetch(values):
     assert annotations(hook["Job"])["helm.sh/hook-output-log-policy"] == "hook-failed"
 
 
+@pytest.mark.parametrize(
+    "render_as,missing_index_ok",
+    [(("--is-upgrade",), False), ((), True)],
+    ids=["helm upgrade", "helm template (Argo CD)"],
+)
 @pytest.mark.parametrize("values,extra", CASES[2:], ids=IDS[2:])
-def test_the_command_is_validate_no_load_on_the_mounted_config(values, extra):
+def test_the_command_is_validate_no_load_on_the_mounted_config(
+    values, extra, render_as, missing_index_ok
+):
     """The Job's command line, through the console script's own argument parser (and the core
-    CLI's): `validate --no-load`, text output, reading the file the ConfigMap mounts."""
-    hook = validate_hook(render(values, *extra))
+    CLI's): `validate --no-load`, text output, reading the file the ConfigMap mounts. Rendered
+    as a real `helm upgrade` renders it, a missing index fails; rendered as an install (what
+    `helm template`, so Argo CD, always says, and Argo runs the hook before its first sync
+    too), `--missing-index-ok` lets a first install through."""
+    hook = validate_hook(render(values, *extra, *render_as))
     pod = hook["Job"]["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     line = container["command"] + container["args"]
@@ -109,7 +119,9 @@ def test_the_command_is_validate_no_load_on_the_mounted_config(values, extra):
     for parser in (build_parser(), core_cli.build_parser()):
         args = parser.parse_args(line[1:])
         assert (args.command, args.no_load, args.json) == ("validate", True, False)
-    assert line[1:] == ["--config", args.config, "validate", "--no-load"]
+        assert args.missing_index_ok is missing_index_ok
+    flags = ["--missing-index-ok"] if missing_index_ok else []
+    assert line[1:] == ["--config", args.config, "validate", "--no-load", *flags]
     (mount,) = [m for m in container["volumeMounts"] if m["name"] == "config"]
     assert args.config == f"{mount['mountPath']}/config.yaml" and mount["readOnly"]
     (volume,) = [v for v in pod["volumes"] if v["name"] == "config"]

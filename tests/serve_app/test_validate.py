@@ -155,6 +155,29 @@ def test_a_missing_index_and_credentials_are_caught(store_config, capsys, monkey
     assert variable in credentials["message"]
 
 
+@pytest.mark.parametrize("topology", ["qdrant", "opensearch+qdrant"])
+def test_a_missing_index_is_no_failure_on_a_first_install(topology, store_config, capsys):
+    """The chart's hook under Argo CD (PreSync before the first sync): the stores are reached,
+    the index does not exist yet; with --missing-index-ok that is reported, not failed; a
+    store that cannot be reached still fails."""
+    path = store_config(topology)
+    code, checks = validate(path, capsys)
+    assert code == 1 and failed(checks, "store")
+    code = main(["--config", str(path), "validate", "--json", "--missing-index-ok"])
+    checks = json.loads(capsys.readouterr().out)["checks"]
+    stores = [c for c in checks if c["name"] == "store"]
+    assert code == 0 and stores and all(c["ok"] is None for c in stores), stores
+    assert all("no index yet" in c["message"] for c in stores)
+    config = yaml.safe_load(path.read_text())
+    dead = f"http://127.0.0.1:{closed_port()}"
+    config["stores"]["qdrant"] = {"url": dead, "collection": "x", "timeout_s": 2}
+    path.write_text(yaml.safe_dump(config))
+    assert main(["--config", str(path), "validate", "--json", "--missing-index-ok"]) == 1
+    checks = json.loads(capsys.readouterr().out)["checks"]
+    unreached = [c["field"] for c in checks if c["name"] == "store" and c["ok"] is False]
+    assert unreached == ["stores.qdrant.url"], checks
+
+
 def test_a_cuda_device_without_that_gpu_is_caught(store_config, capsys):
     path = edit(store_config("embedded"), splade={"device": "cuda:99"})
     build_index(path)
