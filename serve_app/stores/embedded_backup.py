@@ -5,8 +5,8 @@ models it was built with, ``collections.json``: the registry) and ``backup.json`
 file's size and SHA-256. It is taken under the index's ownership lock (stores/ownership.py),
 so never beside a process that has the index open: the engine writes its segments and
 write-ahead log in place, and a copy taken beside a writer is not a consistent index. A
-backup of an index a service holds is refused with the lock's message (stop the service, or
-scale the store to 0, then back up).
+backup of an index a service holds is refused with the lock's message (stop the service, in
+Kubernetes the RayService with its pods, then back up).
 
 A restore unpacks into a stores.embedded.path that holds no index (or, with ``replace``, whose
 index it replaces), also under the lock, and checks every file against ``backup.json`` (which
@@ -59,7 +59,8 @@ def _owned(directory: Path, action: str) -> IndexOwnership:
     except IndexInUseError as error:
         raise IndexInUseError(
             f"{error.message} A {action} needs the index closed: stop the service (in "
-            "Kubernetes, scale the store to 0 replicas) and run it again."
+            "Kubernetes, delete the RayService and wait for its pods: docs/kubernetes.md, "
+            '"Backing up the embedded store") and run it again.'
         ) from None
     return ownership
 

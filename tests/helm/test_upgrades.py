@@ -116,6 +116,8 @@ def test_an_embedded_store_upgrade_that_would_not_reach_the_pods_is_refused(
     for words in (
         "KubeRay v1.7.0 keeps the running pods",
         f"kubectl -n {NAMESPACE} delete rayservice rel-serve-app --cascade=foreground",
+        f"kubectl -n {NAMESPACE} wait --for=delete pod --timeout=20m "
+        "-l app.kubernetes.io/name=serve-app,app.kubernetes.io/instance=rel",
         "the claim rel-serve-app-data is kept",
         "then run this helm upgrade again",
     ):
