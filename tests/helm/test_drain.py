@@ -30,8 +30,10 @@ from tests.helm.test_chart import CHART, HELM, VALUES, objects, rayservice
 
 RAY_CONSTANTS = """
 import json
+from ray._private import ray_constants as rc
 from ray.serve._private import constants as c
 print(json.dumps({
+    "sigterm_drain_s": rc.RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S,
     "ha_proxy": c.RAY_SERVE_ENABLE_HA_PROXY,
     "direct_ingress": c.RAY_SERVE_ENABLE_DIRECT_INGRESS,
     "draining_s": c.RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S,
@@ -131,3 +133,24 @@ def test_every_ray_pod_is_given_time_to_drain_an_upload(values):
         grace_s = group["template"]["spec"]["terminationGracePeriodSeconds"]
         assert grace_s >= ray["draining_s"] + deadline_s, (group.get("groupName"), grace_s)
         assert grace_s >= ingress.graceful_shutdown_timeout_s
+
+
+@pytest.mark.parametrize("values", VALUES)
+def test_sigterm_drains_the_node_for_as_long_as_an_upload_may_run(values):
+    """On SIGTERM ``ray start --block`` drains its node for Ray's
+    ``RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S`` (Ray's default 30 s) before it stops the node's
+    processes: read under each Ray container's own environment, it covers the ingress'
+    graceful shutdown (an upload's deadline plus Ray's draining window) and ends before the
+    pod's grace period does (then SIGKILL). The behaviour on a real multi-node Ray:
+    tests/e2e/test_node_sigterm_drain.py."""
+    spec = rayservice(objects(str(HELM), CHART, values))["spec"]
+    serve = ServeDeploySchema.model_validate(yaml.safe_load(spec["serveConfigV2"]))
+    (application,) = serve.applications
+    (ingress,) = [d for d in application.deployments if d.name == "ingress"]
+    cluster = spec["rayClusterConfig"]
+    for group in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]:
+        container = group["template"]["spec"]["containers"][0]
+        env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+        drain_s = ray_constants(env)["sigterm_drain_s"]
+        grace_s = group["template"]["spec"]["terminationGracePeriodSeconds"]
+        assert ingress.graceful_shutdown_timeout_s <= drain_s < grace_s, group.get("groupName")

@@ -174,7 +174,10 @@ def test_the_job_runs_as_the_ray_pods_without_a_gpu(values, extra):
 
     env = {e["name"]: e for e in container["env"]}
     worker_env = {e["name"]: e for e in worker["containers"][0]["env"]}
-    assert env == worker_env  # the same helper: credentials, JWT secret, HF_HOME, Serve switches
+    # A Ray node's own shutdown setting (the Job runs no Ray node), then the same helper:
+    # credentials, JWT secret, HF_HOME, Serve switches.
+    assert worker_env.pop("RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S")
+    assert env == worker_env
     config = config_from_dict(serve_config(docs), "chart")
     named = {config.api.auth.jwt.secret_env, config.stores.qdrant.api_key_env}
     if config.stores.topology == "opensearch+qdrant":

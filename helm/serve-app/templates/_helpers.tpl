@@ -657,6 +657,13 @@ embedded store's. */}}
   imagePullPolicy: {{ $root.Values.image.pullPolicy }}
   env:
     {{- include "serve-app.env" (list $root $group) | nindent 4 }}
+    # On SIGTERM, `ray start --block` (the container's main process) first drains its node
+    # through the GCS for up to this long (Ray >= 2.60): Serve starts the node's replicas
+    # elsewhere and stops these gracefully, so requests in flight finish and new ones go to
+    # the replacements; the node stops once idle. Ray's default, 30 s, would cut an upload.
+    # The grace period less 30 s, so Ray's own teardown runs before the kubelet's SIGKILL.
+    - name: RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S
+      value: {{ sub (include "serve-app.terminationGracePeriodSeconds" $root | int) 30 | quote }}
   ports:
     - {containerPort: 8000, name: serve}
     - {containerPort: 8080, name: metrics}
