@@ -39,6 +39,23 @@ annotations:
 {{- end -}}
 {{- end -}}
 
+{{/* A Ray group's scheduling extras from its values: priorityClassName (GPU pods preempt batch
+work instead of waiting), runtimeClassName (e.g. nvidia where the NVIDIA runtime is not the
+node's default), topologySpreadConstraints (the group's pods over zones or nodes; select them
+with serve-app/group). Empty when none is set. */}}
+{{- define "serve-app.podPlacement" -}}
+{{- with .priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with .runtimeClassName }}
+runtimeClassName: {{ . }}
+{{- end }}
+{{- with .topologySpreadConstraints }}
+topologySpreadConstraints:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
 {{/* The validate Job's pods: none of the Ray pods' labels (their NetworkPolicies, budgets and
 PodMonitor select by app.kubernetes.io/name), one policy of their own. */}}
 {{- define "serve-app.validateSelectorLabels" -}}
@@ -82,7 +99,13 @@ published. The tag defaults to the chart's appVersion.
 {{- if $why -}}
 {{- fail (printf "%s. Build the image from the Dockerfile at the repository root and push it where your nodes pull from: `docker build -t <registry>/serve-app:%s . && docker push <registry>/serve-app:%s`; then set image.repository=<registry>/serve-app (image.tag defaults to the chart's appVersion, %s)" $why $tag $tag .Chart.AppVersion) -}}
 {{- end -}}
+{{- $digest := .Values.image.digest | default "" -}}
+{{- /* values.schema.json holds it to sha256:<64 hex digits> */ -}}
+{{- if $digest -}}
+{{ $repo }}@{{ $digest }}
+{{- else -}}
 {{ $repo }}:{{ $tag }}
+{{- end -}}
 {{- end -}}
 
 {{- define "serve-app.secretName" -}}
