@@ -7,6 +7,7 @@ template can be sized per group."""
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import yaml
@@ -50,3 +51,13 @@ def test_each_fetching_pod_asks_for_what_its_group_downloads(values):
         sizes[group["groupName"]] = request
     # config/gpu.yaml: the dense group fetches the 8B model, the others a tokenizer of it and their own.
     assert sizes == {"cpu": "1Gi", "dense-gpu": "16Gi", "sparse-gpu": "3Gi", "llm-gpu": "9Gi"}
+    assert sizes == documented_disk(), "docs/kubernetes.md states other sizes than the render's"
+
+
+def documented_disk() -> dict[str, str]:
+    """The node disk per group that docs/kubernetes.md states ("cpu 1 GiB (...), dense-gpu
+    16 GiB ..."), as Kubernetes quantities."""
+    text = " ".join((CHART.parents[1] / "docs" / "kubernetes.md").read_text().split())
+    intro = text[text.index("asks for that much node disk") :][:400]
+    found = re.findall(r"\b(cpu|dense-gpu|sparse-gpu|llm-gpu) (\d+) GiB", intro)
+    return {group: f"{size}Gi" for group, size in found}
