@@ -266,3 +266,65 @@ def test_replicas_fit_the_pods_that_will_exist(cluster):
         ]
         unfit, _ = get_bin_pack_residual(pods[:], bundles)
         assert not unfit, f"with the autoscaler off these stay pending: {unfit}"
+
+
+def documented_table() -> tuple[dict[str, tuple[dict, dict, str]], str]:
+    """docs/kubernetes.md's table for ci/gpu-production.yaml (group -> raylet, autoscaler,
+    pods) and the sentence after it, with memory in GiB as the doc writes it."""
+    text = (ROOT / "docs" / "kubernetes.md").read_text()
+    start = text.index("For `ci/gpu-production.yaml` (raylet = autoscaler, per pod")
+    lines = text[start:].splitlines()
+    rows = [
+        line for line in lines[1:12] if line.startswith("| ") and not line.startswith("| group")
+    ]
+
+    def parsed(cell: str) -> dict:
+        pairs = [item.strip().rsplit(" ", 1) for item in cell.split(",")]
+        return {name: float(value) for name, value in pairs}
+
+    table = {}
+    for row in rows:
+        group, raylet, planned, pods = [c.strip().strip("`") for c in row.strip("|").split("|")]
+        table[group] = (parsed(raylet), parsed(planned), pods)
+    after = " ".join(text[start:].split("\n\n")[2].split())
+    return table, after
+
+
+def in_doc_units(resources: dict) -> dict:
+    return {k: (v / 2**30 if k == "memory" else v) for k, v in resources.items()}
+
+
+def test_the_docs_table_is_the_render():
+    """Every figure of docs/kubernetes.md's table for ci/gpu-production.yaml (what each raylet
+    advertises, the autoscaler's node type, the pods per group) and of the sentence after it
+    (what the deployments take at their maximum, of what the groups offer at theirs) is the
+    render's, so a values change that moves them fails here until the doc says so."""
+    service = rendered_rayservice("ci/gpu-production.yaml")
+    config = _derive_autoscaling_config_from_ray_cr(as_raycluster(service))
+    cluster = service["spec"]["rayClusterConfig"]
+    started = raylet_resources(cluster)
+    planned = planned_resources(config)
+    groups = {g["groupName"]: g for g in cluster["workerGroupSpecs"]}
+    table, after = documented_table()
+    assert set(table) == set(planned)
+    for group, (raylet, autoscaler, pods) in table.items():
+        assert raylet == in_doc_units(started[group]), group
+        assert autoscaler == in_doc_units(planned[group]), group
+        spec = groups.get(group)
+        assert pods == ("1" if spec is None else f"{spec['minReplicas']}-{spec['maxReplicas']}")
+    offered: dict[str, float] = {}
+    for name, node_type in config["available_node_types"].items():
+        for resource, amount in started[name].items():
+            offered[resource] = offered.get(resource, 0) + amount * node_type["max_workers"]
+    taken: dict[str, float] = {}
+    for _, bundle, replicas in deployment_demands(service):
+        for resource, amount in bundle.items():
+            taken[resource] = taken.get(resource, 0) + amount * replicas
+    expected = (
+        f"{taken['CPU']:g} of {offered['CPU']:g} CPUs, {taken['GPU']:g} of {offered['GPU']:g} GPUs, "
+        + ", ".join(
+            f"{slot} {taken[slot]:g}/{offered[slot]:g}"
+            for slot in ("dense_slot", "sparse_slot", "llm_slot")
+        )
+    )
+    assert expected.replace(", llm_slot", " and llm_slot") in after, (expected, after)
