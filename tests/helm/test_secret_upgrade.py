@@ -142,7 +142,11 @@ class FakeApiServer:
 
 
 def helm_against(
-    server: FakeApiServer, tmp_path: Path, *extra: str, show_only: str = "templates/secret.yaml"
+    server: FakeApiServer,
+    tmp_path: Path,
+    *extra: str,
+    show_only: str = "templates/secret.yaml",
+    chart: Path = CHART,
 ) -> subprocess.CompletedProcess:
     """`helm template --dry-run=server` of one template, its lookups answered by ``server``."""
     kubeconfig = tmp_path / "kubeconfig"
@@ -159,7 +163,7 @@ def helm_against(
         )
     )
     return subprocess.run(
-        [str(HELM), "template", "rel", str(CHART), "--namespace", NAMESPACE,
+        [str(HELM), "template", "rel", str(chart), "--namespace", NAMESPACE,
          "--kubeconfig", str(kubeconfig), "--dry-run=server", "--disable-openapi-validation",
          "-s", show_only, *SET_IMAGE, *extra],
         capture_output=True, text=True, timeout=60,

@@ -20,11 +20,14 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.helm.kuberay_upgrade import (
     NEW_CLUSTER_PREPARED,
     NOTHING,
+    generate_hash_without_replicas_and_workers_to_delete,
     pod_templates_differ,
+    ray_cluster_spec_for_hashing,
     upgrade_outcome,
 )
 from tests.helm.test_chart import CHART, HELM, objects, rayservice
@@ -81,7 +84,7 @@ def kinds() -> set[tuple[str, str]]:
     }
 
 
-def helm_upgrade(kinds, tmp_path, values, running: dict | None, *extra: str):
+def helm_upgrade(kinds, tmp_path, values, running: dict | None, *extra: str, chart=CHART):
     """`helm upgrade`'s render of the RayService with ``running`` in the cluster."""
     stored = {}
     if running:  # as the previous release left it
@@ -93,7 +96,7 @@ def helm_upgrade(kinds, tmp_path, values, running: dict | None, *extra: str):
     args = ("-f", str(CHART / values)) if values else ()
     try:
         return helm_against(
-            server, tmp_path, *args, *extra, show_only="templates/rayservice.yaml"
+            server, tmp_path, *args, *extra, show_only="templates/rayservice.yaml", chart=chart
         ), server.requests
     finally:
         server.close()
@@ -163,3 +166,57 @@ def test_the_upgrade_table_in_the_docs_is_what_kuberay_does():
         embedded_cell, server_cell = cells[0], cells[1]
         assert f"KubeRay {NOTHING}" in embedded_cell and "refused" in embedded_cell, cells
         assert f"KubeRay {NEW_CLUSTER_PREPARED}" in server_cell, cells
+
+
+def reworded_chart(tmp_path: Path) -> Path:
+    """A copy of the chart whose only change is the wording of a YAML comment inside
+    rayClusterConfig (the rendered text changes, the data does not)."""
+    import shutil
+
+    copy_ = tmp_path / "chart"
+    shutil.copytree(CHART, copy_)
+    template = copy_ / "templates" / "rayservice.yaml"
+    text = template.read_text()
+    old = "# no actors on the head: it runs GCS, dashboard and the autoscaler"
+    assert old in text
+    template.write_text(text.replace(old, "# the head runs GCS, dashboard and autoscaler only"))
+    return copy_
+
+
+GUARD_CASES = {
+    "comment reworded": (),
+    "maxReplicas": ("--set", "workerGroups.cpu.maxReplicas=7"),
+    "minReplicas and replicas": (
+        "--set", "workerGroups.denseGpu.minReplicas=0", "--set", "workerGroups.denseGpu.replicas=0",
+    ),
+    "toleration": ("--set-json", 'workerGroups.cpu.tolerations=[{"key": "spot", "operator": "Exists"}]'),
+    "image tag": ("--set", "image.tag=0.1.1"),
+}  # fmt: skip
+
+
+def kuberay_sees_a_change(before: dict, after: dict) -> bool:
+    """Whether KubeRay v1.7.0's hash (tests/helm/kuberay_upgrade.py, its Go rule) differs."""
+    return generate_hash_without_replicas_and_workers_to_delete(
+        ray_cluster_spec_for_hashing(before)
+    ) != generate_hash_without_replicas_and_workers_to_delete(ray_cluster_spec_for_hashing(after))
+
+
+@pytest.mark.parametrize("case", GUARD_CASES)
+def test_the_guard_decides_as_kuberay_does(kinds, tmp_path, case):
+    """The embedded store's guard, beside KubeRay's own decision for the same pair: refused
+    exactly when KubeRay's hash changes (it would leave the pods as they are); a change of
+    fields KubeRay mutes only is let through with the RayService saying it is not applied
+    (NOTES prints the same); a reworded comment is no change at all (the guard hashed the
+    rendered text before, and refused it)."""
+    running = render(None)
+    chart = reworded_chart(tmp_path) if case == "comment reworded" else CHART
+    after = rayservice(objects(str(HELM), chart, None, *GUARD_CASES[case]))
+    changed = kuberay_sees_a_change(running, after)
+    assert changed is (case == "image tag")
+    done, _ = helm_upgrade(kinds, tmp_path, None, running, *GUARD_CASES[case], chart=chart)
+    assert (done.returncode != 0) is changed, done.stderr
+    if changed:
+        return
+    annotations = yaml.safe_load(done.stdout)["metadata"]["annotations"]
+    muted_only = case != "comment reworded"
+    assert ("serve-app/not-applied" in annotations) is muted_only, annotations

@@ -912,13 +912,53 @@ the procedure that replaces the cluster. The running RayService is read with `lo
 guard runs under `helm install/upgrade` (not `helm template`: GitOps tools must follow the
 procedure themselves, docs/kubernetes.md "Upgrades"). A RayService without the annotation (an
 older chart) counts as different. */}}
+{{/* The hash of the Ray cluster spec as KubeRay v1.7.0 decides upgrades by it
+(GenerateHashWithoutReplicasAndWorkersToDelete over rayClusterSpecForHashing): rayClusterConfig
+as data, canonical JSON (comments, key order and layout do not count), less suspend and the
+fields KubeRay mutes: each worker group's replicas, minReplicas, maxReplicas and
+scaleStrategy.workersToDelete, every pod template's tolerations and schedulingGates, and
+upgradeStrategy. Arguments: (list $ muted): with muted false, nothing is left out. */}}
+{{- define "serve-app.clusterSpecHash" -}}
+{{- $spec := include "serve-app.rayClusterConfig" (index . 0) | fromYaml -}}
+{{- $_ := unset $spec "suspend" -}}
+{{- if index . 1 -}}
+{{- $_ := unset $spec "upgradeStrategy" -}}
+{{- $pods := list $spec.headGroupSpec.template.spec -}}
+{{- range $group := $spec.workerGroupSpecs | default list -}}
+{{- range $field := list "replicas" "minReplicas" "maxReplicas" }}{{ $_ := unset $group $field }}{{ end -}}
+{{- with $group.scaleStrategy }}{{ $_ := unset . "workersToDelete" }}{{ end -}}
+{{- $pods = append $pods $group.template.spec -}}
+{{- end -}}
+{{- range $pod := $pods }}{{ $_ := unset $pod "tolerations" }}{{ $_ := unset $pod "schedulingGates" }}{{ end -}}
+{{- end -}}
+{{- toJson $spec | sha256sum -}}
+{{- end -}}
+
+{{/* What this render changes in the running RayService's cluster spec (found with `lookup`)
+that KubeRay v1.7.0 leaves out of its hash, so that it applies none of it to the running
+cluster (no new cluster, no update in place): a warning, never a refusal. Empty when nothing
+runs, when lookup is empty (helm template, Argo CD), or when nothing such changes. */}}
+{{- define "serve-app.ignoredByKubeRay" -}}
+{{- $running := lookup "ray.io/v1" "RayService" .Release.Namespace (include "serve-app.fullname" .) -}}
+{{- if $running -}}
+{{- $annotations := ($running.metadata | default dict).annotations | default dict -}}
+{{- $was := index $annotations "serve-app/cluster-spec-sha256" | default "" -}}
+{{- $wasFull := index $annotations "serve-app/cluster-spec-full-sha256" | default "" -}}
+{{- if and $wasFull (eq $was (include "serve-app.clusterSpecHash" (list . true))) (ne $wasFull (include "serve-app.clusterSpecHash" (list . false))) -}}
+this upgrade changes only fields of the Ray cluster that KubeRay v1.7.0 leaves out of its hash (a worker group's replicas, minReplicas, maxReplicas or workersToDelete, a pod's tolerations or scheduling gates, the upgrade strategy): KubeRay applies none of them to the running cluster, and no new cluster starts. To apply them, make a change that starts a new cluster (server stores) or replace the cluster (docs/kubernetes.md, "Upgrades")
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "serve-app.upgradeGuard" -}}
 {{- if eq (include "serve-app.upgradeStrategy" .) "None" -}}
 {{- $name := include "serve-app.fullname" . -}}
 {{- $running := lookup "ray.io/v1" "RayService" .Release.Namespace $name -}}
 {{- if $running -}}
 {{- $was := index (($running.metadata | default dict).annotations | default dict) "serve-app/cluster-spec-sha256" | default "" -}}
-{{- if ne $was (include "serve-app.rayClusterConfig" . | sha256sum) -}}
+{{- /* An annotation from a chart before the canonical hash (the rendered text's hash) that
+still matches this render is no change either. */ -}}
+{{- if not (has $was (list (include "serve-app.clusterSpecHash" (list . true)) (include "serve-app.rayClusterConfig" . | sha256sum))) -}}
 {{- $claim := ternary (printf " (the claim %s-data is kept: it is the chart's, with helm.sh/resource-policy keep, not the cluster's)" $name) "" (not (empty (include "serve-app.storePinned" .))) -}}
 {{- fail (printf "upgrade refused: it changes the Ray pods (image, environment, resources, volumes or another part of rayClusterConfig) of RayService %s, and under upgradeStrategy None (the embedded store) KubeRay v1.7.0 keeps the running pods as they are (it only submits the new serveConfigV2 to them). Replace the cluster: `kubectl -n %s delete rayservice %s --cascade=foreground`, then `kubectl -n %s wait --for=delete pod --timeout=20m -l app.kubernetes.io/name=%s,app.kubernetes.io/instance=%s` (KubeRay deletes its RayCluster in the background, so the delete can return while the old pods still terminate%s), then run this helm upgrade again. The service is down from the delete until the new cluster is ready (pods scheduled, image pulled, models fetched and loaded; initializingTimeout applies). A server store topology (opensearch+qdrant) upgrades with NewCluster instead, without downtime. See docs/kubernetes.md, \"Upgrades\"" $name .Release.Namespace $name .Release.Namespace (include "serve-app.name" .) .Release.Name $claim) -}}
 {{- end -}}
