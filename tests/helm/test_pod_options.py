@@ -110,3 +110,36 @@ def test_a_nameless_service_account_is_warned_about(extra, warned):
     assert ('pods run as the namespace\'s "default" account' in notes) is warned, notes
     if warned:
         assert "KubeRay binds its autoscaler Role" in notes  # the autoscaler is on by default
+
+
+@pytest.mark.parametrize(
+    "values,gpus", [("ci/gpu-production.yaml", 6), ("ci/external-stores.yaml", None)]
+)
+def test_notes_say_what_a_new_cluster_upgrade_takes(values, gpus):
+    """Server stores upgrade through a second cluster started at the groups' starting
+    replicas: NOTES give its GPUs (the render's own pods x GPUs per pod) and how long both
+    clusters run side by side; the embedded store (no second cluster) says nothing of it."""
+    args = [str(HELM), "install", "rel", str(CHART), "--dry-run=client", "--namespace", "search",
+            *SET_IMAGE, "-f", str(CHART / values)]  # fmt: skip
+    done = rendering.helm(*args)
+    assert done.returncode == 0, done.stderr
+    notes = " ".join(done.stdout.split("NOTES:", 1)[1].split())
+    docs = objects(str(HELM), CHART, values)
+    spec = rayservice(docs)["spec"]
+    groups = spec["rayClusterConfig"]["workerGroupSpecs"]
+    rendered = sum(
+        g["replicas"] * int(g["template"]["spec"]["containers"][0]["resources"].get(
+            "limits", {}).get("nvidia.com/gpu", 0))
+        for g in groups
+    )  # fmt: skip
+    assert gpus is None or rendered == gpus
+    delay = spec["rayClusterDeletionDelaySeconds"]
+    assert f"{rendered} GPUs more" in notes and f"held until {delay} s after traffic" in notes
+
+
+def test_the_embedded_store_names_no_second_cluster():
+    args = [str(HELM), "install", "rel", str(CHART), "--dry-run=client", "--namespace", "search",
+            *SET_IMAGE]  # fmt: skip
+    done = rendering.helm(*args)
+    assert done.returncode == 0, done.stderr
+    assert "starts a second cluster" not in " ".join(done.stdout.split())
