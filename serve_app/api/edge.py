@@ -17,7 +17,10 @@ plain-text 500). Here, once per request:
   as the app streams;
 - an answer that leaves before the declared body was read (a 401, a 413) carries
   ``Connection: close``: the rest of the body could otherwise trickle into a kept-alive
-  connection for ever;
+  connection for ever. Before its last byte the edge lingers: it reads and drops the rest
+  of the body within ``api.connections``' linger bounds, so the close that follows is not a
+  reset that destroys the answer in a client still sending (the whole body first, as most
+  HTTP libraries send it);
 - websocket upgrades are refused (close 1008; the app has none), after the header check and
   the id rewrite, with a WARNING access line;
 - one access line (JSON, ``serve_app.access``) is written when the request ends: method,
@@ -221,6 +224,11 @@ class Edge:
                 if not body_done and has_body:  # the rest could trickle in after the answer
                     message = {**message, "headers": _with_close(message.get("headers", ()))}
             elif message["type"] == "http.response.body" and not message.get("more_body"):
+                if has_body and not body_done and not client_left and not timed_out:
+                    if message.get("body"):
+                        await send({**message, "more_body": True})
+                    await linger()
+                    message = {"type": "http.response.body", "body": b"", "more_body": False}
                 completed = True
                 write_line()
             try:
@@ -241,11 +249,31 @@ class Edge:
                 await out(message)
 
         timer = BodyTimer(self.budget())
-        body_done = False
+        body_done = timed_out = False
         has_body = _declares_body(scope)
 
+        async def linger() -> None:
+            """The rest of a body the answer did not need, read and dropped within the
+            linger bounds (and the idle timeout per chunk) before the answer's last byte: the server closes the connection
+            after it, and closing on unread bytes is a reset that can destroy the answer
+            in the client's buffers while the client is still sending."""
+            nonlocal body_done
+            budget = self.budget()
+            deadline = time.monotonic() + budget.linger_s
+            dropped = 0
+            while not body_done and dropped <= budget.linger_max_bytes:
+                wait = min(deadline - time.monotonic(), budget.body_idle_timeout_s)
+                try:
+                    message = await asyncio.wait_for(receive(), wait)
+                except TimeoutError:
+                    return
+                if message["type"] != "http.request":
+                    return
+                dropped += len(message.get("body", b""))
+                body_done = not message.get("more_body", False)
+
         async def timed_receive() -> Message:
-            nonlocal body_done, client_left
+            nonlocal body_done, client_left, timed_out
             if refused is not None:
                 return {"type": "http.disconnect"}
             if body_done:
@@ -253,6 +281,7 @@ class Edge:
             else:
                 message = await timer.receive(receive)
                 if message is None:
+                    timed_out = True
                     error = RequestTooSlowError(timer.describe())
                     if not started:
                         await send_error(error, close=True)

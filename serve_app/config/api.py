@@ -85,12 +85,18 @@ class ConnectionBudget(Section):
     middleware (``serve_app.api.edge``) on every HTTP server of the service: each chunk within
     ``body_idle_timeout_s`` of the last, and past the first ``body_rate_grace_s`` seconds at
     least ``body_min_rate_bytes_per_s`` on average (a 50 MB upload at the floor takes 13
-    minutes)."""
+    minutes). An answer given before the body was read (a 401, a 413) lingers: the rest of
+    the body is read and dropped (each chunk within ``body_idle_timeout_s``) for at most
+    ``linger_s`` and ``linger_max_bytes`` before the answer's last byte and the close,
+    because closing on unread bytes resets the connection and a client still sending (most
+    HTTP libraries send the whole body first) loses the answer."""
 
     header_timeout_s: float = Field(default=5.0, gt=0)
     body_idle_timeout_s: float = Field(default=10.0, gt=0)
     body_min_rate_bytes_per_s: int = Field(default=65_536, ge=1)
     body_rate_grace_s: float = Field(default=10.0, ge=0)
+    linger_s: float = Field(default=5.0, ge=0)
+    linger_max_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
 
 
 class ApiConfig(Section):

@@ -109,6 +109,49 @@ async def test_an_answer_before_the_body_was_read_closes_the_connection():
     assert (b"connection", b"close") in client.start["headers"]
 
 
+class Counted(Client):
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.pulled = 0
+        self.pulled_before_last_byte: int | None = None
+
+    async def receive(self) -> dict:
+        message = await super().receive()
+        self.pulled += len(message.get("body", b""))
+        return message
+
+    async def send(self, message: dict) -> None:
+        if message["type"] == "http.response.body" and not message.get("more_body"):
+            self.pulled_before_last_byte = self.pulled
+        await super().send(message)
+
+
+@pytest.mark.parametrize(
+    "budget,chunks,every_s,dropped",
+    [
+        (BUDGET, 50, 0.0, (50_000, 50_000)),  # the whole rest, then the last byte
+        (BUDGET.model_copy(update={"linger_max_bytes": 10_000}), 50, 0.0, (11_000, 11_000)),
+        (BUDGET.model_copy(update={"linger_s": 0.25}), 50, 0.1, (1_000, 4_000)),  # 2 on time
+        (BUDGET, 50, 0.5, (0, 0)),  # past the idle timeout per chunk
+    ],
+    ids=["all", "max-bytes", "max-time", "idle"],
+)
+async def test_an_early_answer_drops_the_rest_of_the_body_within_the_linger_bounds(
+    budget, chunks, every_s, dropped
+):
+    # Its answer's bytes go out first; its last byte (and the close) after the drop, so the
+    # close is not a reset over unread bytes.
+    client = Counted([b"x" * 1000] * chunks, every_s=every_s, stalls=True)
+    await asyncio.wait_for(
+        Edge(answer_at_once, budget)(http_scope(body_length=10**9), client.receive, client.send),
+        5,
+    )
+    assert client.start["status"] == 401 and b"UNAUTHENTICATED" in client.body
+    assert client.sent[1]["more_body"] and client.sent[1]["body"]
+    low, high = dropped
+    assert low <= client.pulled_before_last_byte <= high
+
+
 async def test_keep_alive_is_kept_when_the_body_was_read_or_there_is_none():
     read = Client([b"{}"])
     await Edge(read_then_answer, BUDGET)(http_scope(body_length=2), read.receive, read.send)
