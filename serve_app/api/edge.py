@@ -31,13 +31,16 @@ plain-text 500). Here, once per request:
   (``HEALTH_PATHS``) get a line only when they fail.
 
 A second edge inside the first one's request (the app's own, behind Serve's) passes the
-request through: ``CURRENT`` is set.
+request through: the first one marked the request's scope (``request_record``). The mark is
+on the scope, not in an ambient context: uvicorn starts a pipelined request from inside the
+previous request's ``send()``, so a context variable set for that request was inherited by
+the next one, which then went around the edge. A scope pickled to another process (Serve's
+Python proxy hands it to a replica) arrives unmarked, so the app's edge there acts.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -81,9 +84,25 @@ class RequestRecord:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-CURRENT: contextvars.ContextVar[RequestRecord | None] = contextvars.ContextVar(
-    "edge_request", default=None
-)
+EDGE_MARK = "serve_app.edge"
+
+
+class _Mark:
+    """The edge's mark on a request's scope: the request's record, in this process only."""
+
+    __slots__ = ("record",)
+
+    def __init__(self, record: RequestRecord | None) -> None:
+        self.record = record
+
+    def __reduce__(self) -> tuple[type[_Mark], tuple[None]]:
+        return (_Mark, (None,))  # another process's edge acts on its own
+
+
+def request_record(scope: Scope) -> RequestRecord | None:
+    """The record of the edge that took this request in this process, None before one did."""
+    mark = scope.get(EDGE_MARK)
+    return mark.record if isinstance(mark, _Mark) else None
 
 
 def undecodable_header(scope: Scope) -> str | None:
@@ -170,12 +189,12 @@ class Edge:
         return self._budget() if callable(self._budget) else self._budget
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in ("http", "websocket") or CURRENT.get() is not None:
+        if scope["type"] not in ("http", "websocket") or request_record(scope) is not None:
             await self.app(scope, receive, send)
             return
         began = time.perf_counter()
         record = RequestRecord()
-        record_token = CURRENT.set(record)
+        scope[EDGE_MARK] = _Mark(record)
         bad_header = undecodable_header(scope)
         sent_id = None if bad_header else _raw_header(scope, b"x-request-id")
         request_id = request_id_from(sent_id)
@@ -188,7 +207,6 @@ class Edge:
                 await self._http(scope, receive, send, record, began, request_id, bad_header)
         finally:
             REQUEST_ID.reset(id_token)
-            CURRENT.reset(record_token)
 
     async def _http(
         self,

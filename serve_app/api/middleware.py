@@ -15,7 +15,7 @@ from typing import Any
 from starlette.requests import ClientDisconnect
 
 from serve_app.api.auth import Authenticator, Principal
-from serve_app.api.edge import CLIENT_CLOSED, CLIENT_CLOSED_STATUS, CURRENT
+from serve_app.api.edge import CLIENT_CLOSED, CLIENT_CLOSED_STATUS, request_record
 from serve_app.api.errors import ERROR_CODE, error_response, for_status
 from serve_app.api.observability import REQUEST_ID, Metrics, Stopwatch, request_id_from
 from serve_app.errors import PayloadTooLargeError, RequestTooSlowError, ServeAppError
@@ -96,7 +96,7 @@ class RequestEnvelope:
         except ClientDisconnect:
             # Expected, not a failure of ours: the edge timed the body out (its 408 is out)
             # or the client left mid-upload; the edge's access line says which.
-            record = CURRENT.get()
+            record = request_record(scope)
             if record is not None and record.code == RequestTooSlowError.code:
                 status, box["code"] = RequestTooSlowError.status, RequestTooSlowError.code
             elif not started:
@@ -118,7 +118,7 @@ class RequestEnvelope:
 
 def _describe(scope: Scope, box: dict[str, str]) -> None:
     """The route, error code and principal of the request, for the edge's access line."""
-    record = CURRENT.get()
+    record = request_record(scope)
     if record is None:
         return
     record.route = getattr(scope.get("route"), "path", "unmatched")

@@ -215,6 +215,36 @@ def test_an_early_413_reaches_a_client_that_sends_the_whole_body_first(run):
     assert not lost, f"{len(lost)} of 60 answers lost: {lost[:2]}"
 
 
+def direct_ingress_port(run: LocalRun) -> int:
+    """The ingress replica's own HTTP port (Serve's direct-ingress server, HAProxy's backend)."""
+    replica = ingress_replica(run)
+    for connection in replica.net_connections(kind="tcp"):
+        if connection.status != psutil.CONN_LISTEN:
+            continue
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            if exchange(connection.laddr.port, get("/healthz"), timeout_s=5)[0] == 200:
+                return connection.laddr.port
+    raise AssertionError("the ingress replica answers HTTP on none of its ports")
+
+
+def test_a_pipelined_request_on_the_direct_ingress_port_meets_the_edge(run):
+    """Reachable without HAProxy (a direct-ingress port): uvicorn starts the second request
+    on a connection from inside the first one's send(), and the edge used to pass it on
+    unchecked, so Serve decoded the raw id into a plain-text 500."""
+    port = direct_ingress_port(run)
+    first = get("/healthz", b"X-Request-ID: first-one").replace(b"Connection: close\r\n", b"")
+    second = get("/healthz", b"X-Request-ID: caf\xe9")
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(first + second)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    answers = data.split(b"HTTP/1.1 ")[1:]
+    assert len(answers) == 2, data[:500]
+    assert answers[0].startswith(b"200"), answers[0][:200]
+    assert answers[1].startswith(b"400") and b"INVALID_HEADER" in answers[1], answers[1][:300]
+
+
 REFUSALS = {
     "no-key": ("GET", "/v1/search?q=x", {}, 401, None),
     "bad-key": ("GET", "/v1/search?q=x", {"X-API-Key": "wrong-secret"}, 401, None),
