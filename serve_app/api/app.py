@@ -20,8 +20,9 @@ from pydantic import TypeAdapter
 from serve_app import __version__
 from serve_app.api import deps, errors
 from serve_app.api.auth import Authenticator
+from serve_app.api.browser import BrowserRules
 from serve_app.api.edge import Edge
-from serve_app.api.middleware import Authenticate, BodyLimit, RequestEnvelope
+from serve_app.api.middleware import Authenticate, BodyLimit, BrowserGuard, RequestEnvelope
 from serve_app.api.models import IngestRequest
 from serve_app.api.observability import Metrics
 from serve_app.api.replays import Replays
@@ -93,10 +94,12 @@ def create_app(
     for router in (*routers, operations.router):
         app.include_router(router)
     _hand_added_schemas(app)
-    # Added innermost first: the edge wraps the envelope, which wraps the body limit, which
-    # wraps authentication.
+    # Added innermost first: the edge wraps the envelope, which wraps the browser rules,
+    # the body limit and authentication, in that order.
     app.add_middleware(Authenticate, authenticator=authenticator)
     app.add_middleware(BodyLimit, limit=config.api.max_request_bytes)
+    rules = BrowserRules(config.api.allowed_hosts, config.api.allowed_origins, host)
+    app.add_middleware(BrowserGuard, rules=rules)
     app.add_middleware(
         RequestEnvelope, metrics=app.state.metrics, set_request_id_header=set_request_id_header
     )

@@ -15,6 +15,7 @@ from typing import Any
 from starlette.requests import ClientDisconnect
 
 from serve_app.api.auth import Authenticator, Principal
+from serve_app.api.browser import BrowserRules
 from serve_app.api.edge import CLIENT_CLOSED, CLIENT_CLOSED_STATUS, request_record
 from serve_app.api.errors import ERROR_CODE, error_response, for_status
 from serve_app.api.observability import REQUEST_ID, Metrics, Stopwatch, request_id_from
@@ -185,6 +186,29 @@ class BodyLimit:
             if not answered:
                 answered = True
                 await _send_error(send, self._error(f"more than {self.limit}"))
+
+
+class BrowserGuard:
+    """``BrowserRules`` before the app reads the body: a refused request is answered at once
+    (in the envelope, so it is counted and logged like any refusal)."""
+
+    def __init__(self, app: ASGIApp, rules: BrowserRules) -> None:
+        self.app = app
+        self.rules = rules
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            try:
+                self.rules.check(
+                    str(scope.get("method", "")),
+                    _header(scope, b"host"),
+                    _header(scope, b"origin"),
+                    _header(scope, b"sec-fetch-site"),
+                )
+            except ServeAppError as error:
+                await _send_error(send, error)
+                return
+        await self.app(scope, receive, send)
 
 
 class Authenticate:

@@ -48,9 +48,13 @@ async def read_documents(
     content_type = request.headers.get("content-type", "")
     if content_type.startswith("multipart/form-data"):
         return await _multipart(request, config, loaders)
-    if content_type and not content_type.startswith("application/json"):
+    if not content_type.startswith("application/json"):
+        # A body without a type is not read as JSON: a web page can send one to any origin
+        # without the browser asking first (serve_app.api.browser).
         raise InvalidInputError(
-            f"unsupported content type {content_type!r}; send JSON or multipart"
+            f"unsupported content type {content_type[:100]!r}; send Content-Type: "
+            "application/json or multipart/form-data",
+            param="content-type",
         )
     body = await request.body()
     try:

@@ -115,6 +115,13 @@ class ApiConfig(Section):
     max_pending_uploads: int = Field(default=32, ge=1)
     auth: AuthConfig = Field(default_factory=AuthConfig)
     connections: ConnectionBudget = Field(default_factory=ConnectionBudget)
+    # The Host names the API answers to (a port is ignored). None: on a loopback bind the
+    # loopback names only, elsewhere any; a page on another name rebound to 127.0.0.1 (DNS
+    # rebinding) is refused 400 INVALID_HOST.
+    allowed_hosts: list[str] | None = None
+    # Web origins ("https://app.example.com") whose pages may call the API; a request from
+    # a page of any other origin is refused 403 CROSS_ORIGIN. The API's own pages always may.
+    allowed_origins: list[str] = Field(default_factory=list)
 
 
 def is_loopback(host: str) -> bool:
