@@ -12,11 +12,12 @@ import json
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 import httpx
 
-from serve_app.errors import ServeAppError
+from serve_app.errors import InvalidInputError, ServeAppError
 from serve_app.pipelines.answer_events import (
     AnswerDone,
     AnswerError,
@@ -24,6 +25,29 @@ from serve_app.pipelines.answer_events import (
     AnswerMetadata,
     parse_event,
 )
+
+
+def path_segment(value: str, what: str) -> str:
+    """``value`` as one segment of an API path: percent-encoded, so a ``/``, ``?`` or ``#``
+    in it cannot start another segment or the query; ``.`` and ``..`` refused, because
+    httpx resolves dot segments (``documents/../../x`` was the route of collection ``x``)."""
+    if value in ("", ".", "..") or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise InvalidInputError(f"{what} {value[:100]!r} cannot be part of a path", param=what)
+    return quote(value, safe="")
+
+
+def collection_resource(collection: str) -> str:
+    """The route of a collection itself (inspect, delete)."""
+    return f"/v1/collections/{path_segment(collection, 'collection')}"
+
+
+def collection_path(collection: str) -> str:
+    """The prefix of a collection's routes (the default collection's are under ``/v1``)."""
+    return "/v1" if collection == "default" else collection_resource(collection)
+
+
+def document_path(collection: str, doc_id: str) -> str:
+    return f"{collection_path(collection)}/documents/{path_segment(doc_id, 'doc_id')}"
 
 
 class ApiCallError(ServeAppError):

@@ -9,21 +9,41 @@ tenant is the key's, as for any client. Tools: ``ingest``, ``search``, ``inspect
 request id (each call sends its own ``X-Request-ID``); every call is bounded in time
 (``--timeout-s``, also sent as ``X-Request-Timeout-Ms`` so the service gives up too).
 Transports: stdio (editors start it as a subprocess) and streamable HTTP (remote agents).
+
+What an agent can reach through it is bounded: every ``collection`` and ``doc_id`` is one
+percent-encoded path segment (``serve_app.client.path_segment``: ``..`` walked up to other
+routes); ``ingest(paths)`` reads only regular files under ``--ingest-root`` (stdio: the
+working directory by default; HTTP: none unless given), symlinks resolved, each within
+``--max-file-bytes``; over HTTP a bearer token (``--token-env``) is checked by the SDK's
+token verifier, and without one the server binds loopback only.
 """
 
 from __future__ import annotations
 
 import argparse
+import hmac
 import mimetypes
 import os
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, ConfigDict, Field
 
-from serve_app.client import ApiCallError, ServiceClient, read_answer
+from serve_app.client import (
+    ApiCallError,
+    ServiceClient,
+    collection_resource,
+    document_path,
+    read_answer,
+)
+from serve_app.config.api import is_loopback
+from serve_app.errors import ServeAppError
 from serve_app.pipelines.answer_events import AnswerDone, AnswerMetadata
 from serve_app.schemas import DEFAULT_COLLECTION, FUSION_METHODS, STRATEGIES
 
@@ -61,7 +81,53 @@ class ToolClient:
 
 
 def _collection_path(collection: str) -> str:
-    return f"/v1/collections/{collection}"
+    try:
+        return collection_resource(collection)
+    except ServeAppError as error:
+        raise ToolError(f"{error.code}: {error.message}") from None
+
+
+def _document_path(collection: str, doc_id: str) -> str:
+    try:
+        return document_path(collection, doc_id)
+    except ServeAppError as error:
+        raise ToolError(f"{error.code}: {error.message}") from None
+
+
+@dataclass
+class FileAccess:
+    """What ``ingest(paths)`` may read: regular files under ``roots``, each within
+    ``max_bytes``."""
+
+    roots: list[Path] = field(default_factory=list)
+    max_bytes: int = 20_000_000
+
+    def read(self, name: str) -> tuple[str, bytes]:
+        path = Path(name).expanduser().resolve()
+        if not any(path.is_relative_to(root) for root in self.roots):
+            where = ", ".join(str(r) for r in self.roots) or "none configured (--ingest-root)"
+            raise ToolError(f"INVALID_INPUT: {name} is outside the ingest roots: {where}")
+        if not path.is_file():
+            raise ToolError(f"INVALID_INPUT: {name} is not a file")
+        size = path.stat().st_size
+        if size > self.max_bytes:
+            raise ToolError(
+                f"PAYLOAD_TOO_LARGE: {name} has {size} bytes, over {self.max_bytes} "
+                "(--max-file-bytes)"
+            )
+        return path.name, path.read_bytes()
+
+
+class StaticToken:
+    """The SDK's token verifier for one shared bearer token (compared in constant time)."""
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        if hmac.compare_digest(token.encode(), self.token.encode()):
+            return AccessToken(token=token, client_id="serve-app-mcp", scopes=[])
+        return None
 
 
 def _hit(rank: int, hit: dict[str, Any]) -> dict[str, Any]:
@@ -83,9 +149,21 @@ def _hit(rank: int, hit: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def build_server(service: ToolClient) -> MCPServer:
+def build_server(
+    service: ToolClient,
+    files: FileAccess | None = None,
+    token: str | None = None,
+    public_url: str | None = None,
+) -> MCPServer:
+    files = files or FileAccess()
+    auth = None
+    if token:
+        url = public_url or "http://127.0.0.1"
+        auth = AuthSettings(issuer_url=url, resource_server_url=url)
     server = MCPServer(
         "serve-app",
+        token_verifier=StaticToken(token) if token else None,
+        auth=auth,
         instructions=(
             "Hybrid document retrieval (BM25 + SPLADE + dense, fused). Search a collection "
             "with `search`; add documents with `ingest`; `list_collections` names them."
@@ -110,12 +188,12 @@ def build_server(service: ToolClient) -> MCPServer:
     @server.tool()
     async def get_document(doc_id: str, collection: str = DEFAULT_COLLECTION) -> dict[str, Any]:
         """A document's title, metadata, content hash and chunk ids."""
-        return await service.call("GET", f"{_collection_path(collection)}/documents/{doc_id}")
+        return await service.call("GET", _document_path(collection, doc_id))
 
     @server.tool()
     async def delete_document(doc_id: str, collection: str = DEFAULT_COLLECTION) -> dict[str, Any]:
         """Remove a document's chunks from every store."""
-        return await service.call("DELETE", f"{_collection_path(collection)}/documents/{doc_id}")
+        return await service.call("DELETE", _document_path(collection, doc_id))
 
     @server.tool()
     async def inspect(collection: str = DEFAULT_COLLECTION) -> dict[str, Any]:
@@ -208,7 +286,8 @@ def build_server(service: ToolClient) -> MCPServer:
         paths: list[str] | None = None,
     ) -> dict[str, Any]:
         """Index documents into a collection: ``documents`` given inline, or ``paths`` of
-        files (txt, md, html, JATS xml, pdf) read by this MCP server. Re-ingesting unchanged
+        files (txt, md, html, JATS xml, pdf) read by this MCP server, under its ingest roots
+        only. Re-ingesting unchanged
         documents is a no-op; a changed document replaces its old version."""
         if not documents and not paths:
             raise ToolError("INVALID_INPUT: give documents or paths")
@@ -218,14 +297,12 @@ def build_server(service: ToolClient) -> MCPServer:
             payload = {"documents": [d.model_dump() for d in documents]}
             results.append(await service.call("POST", target, json=payload))
         if paths:
-            files = []
+            parts = []
             for name in paths:
-                path = Path(name).expanduser()
-                if not path.is_file():
-                    raise ToolError(f"INVALID_INPUT: {name} is not a file")
-                kind = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
-                files.append(("files", (path.name, path.read_bytes(), kind)))
-            results.append(await service.call("POST", target, files=files))
+                filename, content = files.read(name)
+                kind = mimetypes.guess_type(filename)[0] or "application/octet-stream"
+                parts.append(("files", (filename, content, kind)))
+            results.append(await service.call("POST", target, files=parts))
         return {
             "collection": collection,
             "written": [d for r in results for d in r["written"]],
@@ -240,9 +317,21 @@ def run(args: argparse.Namespace) -> int:
     """Serve until the client goes (stdio) or the process is stopped; arguments from
     ``serve-app mcp`` (serve_app/cli/mcp.py)."""
     service = ToolClient(args.url, os.environ.get(args.api_key_env), args.timeout_s)
-    server = build_server(service)
+    roots = args.ingest_root or ([Path.cwd()] if args.transport == "stdio" else [])
+    files = FileAccess([Path(r).expanduser().resolve() for r in roots], args.max_file_bytes)
     if args.transport == "stdio":
-        server.run("stdio")
-    else:
-        server.run("streamable-http", host=args.host, port=args.port)
+        build_server(service, files).run("stdio")
+        return 0
+    token = os.environ.get(args.token_env) or None
+    if token is None and not is_loopback(args.host):
+        print(
+            f"serve-app mcp: refusing to serve streamable HTTP on {args.host!r} without a "
+            f"bearer token: set ${args.token_env} (clients send Authorization: Bearer ...), "
+            "or bind 127.0.0.1",
+            file=sys.stderr,
+        )
+        return 2
+    public_url = args.public_url or f"http://{args.host}:{args.port}"
+    server = build_server(service, files, token, public_url)
+    server.run("streamable-http", host=args.host, port=args.port)
     return 0

@@ -8,7 +8,8 @@ import json
 import sys
 from typing import Any
 
-from serve_app.cli.common import client, collection_path, retrieval_service, service_arguments
+from serve_app.cli.common import client, retrieval_service, service_arguments
+from serve_app.client import collection_path
 from serve_app.config import AppConfig
 from serve_app.pipelines.answer_events import (
     AnswerDelta,

@@ -7,6 +7,7 @@ import argparse
 import json
 
 from serve_app.cli.common import collection_service, service_arguments, through
+from serve_app.client import collection_resource
 from serve_app.config import AppConfig
 from serve_app.errors import InvalidInputError
 from serve_app.stores.base import ScopeKey
@@ -27,7 +28,7 @@ async def run(config: AppConfig, args: argparse.Namespace) -> int:
         calls = {
             "list": ("GET", "/v1/collections", None),
             "create": ("POST", "/v1/collections", {"name": args.name}),
-            "delete": ("DELETE", f"/v1/collections/{args.name}", None),
+            "delete": ("DELETE", collection_resource(args.name), None),
         }
         answer = await through(args, *calls[args.action])
     else:

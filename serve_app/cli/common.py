@@ -69,11 +69,6 @@ async def through(
         await api.close()
 
 
-def collection_path(collection: str) -> str:
-    """The HTTP API's prefix of a collection's routes."""
-    return "/v1" if collection == "default" else f"/v1/collections/{collection}"
-
-
 @contextlib.asynccontextmanager
 async def collection_service(config: AppConfig) -> AsyncIterator[Any]:
     """``CollectionService`` over the configured stores as they are (no model is loaded),

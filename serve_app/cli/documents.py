@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from serve_app.cli.common import collection_path, collection_service, service_arguments, through
+from serve_app.cli.common import collection_service, service_arguments, through
+from serve_app.client import document_path
 from serve_app.config import AppConfig
 from serve_app.stores.base import ScopeKey
 
@@ -22,7 +23,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 async def run(config: AppConfig, args: argparse.Namespace) -> int:
     if args.url:
-        path = f"{collection_path(args.collection)}/documents/{args.doc_id}"
+        path = document_path(args.collection, args.doc_id)
         answer = await through(args, "GET" if args.action == "get" else "DELETE", path, None)
     else:
         async with collection_service(config) as service:

@@ -6,13 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from serve_app.cli.common import (
-    client,
-    collection_path,
-    progress,
-    retrieval_service,
-    service_arguments,
-)
+from serve_app.cli.common import client, progress, retrieval_service, service_arguments
+from serve_app.client import collection_path
 from serve_app.config import AppConfig
 from serve_app.errors import ServeAppError
 from serve_app.stores.base import ScopeKey

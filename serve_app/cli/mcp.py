@@ -32,6 +32,24 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--transport", choices=["stdio", "streamable-http"], default="stdio")
     parser.add_argument("--host", default="127.0.0.1", help="streamable HTTP bind address")
     parser.add_argument("--port", type=int, default=8765, help="streamable HTTP port")
+    parser.add_argument(
+        "--token-env",
+        default="SERVE_APP_MCP_TOKEN",
+        help="environment variable holding the bearer token streamable HTTP clients must "
+        "send (required off loopback; default SERVE_APP_MCP_TOKEN)",
+    )
+    parser.add_argument(
+        "--public-url", help="the URL clients reach the streamable HTTP server at (auth metadata)"
+    )
+    parser.add_argument(
+        "--ingest-root",
+        action="append",
+        help="a folder whose files ingest(paths) may read (repeatable; default: the working "
+        "directory over stdio, none over HTTP)",
+    )
+    parser.add_argument(
+        "--max-file-bytes", type=int, default=20_000_000, help="largest file ingest(paths) reads"
+    )
 
 
 def run(config: AppConfig, args: argparse.Namespace) -> int:

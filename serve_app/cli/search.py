@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from serve_app.cli.common import collection_path, retrieval_service, service_arguments, through
+from serve_app.cli.common import retrieval_service, service_arguments, through
+from serve_app.client import collection_path
 from serve_app.config import AppConfig
 from serve_app.schemas import FUSION_METHODS, STRATEGIES, FusionSpec, SearchRequest
 from serve_app.stores.base import ScopeKey

@@ -76,10 +76,10 @@ def service_url(app_config_factory):
     thread.join(30)
 
 
-def server_params(url: str, key: str = "key-a") -> StdioServerParameters:
+def server_params(url: str, key: str = "key-a", *extra: str) -> StdioServerParameters:
     return StdioServerParameters(
         command=sys.executable,
-        args=["-m", "serve_app.cli", "mcp", "--url", url, "--timeout-s", "60"],
+        args=["-m", "serve_app.cli", "mcp", "--url", url, "--timeout-s", "60", *extra],
         env={
             "SERVE_APP_API_KEY": key,
             "HF_HUB_OFFLINE": "1",
@@ -281,3 +281,119 @@ async def test_search_and_answer_agree_across_http_cli_and_mcp(service_url):
     passages = [r["doc_id"] for r in answered["results"]]
     assert passages and passages == [r["doc_id"] for r in cli_answered["results"]]
     assert passages == [p["doc_id"] for p in mcp_answered["passages"]]
+
+
+async def test_an_agent_reaches_no_other_route_and_no_file_outside_its_roots(service_url, tmp_path):
+    """What a prompt-injected agent could make the tools do, through the official client: a
+    ``doc_id`` of ``../../victim`` deleted the collection ``victim`` (httpx resolves dot
+    segments), a ``collection`` with ``?tenant=`` went to another route, and ``ingest(paths)``
+    read any file the process could (then searchable)."""
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (root / "notes.txt").write_text("Root notes about conjugation.")
+    (outside / "secret.txt").write_text("the outside secret")
+    (root / "link.txt").symlink_to(outside / "secret.txt")
+    (root / "big.txt").write_text("x" * 2_000)
+    params = server_params(
+        service_url, "key-a", "--ingest-root", str(root), "--max-file-bytes", "1000"
+    )
+    async with asyncio.timeout(180):
+        async with (
+            stdio_client(params) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            payload(await session.call_tool("create_collection", {"name": "victim"}))
+            walked = await session.call_tool("delete_document", {"doc_id": "../../victim"})
+            assert "NOT_FOUND" in error_text(walked)  # one segment: a document id, not found
+            dots = await session.call_tool("delete_document", {"doc_id": ".."})
+            assert "INVALID_INPUT" in error_text(dots)
+            listed = payload(await session.call_tool("list_collections", {}))
+            assert "victim" in [c["name"] for c in listed["collections"]]
+            sideways = await session.call_tool(
+                "inspect", {"collection": "../admin/inspect?tenant=tenant-b"}
+            )
+            assert "INVALID_INPUT" in error_text(sideways) or "NOT_FOUND" in error_text(sideways)
+            assert "tenant-b" not in error_text(sideways).replace("?tenant=tenant-b", "")
+
+            for name, refusal in (
+                (outside / "secret.txt", "outside the ingest roots"),
+                (root / "link.txt", "outside the ingest roots"),  # the link is resolved
+                (root / ".." / "outside" / "secret.txt", "outside the ingest roots"),
+                (root / "big.txt", "PAYLOAD_TOO_LARGE"),
+            ):
+                refused = await session.call_tool(
+                    "ingest", {"collection": "victim", "paths": [str(name)]}
+                )
+                assert refusal in error_text(refused), name
+            written = payload(
+                await session.call_tool(
+                    "ingest", {"collection": "victim", "paths": [str(root / "notes.txt")]}
+                )
+            )
+            assert written["written"] == ["notes"]
+            found = payload(
+                await session.call_tool(
+                    "search", {"query": "outside secret", "collection": "victim"}
+                )
+            )
+            assert {r["doc_id"] for r in found["results"]} == {"notes"}
+            payload(await session.call_tool("delete_collection", {"name": "victim"}))
+
+
+def mcp_over_http(service_url: str, port: int, host: str, token: str | None):
+    import subprocess
+
+    env = {"SERVE_APP_API_KEY": "key-a", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    if token:
+        env["SERVE_APP_MCP_TOKEN"] = token
+    command = [
+        sys.executable, "-m", "serve_app.cli", "mcp", "--url", service_url,
+        "--transport", "streamable-http", "--host", host, "--port", str(port),
+    ]  # fmt: skip
+    return subprocess.Popen(
+        command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def test_mcp_over_http_refuses_a_non_loopback_bind_without_a_token(service_url):
+    server = mcp_over_http(service_url, free_port(), "0.0.0.0", None)
+    _, stderr = server.communicate(timeout=60)
+    assert server.returncode == 2 and "without a bearer token" in stderr
+
+
+async def test_mcp_over_http_needs_the_bearer_token(service_url):
+    import httpx
+    from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
+
+    port = free_port()
+    server = mcp_over_http(service_url, port, "127.0.0.1", "the-token")
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        async with asyncio.timeout(120):
+            while True:  # the server starts in a second or two
+                try:
+                    refused = httpx.post(url, json={}, timeout=5)
+                    break
+                except httpx.TransportError:
+                    assert server.poll() is None, server.communicate()[1]
+                    await asyncio.sleep(0.3)
+            assert refused.status_code == 401
+            wrong = create_mcp_http_client(headers={"Authorization": "Bearer nope"})
+            assert (await wrong.post(url, json={})).status_code == 401
+            await wrong.aclose()
+            client = create_mcp_http_client(headers={"Authorization": "Bearer the-token"})
+            async with (
+                client,
+                streamable_http_client(url, http_client=client) as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+                listed = payload(await session.call_tool("list_collections", {}))
+                assert "default" in [c["name"] for c in listed["collections"]]
+                paths = await session.call_tool("ingest", {"paths": [str(ROOT / "README.md")]})
+                assert "none configured" in error_text(paths)  # no root over HTTP by default
+    finally:
+        server.terminate()
+        server.wait(30)
