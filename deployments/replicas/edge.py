@@ -17,31 +17,32 @@ from starlette.middleware import Middleware
 
 from deployments.replicas.logs import configure_replica_logging
 from serve_app.api.edge import Edge
-from serve_app.config import ConnectionBudget
+from serve_app.config import ApiConfig
 
 CALLBACK_ENV = "RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH"
 CALLBACK = "deployments.replicas.edge.http_middlewares"
 
-_configured: list[ConnectionBudget] = []
+_configured: list[ApiConfig] = []
 
 
-def use_budget(budget: ConnectionBudget) -> None:
-    """The ingress replica's ``api.connections``, for its direct-ingress server's edge (the
-    replica's constructor runs before Serve starts that server)."""
-    _configured[:] = [budget]
+def use_api(api: ApiConfig) -> None:
+    """The ingress replica's ``api`` section (its connection budget and body limits), for its
+    direct-ingress server's edge (the replica's constructor runs before Serve starts that
+    server)."""
+    _configured[:] = [api]
 
 
-def current_budget() -> ConnectionBudget:
-    """The configured budget; in Serve's Python proxy (no configuration there) the defaults,
+def current_api() -> ApiConfig:
+    """The configured section; in Serve's Python proxy (no configuration there) the defaults,
     and the app's own edge in the replica applies the configured one behind it."""
-    return _configured[0] if _configured else ConnectionBudget()
+    return _configured[0] if _configured else ApiConfig()
 
 
 def http_middlewares() -> list[Middleware]:
     """Serve's HTTP proxy callback: the edge outermost, its access lines on the process's own
     stderr as they happen (``deployments.replicas.logs``)."""
     configure_replica_logging(access_log=True)
-    return [Middleware(Edge, budget=current_budget, log_passed=in_ingress_replica)]
+    return [Middleware(Edge, api=current_api, log_passed=in_ingress_replica)]
 
 
 def in_ingress_replica() -> bool:

@@ -8,7 +8,7 @@ from typing import Any
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from deployments.replicas.edge import use_budget
+from deployments.replicas.edge import use_api
 from deployments.replicas.handles import (
     RemoteChunker,
     RemoteDenseEncoder,
@@ -75,7 +75,7 @@ class IngressDeployment(ConfiguredDeployment):
         splade, reranker = self.handles.get("splade"), self.handles.get("reranker")
         self.config = config
         # For the edge on Serve's server (deployments.replicas.edge).
-        use_budget(self.config.api.connections)
+        use_api(self.config.api)
         self.metrics = Metrics(RayInstruments())  # every replica's counts, summed by Prometheus
         observe = self.metrics.observe_batch
         batching = config.serve.batching

@@ -22,7 +22,7 @@ from serve_app.api import deps, errors
 from serve_app.api.auth import Authenticator
 from serve_app.api.browser import BrowserRules
 from serve_app.api.edge import Edge
-from serve_app.api.middleware import Authenticate, BodyLimit, BrowserGuard, RequestEnvelope
+from serve_app.api.middleware import Authenticate, BrowserGuard, RequestEnvelope
 from serve_app.api.models import IngestRequest
 from serve_app.api.observability import Metrics
 from serve_app.api.replays import Replays
@@ -94,16 +94,15 @@ def create_app(
     for router in (*routers, operations.router):
         app.include_router(router)
     _hand_added_schemas(app)
-    # Added innermost first: the edge wraps the envelope, which wraps the browser rules,
-    # the body limit and authentication, in that order.
+    # Added innermost first: the edge (which caps each route's body bytes) wraps the
+    # envelope, which wraps the browser rules and authentication, in that order.
     app.add_middleware(Authenticate, authenticator=authenticator)
-    app.add_middleware(BodyLimit, limit=config.api.max_request_bytes)
     rules = BrowserRules(config.api.allowed_hosts, config.api.allowed_origins, host)
     app.add_middleware(BrowserGuard, rules=rules)
     app.add_middleware(
         RequestEnvelope, metrics=app.state.metrics, set_request_id_header=set_request_id_header
     )
-    app.add_middleware(Edge, budget=config.api.connections)
+    app.add_middleware(Edge, api=config.api)
     return app
 
 

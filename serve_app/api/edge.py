@@ -54,8 +54,14 @@ from serve_app.api.observability import (
     REQUEST_ID,
     request_id_from,
 )
-from serve_app.config import ConnectionBudget
-from serve_app.errors import InvalidHeaderError, RequestTooSlowError, ServeAppError
+from serve_app.config import ApiConfig, ConnectionBudget
+from serve_app.config.api import body_limit
+from serve_app.errors import (
+    InvalidHeaderError,
+    PayloadTooLargeError,
+    RequestTooSlowError,
+    ServeAppError,
+)
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -167,18 +173,32 @@ class BodyTimer:
 
 
 class Edge:
-    """See the module docstring. ``budget`` is read per request (a callable), so the Serve
-    layer can hand the configuration in once its replica has it."""
+    """See the module docstring. ``budget`` and ``api`` are read per request (callables), so
+    the Serve layer can hand the configuration in once its replica has it. With ``api``, each
+    route's body bytes are capped as they arrive (``config.api.body_limit``) and the budget is
+    its ``connections`` unless ``budget`` is given."""
 
     def __init__(
         self,
         app: ASGIApp,
         budget: Callable[[], ConnectionBudget] | ConnectionBudget | None = None,
         log_passed: Callable[[], bool] | bool = True,
+        api: Callable[[], ApiConfig] | ApiConfig | None = None,
     ) -> None:
         self.app = app
-        self._budget = budget if budget is not None else ConnectionBudget()
+        self._budget = budget
         self._log_passed = log_passed
+        self._api = api
+
+    def api(self) -> ApiConfig | None:
+        return self._api() if callable(self._api) else self._api
+
+    def body_limit(self, scope: Scope) -> tuple[int, str] | None:
+        """The request's byte cap and the setting that sets it; None without ``api``."""
+        api = self.api()
+        if api is None:
+            return None
+        return body_limit(api, str(scope.get("method", "")), _route_path(scope))
 
     def log_passed(self) -> bool:
         """Whether the requests this edge passes on get their access line here (False in a
@@ -186,6 +206,9 @@ class Edge:
         return self._log_passed() if callable(self._log_passed) else self._log_passed
 
     def budget(self) -> ConnectionBudget:
+        if self._budget is None:
+            api = self.api()
+            return api.connections if api is not None else ConnectionBudget()
         return self._budget() if callable(self._budget) else self._budget
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -269,6 +292,15 @@ class Edge:
         timer = BodyTimer(self.budget())
         body_done = timed_out = False
         has_body = _declares_body(scope)
+        limit = self.body_limit(scope)
+
+        def too_large(received: str) -> PayloadTooLargeError:
+            assert limit is not None
+            allowed, setting = limit
+            return PayloadTooLargeError(
+                f"request body of {received} bytes is over the limit of {allowed} for "
+                f"{scope.get('method')} {_route_path(scope)[:200]} ({setting})"
+            )
 
         async def linger() -> None:
             """The rest of a body the answer did not need, read and dropped within the
@@ -308,18 +340,37 @@ class Edge:
                     return {"type": "http.disconnect"}
                 if message["type"] == "http.request":
                     body_done = not message.get("more_body", False)
+                    if limit is not None and timer.received > limit[0]:
+                        # Not one byte more from the client: the app (and Serve, which reads
+                        # ahead into a queue) is told the client left.
+                        error = too_large(f"more than {limit[0]}")
+                        if not started:
+                            await send_error(error, close=True)
+                        else:
+                            record.code = error.code
+                        return {"type": "http.disconnect"}
             if message["type"] == "http.disconnect":
                 client_left = True
             return message
 
         failed = False
         try:
+            declared = _raw_header(scope, b"content-length")
             if bad_header is not None:
                 await send_error(
                     InvalidHeaderError(
                         f"header {bad_header!r} is not UTF-8 text without control characters"
                     )
                 )
+            elif limit is not None and limit[0] == 0 and has_body:
+                await send_error(too_large("any"), close=True)  # a route that takes none
+            elif (
+                limit is not None
+                and declared is not None
+                and declared.strip().isdigit()
+                and int(declared) > limit[0]
+            ):
+                await send_error(too_large(declared.strip()), close=True)
             else:
                 await self.app(scope, timed_receive, guarded_send)
         except asyncio.CancelledError:

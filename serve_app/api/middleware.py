@@ -52,6 +52,13 @@ async def _no_body() -> Message:
     return {"type": "http.disconnect"}
 
 
+# The edge's refusals while the body streams (it tells the app the client left).
+EDGE_REFUSALS: dict[str | None, type[ServeAppError]] = {
+    RequestTooSlowError.code: RequestTooSlowError,
+    PayloadTooLargeError.code: PayloadTooLargeError,
+}
+
+
 class RequestEnvelope:
     """Request id (the edge made it safe), X-Request-ID on the answer, latency and error
     metrics, the route, principal and error code for the edge's access line; an error
@@ -98,8 +105,9 @@ class RequestEnvelope:
             # Expected, not a failure of ours: the edge timed the body out (its 408 is out)
             # or the client left mid-upload; the edge's access line says which.
             record = request_record(scope)
-            if record is not None and record.code == RequestTooSlowError.code:
-                status, box["code"] = RequestTooSlowError.status, RequestTooSlowError.code
+            refusal = EDGE_REFUSALS.get(record.code if record is not None else None)
+            if refusal is not None:
+                status, box["code"] = refusal.status, refusal.code
             elif not started:
                 status, box["code"] = CLIENT_CLOSED_STATUS, CLIENT_CLOSED
         except Exception:
@@ -127,65 +135,6 @@ def _describe(scope: Scope, box: dict[str, str]) -> None:
     principal = scope.get("state", {}).get("principal")
     if isinstance(principal, Principal):
         record.principal, record.tenant = principal.subject, principal.tenant_id
-
-
-class BodyLimit:
-    """413 at ``limit`` body bytes, counted as they arrive (chunked or not): a declared
-    ``Content-Length`` over the limit is refused before reading, and ``receive`` is never
-    called again once the count passes the limit. Whatever the app answered to the failed
-    read (a parse error, say) is replaced by the 413."""
-
-    def __init__(self, app: ASGIApp, limit: int) -> None:
-        self.app = app
-        self.limit = limit
-
-    def _error(self, received: str) -> PayloadTooLargeError:
-        return PayloadTooLargeError(
-            f"request body of {received} bytes is over the limit of {self.limit} "
-            "(api.max_request_bytes)"
-        )
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        declared = _header(scope, b"content-length")
-        if declared and declared.strip().isdigit() and int(declared) > self.limit:
-            await _send_error(send, self._error(declared.strip()))
-            return
-        received = 0
-        over = False
-        answered = False
-
-        async def limited_receive() -> Message:
-            nonlocal received, over
-            if over:
-                raise self._error(f"more than {self.limit}")
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.limit:
-                    over = True
-                    raise self._error(f"more than {self.limit}")
-            return message
-
-        async def guarded_send(message: Message) -> None:
-            nonlocal answered
-            if over:
-                if not answered and message["type"] == "http.response.start":
-                    answered = True
-                    await _send_error(send, self._error(f"more than {self.limit}"))
-                return  # the app's own answer to the failed read is dropped
-            await send(message)
-
-        try:
-            await self.app(scope, limited_receive, guarded_send)
-        except PayloadTooLargeError:
-            if not over:
-                raise
-            if not answered:
-                answered = True
-                await _send_error(send, self._error(f"more than {self.limit}"))
 
 
 class BrowserGuard:

@@ -102,7 +102,10 @@ class ConnectionBudget(Section):
 class ApiConfig(Section):
     request_timeout_s: float = Field(default=30.0, gt=0)  # search, reads, deletes
     ingest_timeout_s: float = Field(default=900.0, gt=0)  # a document upload encodes everything
-    max_request_bytes: int = Field(default=50_000_000, ge=1024)
+    max_request_bytes: int = Field(default=50_000_000, ge=1024)  # document uploads
+    # Every other route that takes a body (search, answer, chat completions, collections):
+    # their real bodies are a few KB, and a JSON body is parsed whole on the event loop.
+    max_json_bytes: int = Field(default=524_288, ge=1024)
     # Uploads are cut into sub-batches of at most ingest_batch_size documents and
     # ingest_batch_chars characters; ingest_concurrency of them run at once per ingress
     # replica (all uploads together), so chunking, encoding and writing of consecutive
@@ -122,6 +125,20 @@ class ApiConfig(Section):
     # Web origins ("https://app.example.com") whose pages may call the API; a request from
     # a page of any other origin is refused 403 CROSS_ORIGIN. The API's own pages always may.
     allowed_origins: list[str] = Field(default_factory=list)
+
+
+BODYLESS_METHODS = frozenset({"GET", "HEAD", "DELETE", "OPTIONS"})
+
+
+def body_limit(api: ApiConfig, method: str, path: str) -> tuple[int, str]:
+    """The most body bytes a request may send, and the setting that says so: none for the
+    methods whose routes take no body, ``max_request_bytes`` for document uploads,
+    ``max_json_bytes`` for every other route."""
+    if method.upper() in BODYLESS_METHODS:
+        return 0, f"{method.upper()} takes no body"
+    if method.upper() == "POST" and path.rstrip("/").endswith("/documents"):
+        return api.max_request_bytes, "api.max_request_bytes"
+    return api.max_json_bytes, "api.max_json_bytes"
 
 
 def is_loopback(host: str) -> bool:

@@ -92,7 +92,7 @@ def exchange(port: int, request: bytes, timeout_s: float = 30) -> tuple[int, dic
 def get(path: str, *headers: bytes) -> bytes:
     extra = b"".join(h + b"\r\n" for h in headers)
     return (
-        b"GET " + path.encode() + b" HTTP/1.1\r\nHost: t\r\n" + extra + b"Connection: close\r\n\r\n"
+        b"GET " + path.encode() + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n" + extra + b"Connection: close\r\n\r\n"
     )
 
 
@@ -118,7 +118,7 @@ def test_an_unsafe_request_id_is_replaced_before_it_is_echoed(run, sent):
 def test_headers_that_never_end_get_408_and_are_closed(run):
     began = time.monotonic()
     with socket.create_connection(("127.0.0.1", run.port), timeout=30) as sock:
-        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\n")  # and nothing more
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # and nothing more
         answer = b""
         while chunk := sock.recv(65536):
             answer += chunk
@@ -144,7 +144,7 @@ def p95(times: list[float]) -> float:
 def test_trickling_bodies_get_408_and_are_closed_while_searches_keep_their_pace(run):
     baseline = p95(search_latencies(run.port, 40))
     head = (
-        b"POST /v1/search HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+        b"POST /v1/search HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         b"X-API-Key: " + WRITER.encode() + b"\r\nContent-Length: 100000\r\n\r\n"
     )
     sockets = []
@@ -213,6 +213,50 @@ def test_an_early_413_reaches_a_client_that_sends_the_whole_body_first(run):
         assert response.status_code == 413, response.text
         assert response.json()["error"]["code"] == "PAYLOAD_TOO_LARGE"
     assert not lost, f"{len(lost)} of 60 answers lost: {lost[:2]}"
+
+
+@pytest.mark.parametrize("method", ["GET", "POST"])
+def test_a_1gb_chunked_body_to_search_is_cut_at_the_routes_budget(run, method):
+    """Serve reads a body ahead into a queue whether the route reads it or not; the edge
+    in front counts its bytes against the route's budget (none for GET, api.max_json_bytes
+    for POST /v1/search) and stops reading there, so the ingress replica's memory stays flat
+    while a client tries to send 1 GB."""
+    replica = ingress_replica(run)
+    before = replica.memory_info().rss
+    peak = [before]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            with contextlib.suppress(psutil.Error):
+                peak[0] = max(peak[0], replica.memory_info().rss)
+            time.sleep(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    chunk = b"x" * (1 << 20)
+    framed = f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n"
+    sent = 0
+    with socket.create_connection(("127.0.0.1", run.port), timeout=30) as sock:
+        sock.sendall(
+            f"{method} /v1/search?q=x HTTP/1.1\r\nHost: 127.0.0.1\r\nX-API-Key: {WRITER}\r\n"
+            "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
+        )
+        with contextlib.suppress(OSError):
+            while sent < 1 << 30:
+                sock.sendall(framed)
+                sent += len(chunk)
+        answer = b""
+        with contextlib.suppress(OSError):
+            while part := sock.recv(65536):
+                answer += part
+    done.set()
+    sampler.join(5)
+    grown = (peak[0] - before) / (1 << 20)
+    print(f"\n{method}: {sent >> 20} MiB sent of 1024, ingress RSS +{grown:.0f} MiB at peak")
+    assert answer.startswith(b"HTTP/1.1 413") and b"PAYLOAD_TOO_LARGE" in answer, answer[:300]
+    assert sent < 1 << 30, "the whole 1 GB went in"
+    assert grown < 100, f"the ingress grew {grown:.0f} MiB"
 
 
 def direct_ingress_port(run: LocalRun) -> int:

@@ -19,7 +19,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 
 from serve_app.api.edge import Edge
-from serve_app.api.middleware import BodyLimit
+from serve_app.config import ApiConfig
 from serve_app.ports import free_port
 from tests.support.access_log import captured_access_lines
 
@@ -48,7 +48,7 @@ def serving(loop: str, http: str) -> Iterator[int]:
     """The edge around a small app, served by uvicorn in its own thread and loop."""
     port = free_port()
     config = uvicorn.Config(
-        Edge(BodyLimit(echo_app(), LIMIT)),
+        Edge(echo_app(), api=ApiConfig(max_json_bytes=LIMIT)),
         host="127.0.0.1",
         port=port,
         loop=loop,

@@ -23,6 +23,7 @@ from serve_app.pipelines.components import build_components
 from serve_app.service import RetrievalService
 
 LIMIT = 1_000_000  # api.max_request_bytes
+JSON_LIMIT = 524_288  # api.max_json_bytes, the default
 FILE_LIMIT = 400_000  # limits.max_file_bytes
 WRITER = {"X-API-Key": "writer"}
 
@@ -124,14 +125,31 @@ async def test_declared_oversize_body_is_refused_unread(app):
     assert wire.pulled == 610 * 65_536  # the whole body, dropped after the answer
 
 
-@pytest.mark.parametrize("path", ["/v1/search", "/v1/documents"])
-async def test_chunked_oversize_body_gets_413_without_reading_past_the_limit(app, path):
+@pytest.mark.parametrize(
+    "path,limit,setting",
+    [
+        ("/v1/search", JSON_LIMIT, "api.max_json_bytes"),
+        ("/v1/chat/completions", JSON_LIMIT, "api.max_json_bytes"),
+        ("/v1/documents", LIMIT, "api.max_request_bytes"),
+    ],
+)
+async def test_chunked_oversize_body_gets_413_without_reading_past_the_limit(
+    app, path, limit, setting
+):
     wire = Wire(endless())
     error = await wire.call(app, "POST", path, {**WRITER, "content-type": "application/json"})
     assert wire.status == 413 and error["error"]["code"] == "PAYLOAD_TOO_LARGE"
-    assert "api.max_request_bytes" in error["error"]["message"]
-    # Reading stopped at the first chunk past the limit (of a 40 MB body).
-    assert LIMIT < wire.pulled_before_answer <= LIMIT + 65_536
+    assert setting in error["error"]["message"]
+    # Reading stopped at the first chunk past the route's limit (of a 40 MB body).
+    assert limit < wire.pulled_before_answer <= limit + 65_536
+
+
+@pytest.mark.parametrize("method,path", [("GET", "/v1/search"), ("DELETE", "/v1/documents/x")])
+async def test_a_body_on_a_route_that_takes_none_is_413_unread(app, method, path):
+    wire = Wire(endless())
+    error = await wire.call(app, method, path, {**WRITER, "transfer-encoding": "chunked"})
+    assert wire.status == 413 and "takes no body" in error["error"]["message"]
+    assert wire.pulled_before_answer == 0  # refused for declaring one
 
 
 def multipart(name: str, content: bytes, boundary: str = "b0undary") -> tuple[bytes, dict]:
