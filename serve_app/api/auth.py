@@ -29,11 +29,15 @@ DEFAULT_JWT_SCOPES = frozenset({"read"})
 """Scopes of a token without a scope claim: reading only; writing must be granted."""
 
 
+MAX_SUBJECT_CHARS = 128
+
+
 @dataclass(frozen=True)
 class Principal:
-    """Who a request acts for. Every credential source (API key, JWT, the anonymous local
-    tenant) makes one here, so every tenant passes the same check (``valid_tenant_id``):
-    ValueError for any other string."""
+    """Who a request acts for (``subject``: ``key:<name>``, ``jwt:<sub>`` or ``anonymous``).
+    Every credential source (API key, JWT, the anonymous local tenant) makes one here, so
+    every tenant passes the same check (``valid_tenant_id``): ValueError for any other
+    string."""
 
     tenant_id: str
     subject: str
@@ -107,7 +111,8 @@ class Authenticator:
         digest = hash_api_key(key)
         for entry in self.config.api_keys:
             if hmac.compare_digest(digest, entry.sha256):
-                return Principal(entry.tenant_id, entry.name or "api-key", frozenset(entry.scopes))
+                name = entry.name or entry.sha256[:12]  # unnamed keys stay apart in the log
+                return Principal(entry.tenant_id, f"key:{name}", frozenset(entry.scopes))
         raise UnauthenticatedError("invalid API key")
 
     def _jwt(self, token: str) -> Principal:
@@ -149,7 +154,9 @@ class Authenticator:
         else:
             raise UnauthenticatedError(f"token claim '{settings.scope_claim}' is not a scope list")
         try:
-            return Principal(tenant, str(claims.get("sub", "jwt")), scopes)
+            # Prefixed, so a token's subject can never read as an API key's name; bounded.
+            subject = f"jwt:{str(claims.get('sub', ''))[:MAX_SUBJECT_CHARS]}"
+            return Principal(tenant, subject, scopes)
         except ValueError as error:
             raise UnauthenticatedError(
                 f"token's '{settings.tenant_claim}' claim is {error}"

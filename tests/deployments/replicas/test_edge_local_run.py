@@ -292,7 +292,7 @@ def test_a_pipelined_request_on_the_direct_ingress_port_meets_the_edge(run):
 REFUSALS = {
     "no-key": ("GET", "/v1/search?q=x", {}, 401, None),
     "bad-key": ("GET", "/v1/search?q=x", {"X-API-Key": "wrong-secret"}, 401, None),
-    "reader-writes": ("DELETE", "/v1/documents/x", {"X-API-Key": READER}, 403, "reader"),
+    "reader-writes": ("DELETE", "/v1/documents/x", {"X-API-Key": READER}, 403, "key:reader"),
 }
 
 

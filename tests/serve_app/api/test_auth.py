@@ -184,3 +184,22 @@ def test_jwt_audience_and_issuer():
     ]:
         with pytest.raises(UnauthenticatedError, match=f"(?i){reason}"):
             auth.authenticate(_token(claims), None)
+
+
+def test_principals_are_logged_unambiguously():
+    """Unnamed keys were all ``api-key`` in the access log, and a token whose ``sub`` was a
+    key's name read as that key; a ``sub`` was unbounded."""
+    keys = AuthConfig(
+        api_keys=[
+            {"sha256": hash_api_key("k1"), "tenant_id": "t1"},
+            {"sha256": hash_api_key("k2"), "tenant_id": "t1"},
+            {"name": "ops", "sha256": hash_api_key("k3"), "tenant_id": "t1"},
+        ]
+    )
+    auth = Authenticator(keys)
+    first, second = (auth.authenticate(None, k).subject for k in ("k1", "k2"))
+    assert first != second and first.startswith("key:") and second.startswith("key:")
+    assert auth.authenticate(None, "k3").subject == "key:ops"
+    assert _hs_auth().authenticate(_token({"sub": "ops"}), None).subject == "jwt:ops"
+    long = _hs_auth().authenticate(_token({"sub": "x" * 5000}), None).subject
+    assert long == "jwt:" + "x" * 128

@@ -131,10 +131,10 @@ async def test_one_access_line_per_request_with_who_and_never_the_secret(app):
     lines = {line["request_id"]: line for line in map(json.loads, text.splitlines())}
     assert set(lines) == set(sent)
     expected = {
-        "ok": ("INFO", 200, None, "w", "tenant-a", "/v1/search"),
+        "ok": ("INFO", 200, None, "key:w", "tenant-a", "/v1/search"),
         "bad-key": ("WARNING", 401, "UNAUTHENTICATED", None, None, "unmatched"),
         "no-key": ("WARNING", 401, "UNAUTHENTICATED", None, None, "unmatched"),
-        "read-only": ("WARNING", 403, "FORBIDDEN", "r", "tenant-b", "/v1/documents/{doc_id:path}"),
+        "read-only": ("WARNING", 403, "FORBIDDEN", "key:r", "tenant-b", "/v1/documents/{doc_id:path}"),
     }
     for request_id, (level, status, code, principal, tenant, route) in expected.items():
         line = lines[request_id]
