@@ -9,7 +9,9 @@ plain-text 500). Here, once per request:
 - every header value is checked: one that is not UTF-8 text without control characters is a
   400 ``INVALID_HEADER`` in the error envelope;
 - ``X-Request-ID`` is made safe (``request_id_from``) and written back into the request, so
-  every layer after this one logs and echoes the same safe id;
+  every layer after this one logs and echoes the same safe id; the headers Ray Serve obeys
+  (``SERVE_CONTROL_HEADERS``: its timeout, disconnect handling, multiplexing, affinity) are
+  removed;
 - the body is read under ``api.connections``' budget, on a clock that runs only while the
   edge waits for the client: a chunk stalled past the idle timeout, or a body below the floor
   rate past the grace period, is answered 408 with ``Connection: close`` and the request
@@ -124,8 +126,27 @@ def undecodable_header(scope: Scope) -> str | None:
     return None
 
 
+# Headers Ray Serve obeys from whoever sends them (its request timeout, cancelling on
+# disconnect, model multiplexing, session affinity; Serve compares "-" and "_" alike): a
+# client must not switch off the service's own bounds, so the edge removes them.
+# tests/deployments/replicas/test_edge_serve_headers.py holds this list to Ray's constants.
+SERVE_CONTROL_HEADERS = frozenset(
+    {
+        "x-request-timeout-seconds",
+        "x-request-disconnect-disabled",
+        "serve-multiplexed-model-id",
+        "x-session-id",
+    }
+)
+
+
 def _with_request_id(headers: list[tuple[bytes, bytes]], request_id: str) -> list:
-    kept = [(k, v) for k, v in headers if k.lower() != b"x-request-id"]
+    kept = [
+        (k, v)
+        for k, v in headers
+        if k.lower() != b"x-request-id"
+        and k.decode("latin-1").lower().replace("_", "-") not in SERVE_CONTROL_HEADERS
+    ]
     return [*kept, (b"x-request-id", request_id.encode())]
 
 
