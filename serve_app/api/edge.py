@@ -446,6 +446,14 @@ def _raw_header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
+def _logged_path(scope: Scope) -> str:
+    """The path as the client sent it (percent-encoding kept: a decoded ``%2F`` or ``%0A``
+    would make the line say another path), bounded."""
+    raw = scope.get("raw_path")
+    path = raw.decode("latin-1") if isinstance(raw, bytes) else str(scope.get("path", ""))
+    return path[:MAX_LOGGED_PATH]
+
+
 async def _disconnected() -> Message:
     return {"type": "http.disconnect"}
 
@@ -461,7 +469,7 @@ def _log_access(
         "request",
         extra={
             "method": scope.get("method"),
-            "path": str(scope.get("path", ""))[:MAX_LOGGED_PATH],
+            "path": _logged_path(scope),
             "route": record.route or "unmatched",
             "status": status,
             "code": record.code,

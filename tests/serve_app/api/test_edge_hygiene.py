@@ -76,6 +76,36 @@ async def test_every_access_log_line_is_json_with_its_own_fields(client):
     assert entry["request_id"] != 'a", "b'
 
 
+async def test_the_logged_path_is_the_one_the_client_sent():
+    # Decoded, "%2F" and "%0A" made the line name another path (and a line break).
+    with captured_access_lines() as access:
+        await client_get_raw("/v1/documents/..%2Fadmin%0Ainspect")
+    (entry,) = access.entries()
+    assert entry["path"] == "/v1/documents/..%2Fadmin%0Ainspect"
+
+
+async def client_get_raw(raw_path: str) -> None:
+    from serve_app.api.edge import Edge
+
+    async def app(scope, receive, send) -> None:
+        await send({"type": "http.response.start", "status": 404, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict) -> None:
+        pass
+
+    from urllib.parse import unquote
+
+    scope = {
+        "type": "http", "method": "GET", "path": unquote(raw_path),
+        "raw_path": raw_path.encode(), "headers": [],
+    }  # fmt: skip
+    await Edge(app)(scope, receive, send)
+
+
 @pytest.mark.parametrize("weight", ["NaN", "Infinity", "-Infinity", "1e400"])
 async def test_non_finite_fusion_weights_are_a_422(client, weight):
     body = (
