@@ -6,11 +6,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import time
 from dataclasses import dataclass
 
 import jwt
 
 from serve_app.config import AuthConfig, check_bind, is_loopback
+from serve_app.config.api import MIN_HS256_SECRET_BYTES
 from serve_app.errors import ConfigError, ForbiddenError, UnauthenticatedError
 from serve_app.schemas import DEFAULT_COLLECTION, valid_tenant_id
 from serve_app.stores.base import ScopeKey
@@ -83,6 +85,12 @@ class Authenticator:
                 raise ConfigError(
                     f"api.auth.jwt.secret_env names {config.jwt.secret_env!r}, which is not set"
                 )
+            if self._hs_secret and len(self._hs_secret.encode()) < MIN_HS256_SECRET_BYTES:
+                raise ConfigError(
+                    f"the secret in ${config.jwt.secret_env} is shorter than "
+                    f"{MIN_HS256_SECRET_BYTES} bytes (RFC 7518 3.2): a short HS256 key is "
+                    "guessed offline from any token"
+                )
 
     def authenticate(self, authorization: str | None, api_key: str | None) -> Principal:
         """The principal for the request's credentials, or UnauthenticatedError."""
@@ -141,6 +149,12 @@ class Authenticator:
             raise UnauthenticatedError("token expired") from None
         except jwt.PyJWTError as error:
             raise UnauthenticatedError(f"invalid token: {error}") from None
+        expires = claims.get("exp")
+        if isinstance(expires, int | float) and expires - time.time() > settings.max_lifetime_s:
+            raise UnauthenticatedError(
+                f"token valid for longer than {settings.max_lifetime_s:g} s "
+                "(api.auth.jwt.max_lifetime_s)"
+            )
         tenant = claims.get(settings.tenant_claim)
         if not isinstance(tenant, str) or not tenant:
             raise UnauthenticatedError(f"token has no '{settings.tenant_claim}' claim")

@@ -45,6 +45,9 @@ class ApiKeyConfig(Section):
     )
 
 
+MIN_HS256_SECRET_BYTES = 32  # a key as long as the hash (RFC 7518 section 3.2)
+
+
 class JwtConfig(Section):
     enabled: bool = False
     algorithms: list[Literal["HS256", "RS256"]] = Field(default_factory=lambda: ["HS256"])
@@ -57,11 +60,18 @@ class JwtConfig(Section):
     audience: str | None = None
     issuer: str | None = None
     leeway_s: float = Field(default=0.0, ge=0, le=300)  # clock skew allowed on exp/nbf/iat
+    # A token may be valid for at most this long from now (a stolen token that never
+    # expires is a key): its exp is checked against it.
+    max_lifetime_s: float = Field(default=86_400.0, gt=0)
 
     @model_validator(mode="after")
     def _keys_for_algorithms(self) -> JwtConfig:
         if self.enabled and "HS256" in self.algorithms and not (self.secret or self.secret_env):
             raise ValueError("jwt.secret or jwt.secret_env is required for HS256")
+        if self.secret is not None and len(self.secret.encode()) < MIN_HS256_SECRET_BYTES:
+            raise ValueError(
+                f"jwt.secret must be at least {MIN_HS256_SECRET_BYTES} bytes (RFC 7518 3.2)"
+            )
         if self.enabled and "RS256" in self.algorithms and not self.public_key:
             raise ValueError("jwt.public_key is required for RS256")
         return self

@@ -203,3 +203,17 @@ def test_principals_are_logged_unambiguously():
     assert _hs_auth().authenticate(_token({"sub": "ops"}), None).subject == "jwt:ops"
     long = _hs_auth().authenticate(_token({"sub": "x" * 5000}), None).subject
     assert long == "jwt:" + "x" * 128
+
+
+def test_a_short_hs256_secret_and_a_token_valid_for_too_long_are_refused(monkeypatch):
+    with pytest.raises(ValueError, match="at least 32 bytes"):
+        AuthConfig(jwt={"enabled": True, "secret": "short-secret"})
+    monkeypatch.setenv("SHORT_JWT_SECRET", "s" * 16)
+    with pytest.raises(ConfigError, match="shorter than 32 bytes"):
+        Authenticator(AuthConfig(jwt={"enabled": True, "secret_env": "SHORT_JWT_SECRET"}))
+    forever = "Bearer " + jwt.encode(
+        {"tenant": "t", "exp": time.time() + 10 * 365 * 86400}, "k" * 40
+    )
+    with pytest.raises(UnauthenticatedError, match="max_lifetime_s"):
+        _hs_auth().authenticate(forever, None)
+    assert _hs_auth(max_lifetime_s=20 * 365 * 86400).authenticate(forever, None).tenant_id == "t"
