@@ -32,6 +32,7 @@ from serve_app.cli import (
     validate,
 )
 from serve_app.cli.common import quiet_libraries
+from serve_app.cli.terminal import neutral_output
 from serve_app.config import load_config
 from serve_app.errors import ServeAppError, describe_validation_errors
 from serve_app.extras import require_extras
@@ -77,7 +78,11 @@ def main(
     for stream in (sys.stdout, sys.stderr):  # a line is seen when it is printed, piped or not
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(line_buffering=True)
-    args = (parser or build_parser()).parse_args(argv)
+    with neutral_output():
+        return _run((parser or build_parser()).parse_args(argv), commands)
+
+
+def _run(args: argparse.Namespace, commands: dict) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     quiet_libraries()
     try:

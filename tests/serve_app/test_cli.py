@@ -121,3 +121,21 @@ def test_the_cli_offers_the_apis_collection_and_document_operations(config_file,
     # NOT_FOUND, never an empty result (before: the CLI searched it and printed nothing).
     assert run(config_file, "search", "dense vectors", "--collection", "papers") == 2
     assert "error [NOT_FOUND]: collection 'papers' not found" in capsys.readouterr().err
+
+
+def test_terminal_escapes_in_a_title_or_filename_do_not_reach_the_terminal(
+    config_file, tmp_path, capsys
+):
+    """A document's heading and a file's name are the uploader's text: written raw, an
+    escape sequence could clear the screen or rewrite what the operator reads."""
+    folder = tmp_path / "hostile"
+    folder.mkdir()
+    escape = "\x1b]0;owned\x07\x1b[2J"
+    (folder / "plain.md").write_text(f"# Setup {escape}\n\nInstall the retrieval service.\n")
+    (folder / f"bad{escape}.docx").write_bytes(b"PK\x03\x04")
+    assert run(config_file, "ingest", str(folder), "--skip-invalid") == 0
+    assert run(config_file, "search", "install the retrieval service", "--top-k", "1") == 0
+    captured = capsys.readouterr()
+    for text in (captured.out, captured.err):
+        assert "\x1b" not in text and "\x07" not in text
+    assert "\\x1b[2J" in captured.out + captured.err  # shown, not obeyed
