@@ -21,9 +21,14 @@ FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 Scalar = str | Int64 | FiniteFloat | bool
 MetadataValue = Scalar | list[Scalar]
 # A filter matches one value or any of a list; Qdrant matches lists of strings or of integers.
+# Each string of a filter is bounded too: it goes into every strategy's store query.
+FilterText = Annotated[str, Field(max_length=1024)]
 FilterValue = (
-    Scalar
-    | Annotated[list[str], Field(max_length=1024)]
+    FilterText
+    | Int64
+    | FiniteFloat
+    | bool
+    | Annotated[list[FilterText], Field(max_length=1024)]
     | Annotated[list[Int64], Field(max_length=1024)]
 )
 # Metadata keys become payload paths (`metadata.<key>`) in Qdrant and field names in
@@ -214,7 +219,7 @@ class SearchFilters(_Strict):
     """Filters applied inside every strategy's retrieval (never after fusion)."""
 
     doc_ids: list[DocumentId] | None = Field(default=None, max_length=1024)
-    sections: list[str] | None = Field(default=None, max_length=1024)
+    sections: list[FilterText] | None = Field(default=None, max_length=1024)
     metadata: dict[MetadataKey, FilterValue] = Field(default_factory=dict, max_length=64)
 
 

@@ -107,6 +107,19 @@ def test_filter_values_the_stores_cannot_match_are_refused(value):
         SearchRequest.model_validate({"query": "q", "filters": {"metadata": {"k": value}}})
 
 
+@pytest.mark.parametrize(
+    "filters",
+    [
+        {"metadata": {"k": "x" * 1025}},
+        {"metadata": {"k": ["a", "x" * 1025]}},
+        {"sections": ["x" * 1025]},
+    ],
+)
+def test_every_filter_string_is_bounded(filters):
+    with pytest.raises(ValidationError):
+        SearchRequest.model_validate({"query": "q", "filters": filters})
+
+
 @pytest.mark.parametrize("value", [1, -(2**63), 1.5, "x", True, ["a", "b"], [1, 2], []])
 def test_filter_values_the_stores_match(value):
     request = SearchRequest.model_validate({"query": "q", "filters": {"metadata": {"k": value}}})
