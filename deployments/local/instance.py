@@ -166,16 +166,34 @@ def haproxy_header_timeout(template: str, seconds: float) -> str:
     return template.replace(_HTTP_REQUEST_TIMEOUT, f"timeout http-request {milliseconds}ms")
 
 
+_ADMIN_SOCKET_MODE = ("stats socket {{ config.socket_path }} mode 666", "mode 600")
+
+
+def haproxy_private_admin_socket(template: str) -> str:
+    """Ray Serve's HAProxy configuration with its admin socket (``level admin``: servers
+    switched off, maps rewritten) readable and writable by the run's own user only, not by
+    every local user (``mode 666``); ValueError when the template no longer has it."""
+    line, mode = _ADMIN_SOCKET_MODE
+    if line not in template:
+        if line.replace("mode 666", mode) in template:
+            return template  # already applied in this process
+        raise ValueError(
+            "Ray Serve's HAProxy template has no admin socket line as expected: "
+            "deployments/local/instance.py cannot make the socket private"
+        )
+    return template.replace(line, line.replace("mode 666", mode))
+
+
 def bind_haproxy_admin_listeners() -> None:
     """In every worker of a local run (Serve's HAProxy manager among them), HAProxy's
-    configuration is rendered with the admin listeners on the run's host (Ray Serve has no
-    setting for their address) and with the run's header timeout."""
+    configuration is rendered with its admin socket private, the admin listeners on the
+    run's host (Ray Serve has no setting for their address) and the run's header timeout."""
     host = os.environ.get(ADMIN_HOST_ENV)
     header_timeout = os.environ.get(HEADER_TIMEOUT_ENV)
     bind_admin = bool(host) and host not in ("0.0.0.0", "::")
-    if not bind_admin and not header_timeout:
-        return
     from ray.serve._private import haproxy
+
+    haproxy.HAPROXY_CONFIG_TEMPLATE = haproxy_private_admin_socket(haproxy.HAPROXY_CONFIG_TEMPLATE)
 
     if bind_admin:
         haproxy.HAPROXY_CONFIG_TEMPLATE = haproxy_template(haproxy.HAPROXY_CONFIG_TEMPLATE, host)

@@ -81,3 +81,15 @@ def test_the_haproxy_header_timeout_is_integer_milliseconds(seconds, rendered):
 
     template = f"defaults\n  {_HTTP_REQUEST_TIMEOUT}\n"
     assert f"timeout http-request {rendered}\n" in haproxy_header_timeout(template, seconds)
+
+
+def test_the_haproxy_admin_socket_is_the_runs_own(tmp_path):
+    """Ray's template opens HAProxy's admin socket (level admin) to every local user."""
+    from ray.serve._private.haproxy_templates import HAPROXY_CONFIG_TEMPLATE
+
+    from deployments.local.instance import haproxy_private_admin_socket
+
+    assert "mode 666 level admin" in HAPROXY_CONFIG_TEMPLATE
+    private = haproxy_private_admin_socket(HAPROXY_CONFIG_TEMPLATE)
+    assert "mode 666" not in private and "mode 600 level admin" in private
+    assert haproxy_private_admin_socket(private) == private

@@ -259,6 +259,20 @@ def test_a_1gb_chunked_body_to_search_is_cut_at_the_routes_budget(run, method):
     assert grown < 100, f"the ingress grew {grown:.0f} MiB"
 
 
+def test_haproxys_admin_socket_is_the_runs_own(run):
+    """Ray's HAProxy template opens the admin socket (level admin) to every local user."""
+    for process in psutil.Process(run.process.pid).children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            command = process.cmdline()
+            if Path(command[0]).name == "haproxy" and "-f" in command:
+                config = Path(command[command.index("-f") + 1])
+                socket_path = config.parent / "admin.sock"
+                assert "mode 600 level admin" in config.read_text()
+                assert socket_path.stat().st_mode & 0o777 == 0o600, oct(socket_path.stat().st_mode)
+                return
+    raise AssertionError("no HAProxy process in the run")
+
+
 def direct_ingress_port(run: LocalRun) -> int:
     """The ingress replica's own HTTP port (Serve's direct-ingress server, HAProxy's backend)."""
     replica = ingress_replica(run)
