@@ -40,7 +40,11 @@ def render_serve_config(config: AppConfig, http_host: str = "0.0.0.0") -> dict[s
     ).model_dump(exclude_unset=True)
     document = {
         "proxy_location": "EveryNode",
-        "http_options": {"host": http_host, "port": settings.port},
+        "http_options": {
+            "host": http_host,
+            "port": settings.port,
+            "keep_alive_timeout_s": config.api.connections.keep_alive_s,
+        },
         "applications": [application],
     }
     ServeDeploySchema.model_validate(document)

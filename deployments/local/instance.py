@@ -35,6 +35,7 @@ from serve_app.ports import free_port, free_port_range
 ADMIN_HOST_ENV = "SERVE_APP_HAPROXY_ADMIN_HOST"
 LOOPBACK_NODE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 HEADER_TIMEOUT_ENV = "SERVE_APP_HEADER_TIMEOUT_S"
+CLIENT_CONNECTIONS_ENV = "SERVE_APP_MAX_CONNECTIONS_PER_CLIENT"
 SETUP_HOOK = "deployments.local.instance.setup_worker"
 _PORT_RANGE = 64  # direct-ingress ports a run may hand its replicas
 
@@ -184,16 +185,44 @@ def haproxy_private_admin_socket(template: str) -> str:
     return template.replace(line, line.replace("mode 666", mode))
 
 
+_FRONTEND = "frontend http_frontend\n    bind {{ config.frontend_host }}:{{ config.frontend_port }}\n"
+
+
+def haproxy_connections_per_client(template: str, most: int) -> str:
+    """Ray Serve's HAProxy configuration with at most ``most`` connections at once per client
+    address on the service's frontend (one client holding HAProxy's whole ``maxconn`` of idle
+    connections left every other client's requests waiting); ValueError when the template no
+    longer has the frontend as this expects."""
+    if "track-sc0 src" in template:
+        return template  # already applied in this process
+    if _FRONTEND not in template:
+        raise ValueError(
+            "Ray Serve's HAProxy template has no 'frontend http_frontend' as expected: "
+            "deployments/local/instance.py cannot cap connections per client"
+        )
+    rules = (
+        "    stick-table type ip size 100k expire 60s store conn_cur\n"
+        "    tcp-request connection track-sc0 src\n"
+        f"    tcp-request connection reject if {{ sc0_conn_cur gt {most} }}\n"
+    )
+    return template.replace(_FRONTEND, _FRONTEND + rules)
+
+
 def bind_haproxy_admin_listeners() -> None:
     """In every worker of a local run (Serve's HAProxy manager among them), HAProxy's
     configuration is rendered with its admin socket private, the admin listeners on the
     run's host (Ray Serve has no setting for their address) and the run's header timeout."""
     host = os.environ.get(ADMIN_HOST_ENV)
     header_timeout = os.environ.get(HEADER_TIMEOUT_ENV)
+    per_client = os.environ.get(CLIENT_CONNECTIONS_ENV)
     bind_admin = bool(host) and host not in ("0.0.0.0", "::")
     from ray.serve._private import haproxy
 
     haproxy.HAPROXY_CONFIG_TEMPLATE = haproxy_private_admin_socket(haproxy.HAPROXY_CONFIG_TEMPLATE)
+    if per_client:
+        haproxy.HAPROXY_CONFIG_TEMPLATE = haproxy_connections_per_client(
+            haproxy.HAPROXY_CONFIG_TEMPLATE, int(per_client)
+        )
 
     if bind_admin:
         haproxy.HAPROXY_CONFIG_TEMPLATE = haproxy_template(haproxy.HAPROXY_CONFIG_TEMPLATE, host)

@@ -16,6 +16,7 @@ import httpx
 import psutil
 
 from deployments.local.instance import (
+    CLIENT_CONNECTIONS_ENV,
     HEADER_TIMEOUT_ENV,
     INSTANCE_ENV,
     SETUP_HOOK,
@@ -106,6 +107,8 @@ def start_serve(config: AppConfig, num_cpus: int | None = None) -> Instance:
     os.environ.setdefault(OWNER_URL_ENV, url)  # named by the index's lock (stores.ownership)
     # HAProxy's header timeout (deployments.local.instance.bind_haproxy_admin_listeners)
     os.environ.setdefault(HEADER_TIMEOUT_ENV, str(config.api.connections.header_timeout_s))
+    connections = config.api.connections
+    os.environ.setdefault(CLIENT_CONNECTIONS_ENV, str(connections.max_connections_per_client))
     metrics_port = free_port(avoid=instance.ports | {settings.port})
     os.environ.setdefault(METRICS_URL_ENV, f"http://127.0.0.1:{metrics_port}/metrics")
     import ray
@@ -120,7 +123,13 @@ def start_serve(config: AppConfig, num_cpus: int | None = None) -> Instance:
             runtime_env={"worker_process_setup_hook": SETUP_HOOK},
             _metrics_export_port=metrics_port,
         )
-    serve.start(http_options={"host": settings.host, "port": settings.port})
+    serve.start(
+        http_options={
+            "host": settings.host,
+            "port": settings.port,
+            "keep_alive_timeout_s": connections.keep_alive_s,
+        }
+    )
     # Ray's processes have them; a run started from this process later chooses anew.
     for key in instance.environment:
         if key != INSTANCE_ENV:

@@ -107,6 +107,11 @@ class ConnectionBudget(Section):
     body_rate_grace_s: float = Field(default=10.0, ge=0)
     linger_s: float = Field(default=5.0, ge=0)
     linger_max_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
+    # An idle kept-alive connection is closed after this (Serve's default is 90 s, so idle
+    # connections piled up to HAProxy's maxconn), and one client address may hold at most
+    # this many connections at once in a local run (HAProxy refuses the rest).
+    keep_alive_s: int = Field(default=5, ge=1)
+    max_connections_per_client: int = Field(default=256, ge=1)
 
 
 class ApiConfig(Section):

@@ -524,6 +524,10 @@ deployments/replicas/options.py:deployment_options (a test compares the two).
 {{- $splade := $config.splade | default dict -}}
 {{- $reranker := $config.reranker | default dict -}}
 {{- $llm := $config.llm | default dict -}}
+{{- $connections := (($config.api | default dict).connections | default dict) -}}
+http_options:
+  {{- /* Serve's default of 90 s let idle kept-alive connections pile up (api.connections) */}}
+  keep_alive_timeout_s: {{ $connections.keep_alive_s | default 5 }}
 applications:
   - name: {{ $serve.app_name | default "retrieval" }}
     route_prefix: {{ $serve.route_prefix | default "/" }}

@@ -92,7 +92,11 @@ def exchange(port: int, request: bytes, timeout_s: float = 30) -> tuple[int, dic
 def get(path: str, *headers: bytes) -> bytes:
     extra = b"".join(h + b"\r\n" for h in headers)
     return (
-        b"GET " + path.encode() + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n" + extra + b"Connection: close\r\n\r\n"
+        b"GET "
+        + path.encode()
+        + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        + extra
+        + b"Connection: close\r\n\r\n"
     )
 
 
@@ -126,9 +130,12 @@ def test_headers_that_never_end_get_408_and_are_closed(run):
     assert time.monotonic() - began < HEADERS_S + 3
 
 
-def search_latencies(port: int, count: int) -> list[float]:
+def search_latencies(port: int, count: int, source: str | None = None) -> list[float]:
     times = []
-    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+    transport = httpx.HTTPTransport(local_address=source) if source else None
+    with httpx.Client(
+        base_url=f"http://127.0.0.1:{port}", timeout=30, transport=transport
+    ) as client:
         for _ in range(count):
             began = time.perf_counter()
             response = client.get("/v1/search?q=bacteria&top_k=3", headers={"X-API-Key": WRITER})
@@ -213,6 +220,57 @@ def test_an_early_413_reaches_a_client_that_sends_the_whole_body_first(run):
         assert response.status_code == 413, response.text
         assert response.json()["error"]["code"] == "PAYLOAD_TOO_LARGE"
     assert not lost, f"{len(lost)} of 60 answers lost: {lost[:2]}"
+
+
+def closed_by_server(sock: socket.socket) -> bool:
+    """Whether the server closed ``sock`` (what it sent before is read and dropped)."""
+    sock.settimeout(0.01)
+    try:
+        while sock.recv(65536):
+            pass
+        return True
+    except TimeoutError:
+        return False
+    except OSError:
+        return True
+
+
+HOARDED = 4_200  # past HAProxy's maxconn (4096)
+PER_CLIENT = 256  # api.connections.max_connections_per_client, the default
+
+
+def test_one_client_hoarding_idle_connections_leaves_another_its_pace(run):
+    """One address opens more connections than HAProxy's maxconn, one request each, then
+    idles: with Serve's 90 s keep-alive and no per-client cap, every other client's fresh
+    connection waited behind them and its searches timed out. Now HAProxy takes at most
+    PER_CLIENT from one address and the idle ones are closed after keep_alive_s (5 s)."""
+    baseline = p95(search_latencies(run.port, 30, source="127.0.0.2"))
+    hoard = []
+    request = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    try:
+        for _ in range(HOARDED):
+            with contextlib.suppress(OSError):
+                sock = socket.create_connection(("127.0.0.1", run.port), timeout=5)
+                hoard.append(sock)
+                with contextlib.suppress(OSError):
+                    sock.sendall(request)
+        began = time.monotonic()
+        during = p95(search_latencies(run.port, 30, source="127.0.0.3"))
+        answered = 0
+        for sock in hoard:
+            sock.settimeout(0.01)
+            with contextlib.suppress(OSError):
+                answered += sock.recv(64).startswith(b"HTTP/1.1 200")
+        time.sleep(max(0.0, began + 5 + 2 - time.monotonic()))  # past the keep-alive
+        still_open = sum(not closed_by_server(sock) for sock in hoard)
+    finally:
+        for sock in hoard:
+            sock.close()
+    print(f"\nhoarder answered {answered} of {HOARDED}; search P95 {during:.3f} s "
+          f"vs {baseline:.3f} s alone; {still_open} still open after the keep-alive")  # fmt: skip
+    assert answered <= PER_CLIENT, answered
+    assert during < 3 * baseline + 0.2, f"search P95 {during:.3f} s vs {baseline:.3f} s alone"
+    assert still_open == 0, still_open
 
 
 @pytest.mark.parametrize("method", ["GET", "POST"])
