@@ -176,6 +176,13 @@ class OverloadedError(ServeAppError):
         self.retry_after_s = retry_after_s
 
 
+class TenantLimitError(OverloadedError):
+    """One tenant at its own limit (``api.tenants``): 429 with ``Retry-After``, the other
+    tenants unaffected."""
+
+    code = "TENANT_LIMIT"
+
+
 class TimeoutExceededError(ServeAppError):
     code = "TIMEOUT"
     status = 504

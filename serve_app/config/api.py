@@ -114,6 +114,15 @@ class ConnectionBudget(Section):
     max_connections_per_client: int = Field(default=256, ge=1)
 
 
+class TenantLimits(Section):
+    """What one tenant may hold of each ingress replica at once (``serve_app.service.
+    tenant_limits``). Keep ``max_concurrent_answers`` below ``llm.parallel + llm.max_queued``
+    (times the LLM replicas) so that one tenant's burst leaves slots for the others."""
+
+    max_concurrent_answers: int = Field(default=4, ge=1)
+    retry_after_s: float = Field(default=2.0, gt=0)
+
+
 class ApiConfig(Section):
     request_timeout_s: float = Field(default=30.0, gt=0)  # search, reads, deletes
     ingest_timeout_s: float = Field(default=900.0, gt=0)  # a document upload encodes everything
@@ -133,6 +142,7 @@ class ApiConfig(Section):
     max_pending_uploads: int = Field(default=32, ge=1)
     auth: AuthConfig = Field(default_factory=AuthConfig)
     connections: ConnectionBudget = Field(default_factory=ConnectionBudget)
+    tenants: TenantLimits = Field(default_factory=TenantLimits)
     # The Host names the API answers to (a port is ignored). None: on a loopback bind the
     # loopback names only, elsewhere any; a page on another name rebound to 127.0.0.1 (DNS
     # rebinding) is refused 400 INVALID_HOST.

@@ -12,10 +12,11 @@ from pydantic import BaseModel
 
 from serve_app.errors import (
     ServiceUnavailableError,
+    TenantLimitError,
 )
 from serve_app.generation.base import LLM
 from serve_app.pipelines.answer import AnswerPipeline, CheckedAnswer
-from serve_app.pipelines.answer_events import AnswerEvent
+from serve_app.pipelines.answer_events import AnswerError, AnswerEvent
 from serve_app.pipelines.components import Components
 from serve_app.pipelines.ingest import ChunkBudget, IngestPipeline
 from serve_app.pipelines.search import SearchPipeline
@@ -27,6 +28,7 @@ from serve_app.schemas import (
     SearchResponse,
 )
 from serve_app.service.collections import CollectionService
+from serve_app.service.tenant_limits import TenantSlots
 from serve_app.service.uploads import partial_failure, sub_batches
 from serve_app.stores.base import ScopeKey
 
@@ -60,6 +62,13 @@ class RetrievalService(CollectionService):
     ) -> None:
         super().__init__(components.index, components.config)
         self.components = components
+        tenants = components.config.api.tenants
+        self.tenant_answers = TenantSlots(
+            tenants.max_concurrent_answers,
+            "answers",
+            "api.tenants.max_concurrent_answers",
+            tenants.retry_after_s,
+        )
         self.ingest_pipeline = IngestPipeline(components)
         self.search_pipeline = SearchPipeline(components)
         self.checks = checks or {"store": self._store_check}
@@ -147,15 +156,31 @@ class RetrievalService(CollectionService):
         """What refuses an answer before its first byte (``AnswerPipeline.check``): once."""
         return await self.answer_pipeline.check(request, key)
 
-    def answer_stream(
+    async def answer_stream(
         self, checked: CheckedAnswer, bound_s: float | None = None
     ) -> AsyncIterator[AnswerEvent]:
-        """The events of a checked answer, preparation included (``AnswerPipeline.stream``)."""
-        return self.answer_pipeline.stream(checked, bound_s)
+        """The events of a checked answer, preparation included (``AnswerPipeline.stream``),
+        within its tenant's answers in flight: past them, one ``TENANT_LIMIT`` error event
+        (answered 429 before any byte)."""
+        try:
+            slot = self.tenant_answers.hold(checked.scope.tenant)
+            slot.__enter__()
+        except TenantLimitError as refused:
+            yield AnswerError(
+                code=refused.code, message=refused.message, retry_after_s=refused.retry_after_s
+            )
+            return
+        try:
+            async for event in self.answer_pipeline.stream(checked, bound_s):
+                yield event
+        finally:
+            slot.__exit__(None, None, None)
 
     async def answer(self, checked: CheckedAnswer, bound_s: float | None = None) -> dict[str, Any]:
-        """The whole answer of a checked request as one object (the JSON variant)."""
-        return await self.answer_pipeline.collect(checked, bound_s)
+        """The whole answer of a checked request as one object (the JSON variant), within its
+        tenant's answers in flight (TenantLimitError past them)."""
+        with self.tenant_answers.hold(checked.scope.tenant):
+            return await self.answer_pipeline.collect(checked, bound_s)
 
     async def readiness(self, timeout_s: float = 2.0) -> Readiness:
         """Each check's state, each bounded by ``timeout_s``, and whether the gating ones (all
