@@ -24,7 +24,13 @@ def serve_config(app_config_factory):
         for key, (tenant, scopes) in KEYS.items()
     ]
     return app_config_factory(
-        api={"auth": {"mode": "required", "api_keys": api_keys}, "max_request_bytes": 3_000_000},
+        api={
+            "auth": {"mode": "required", "api_keys": api_keys},
+            "max_request_bytes": 3_000_000,
+            # The overload tests fill the LLM replica (2 slots + 4 queued) from one tenant:
+            # its own limit (tests/serve_app/api/test_tenant_fairness.py) must not come first.
+            "tenants": {"max_concurrent_answers": 16},
+        },
         serve={"port": free_port()},
         # A client that hangs up stops its answer at once (the tests here show that through
         # Serve); reconnects (answer.resume_s) are tested in process.
