@@ -13,13 +13,27 @@ class ServeAppError(Exception):
     code: str = "INTERNAL"
     status: int = 500
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, public: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.details: dict | None = None  # structured facts for the client (error.details)
+        # What a client is told instead of ``message`` where that carries a backend's own
+        # words (its hostnames, paths, driver text): those go to the server log only.
+        self.public = public
+
+    def add_note(self, note: str) -> None:
+        """``note`` after the message (and after what a client is told): what the failure
+        did or did not leave behind."""
+        self.message = f"{self.message}{note}"
+        if self.public is not None:
+            self.public = f"{self.public}{note}"
+        self.args = (self.message,)
+
+    def client_message(self) -> str:
+        return self.message if self.public is None else self.public
 
     def to_dict(self) -> dict:
-        out: dict = {"code": self.code, "message": self.message}
+        out: dict = {"code": self.code, "message": self.client_message()}
         if self.details is not None:
             out["details"] = self.details
         return out
@@ -106,6 +120,13 @@ class ForbiddenError(ServeAppError):
 
     code = "FORBIDDEN"
     status = 403
+
+
+class TenantQuotaError(ForbiddenError):
+    """A tenant at a quota that time does not lift (``api.tenants.max_collections``): 403
+    until it frees some of what it holds."""
+
+    code = "TENANT_QUOTA"
 
 
 class CrossOriginError(ForbiddenError):

@@ -160,6 +160,10 @@ class Document(_Strict):
     def char_count(self) -> int:
         return len(self.title) + sum(len(text) for _, text in self.iter_blocks())
 
+    def text_bytes(self) -> int:
+        """The UTF-8 bytes of what ``char_count`` counts (what an upload is charged)."""
+        return len(self.title.encode()) + sum(len(t.encode()) for _, t in self.iter_blocks())
+
     def repeated_chars(self) -> int:
         """Characters each chunk of this document carries besides its own text: the title,
         the longest heading chain over text, the source and the metadata (as JSON)."""

@@ -41,7 +41,12 @@ _PORT_RANGE = 64  # direct-ingress ports a run may hand its replicas
 
 _HAPROXY_LISTENERS = (
     ("bind :{{ config.metrics_port }}", "bind {host}:{{{{ config.metrics_port }}}}"),
-    ("bind *:{{ config.stats_port }}", "bind {host}:{{{{ config.stats_port }}}}"),
+)
+# HAProxy's stats page: every backend, server and address, with no authentication, and
+# nothing of Ray's reads it (its manager talks to the admin socket): a local run has none.
+_STATS_PAGE = (
+    "listen stats\n  bind *:{{ config.stats_port }}\n  stats enable\n"
+    "  stats uri {{ config.stats_uri }}\n  stats refresh 1s\n"
 )
 
 
@@ -130,16 +135,16 @@ def isolate(
 
 
 def haproxy_template(template: str, host: str) -> str:
-    """Ray Serve's HAProxy configuration with its stats and Prometheus listeners on ``host``
-    instead of every interface; ValueError when the template no longer has them as this
-    expects (a Ray upgrade), so the run stops rather than exposing them."""
+    """Ray Serve's HAProxy configuration with its Prometheus listener on ``host`` instead of
+    every interface; ValueError when the template no longer has it as this expects (a Ray
+    upgrade), so the run stops rather than exposing it."""
     for listener, replacement in _HAPROXY_LISTENERS:
         if replacement.format(host=host) in template:
             continue  # already bound here (the hook ran before in this process)
         if listener not in template:
             raise ValueError(
                 f"Ray Serve's HAProxy template has no {listener!r}: deployments/local/instance.py "
-                "cannot bind HAProxy's stats and metrics listeners to the service's host"
+                "cannot bind HAProxy's metrics listener to the service's host"
             )
         template = template.replace(listener, replacement.format(host=host))
     return template
@@ -208,6 +213,39 @@ def haproxy_connections_per_client(template: str, most: int) -> str:
     return template.replace(_FRONTEND, _FRONTEND + rules)
 
 
+def haproxy_without_stats_page(template: str) -> str:
+    """Ray Serve's HAProxy configuration without its unauthenticated stats page; ValueError
+    when the template no longer has it as this expects."""
+    if _STATS_PAGE in template:
+        return template.replace(_STATS_PAGE, "")
+    if "listen stats" in template:
+        raise ValueError(
+            "Ray Serve's HAProxy template has a stats page this does not know: "
+            "deployments/local/instance.py cannot remove it"
+        )
+    return template  # already removed in this process
+
+
+def haproxy_own_forwarded_for(template: str) -> str:
+    """Ray Serve's HAProxy configuration that sets ``X-Forwarded-For`` to the connection's
+    own address (and ``X-Forwarded-Proto`` to ``http``) instead of passing a client's:
+    Serve's uvicorn believes those headers from 127.0.0.1 (``FORWARDED_ALLOW_IPS``), which
+    HAProxy is, so a client's own header became the access line's ``client``."""
+    rules = (
+        "    http-request set-header X-Forwarded-For %[src]\n"
+        "    http-request set-header X-Forwarded-Proto http\n"
+        "    http-request del-header Forwarded\n"
+    )
+    if rules in template:
+        return template  # already applied in this process
+    if _FRONTEND not in template:
+        raise ValueError(
+            "Ray Serve's HAProxy template has no 'frontend http_frontend' as expected: "
+            "deployments/local/instance.py cannot set X-Forwarded-For"
+        )
+    return template.replace(_FRONTEND, _FRONTEND + rules)
+
+
 def bind_haproxy_admin_listeners() -> None:
     """In every worker of a local run (Serve's HAProxy manager among them), HAProxy's
     configuration is rendered with its admin socket private, the admin listeners on the
@@ -219,6 +257,8 @@ def bind_haproxy_admin_listeners() -> None:
     from ray.serve._private import haproxy
 
     haproxy.HAPROXY_CONFIG_TEMPLATE = haproxy_private_admin_socket(haproxy.HAPROXY_CONFIG_TEMPLATE)
+    haproxy.HAPROXY_CONFIG_TEMPLATE = haproxy_own_forwarded_for(haproxy.HAPROXY_CONFIG_TEMPLATE)
+    haproxy.HAPROXY_CONFIG_TEMPLATE = haproxy_without_stats_page(haproxy.HAPROXY_CONFIG_TEMPLATE)
     if per_client:
         haproxy.HAPROXY_CONFIG_TEMPLATE = haproxy_connections_per_client(
             haproxy.HAPROXY_CONFIG_TEMPLATE, int(per_client)

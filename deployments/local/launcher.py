@@ -234,11 +234,7 @@ def ingest_folder(
                 break
             group = files[start_index : start_index + batch_files]
             parts = [("files", (p.name, p.read_bytes(), "application/octet-stream")) for p in group]
-            try:
-                response = client.post("/v1/documents", files=parts)
-            except httpx.HTTPError as error:
-                response = None
-                problem = f"{type(error).__name__}: {error}"
+            response, problem = _post_waiting(client, parts, stop_event)
             if stop_event.is_set():
                 break
             if response is None or response.status_code != 200:
@@ -257,6 +253,23 @@ def ingest_folder(
                 flush=True,
             )
     return totals
+
+
+def _post_waiting(
+    client: httpx.Client, parts: list, stop_event: threading.Event, tries: int = 20
+) -> tuple[httpx.Response | None, str]:
+    """One batch's upload, sent again after each 429 or 503's ``Retry-After`` (a folder past
+    ``api.tenants.ingest_bytes_per_minute`` or ``api.max_pending_uploads`` waits its turn)."""
+    response = None
+    for _ in range(tries):
+        try:
+            response = client.post("/v1/documents", files=parts)
+        except httpx.HTTPError as error:
+            return None, f"{type(error).__name__}: {error}"
+        if response.status_code not in (429, 503) or stop_event.is_set():
+            break
+        stop_event.wait(min(60.0, float(response.headers.get("retry-after", "1"))))
+    return response, ""
 
 
 def print_examples(url: str) -> None:

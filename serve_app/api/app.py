@@ -38,6 +38,7 @@ from serve_app.api.routers import (
 from serve_app.loaders.pool import LoaderPool
 from serve_app.pipelines.answer_events import AnswerEvent
 from serve_app.service import RetrievalService
+from serve_app.service.tenant_limits import TenantRates
 
 
 def loader_pool(service: RetrievalService) -> LoaderPool:
@@ -48,6 +49,7 @@ def loader_pool(service: RetrievalService) -> LoaderPool:
         max_file_bytes=limits.max_file_bytes,
         max_chars=limits.max_document_chars,
         max_pages=limits.max_pdf_pages,
+        max_memory_bytes=limits.loader_max_memory_bytes,
     )
 
 
@@ -84,6 +86,7 @@ def create_app(
     app.state.metrics = metrics or Metrics()
     app.state.loaders = pool
     app.state.replays = Replays(service.config.answer.resume_s)
+    app.state.tenant_rates = TenantRates(config.api.tenants)
     errors.install(app)
     default = APIRouter(prefix="/v1")  # the tenant's default collection
     documents.add_document_routes(default, deps.default_collection)
@@ -96,7 +99,7 @@ def create_app(
     _hand_added_schemas(app)
     # Added innermost first: the edge (which caps each route's body bytes) wraps the
     # envelope, which wraps the browser rules and authentication, in that order.
-    app.add_middleware(Authenticate, authenticator=authenticator)
+    app.add_middleware(Authenticate, authenticator=authenticator, rates=app.state.tenant_rates)
     rules = BrowserRules(config.api.allowed_hosts, config.api.allowed_origins, host)
     app.add_middleware(BrowserGuard, rules=rules)
     app.add_middleware(

@@ -17,6 +17,7 @@ from serve_app.errors import TimeoutExceededError, UnauthenticatedError
 from serve_app.loaders.pool import LoaderPool
 from serve_app.schemas import COLLECTION_MAX_LENGTH, COLLECTION_PATTERN, DEFAULT_COLLECTION
 from serve_app.service import RetrievalService
+from serve_app.service.tenant_limits import TenantRates
 from serve_app.stores.base import ScopeKey
 
 T = TypeVar("T")
@@ -44,6 +45,10 @@ async def metrics(request: Request) -> Metrics:
 
 async def loaders(request: Request) -> LoaderPool:
     return request.app.state.loaders
+
+
+async def tenant_rates(request: Request) -> TenantRates:
+    return request.app.state.tenant_rates
 
 
 async def principal(request: Request) -> Principal:

@@ -88,6 +88,8 @@ def error_response(error: ServeAppError, headers: dict[str, str] | None = None) 
     if box is not None:
         box["code"] = error.code
     body = {"error": {**error.to_dict(), "request_id": REQUEST_ID.get()}}
+    if error.public is not None:  # the client is told less: the whole story goes to the log
+        log.warning("%s (request %s): %s", error.code, body["error"]["request_id"], error.message)
     if error.status == 401:
         headers = {"WWW-Authenticate": "Bearer", **(headers or {})}
     if isinstance(error, OverloadedError):

@@ -20,6 +20,7 @@ from serve_app.api.edge import CLIENT_CLOSED, CLIENT_CLOSED_STATUS, request_reco
 from serve_app.api.errors import ERROR_CODE, error_response, for_status
 from serve_app.api.observability import REQUEST_ID, Metrics, Stopwatch, request_id_from
 from serve_app.errors import PayloadTooLargeError, RequestTooSlowError, ServeAppError
+from serve_app.service.tenant_limits import TenantRates
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -162,13 +163,19 @@ class BrowserGuard:
 
 class Authenticate:
     """Credentials checked from the headers before the app (and its body parsing) runs, for
-    every path under ``prefixes``; the principal goes to ``scope["state"]["principal"]``."""
+    every path under ``prefixes``; the principal goes to ``scope["state"]["principal"]``, and
+    its tenant's request rate is charged (``TenantRates.request``: 429 past it)."""
 
     def __init__(
-        self, app: ASGIApp, authenticator: Authenticator, prefixes: tuple[str, ...] = ("/v1/",)
+        self,
+        app: ASGIApp,
+        authenticator: Authenticator,
+        rates: TenantRates | None = None,
+        prefixes: tuple[str, ...] = ("/v1/",),
     ) -> None:
         self.app = app
         self.authenticator = authenticator
+        self.rates = rates
         self.prefixes = prefixes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -179,8 +186,10 @@ class Authenticate:
             principal = self.authenticator.authenticate(
                 _header(scope, b"authorization"), _header(scope, b"x-api-key")
             )
+            scope["state"] = {**scope.get("state", {}), "principal": principal}
+            if self.rates is not None:
+                self.rates.request(principal.tenant_id)
         except ServeAppError as error:
             await _send_error(send, error)
             return
-        scope["state"] = {**scope.get("state", {}), "principal": principal}
         await self.app(scope, receive, send)

@@ -31,6 +31,9 @@ class LimitsConfig(Section):
     # parsed within loader_timeout_s is refused (400) and its worker killed.
     loader_workers: int = Field(default=2, ge=1)
     loader_timeout_s: float = Field(default=60.0, gt=0)
+    # Address space a loader worker may map (RLIMIT_AS): a parser that a hostile file sends
+    # into unbounded allocation fails that file (400), not the replica.
+    loader_max_memory_bytes: int = Field(default=4 * 1024**3, ge=256 * 1024**2)
 
 
 class ApiKeyConfig(Section):
@@ -115,12 +118,21 @@ class ConnectionBudget(Section):
 
 
 class TenantLimits(Section):
-    """What one tenant may hold of each ingress replica at once (``serve_app.service.
-    tenant_limits``). Keep ``max_concurrent_answers`` below ``llm.parallel + llm.max_queued``
-    (times the LLM replicas) so that one tenant's burst leaves slots for the others."""
+    """What one tenant may take of each ingress replica (``serve_app.service.tenant_limits``);
+    past a limit 429 ``TENANT_LIMIT`` with ``Retry-After``, other tenants untouched. Keep
+    ``max_concurrent_answers`` below ``llm.parallel + llm.max_queued`` (times the LLM
+    replicas) so that one tenant's burst leaves slots for the others. ``requests_per_s``
+    (with ``request_burst``) counts every authenticated request; ``ingest_bytes_per_minute``
+    the text of uploaded documents (an upload larger than it waits for a full minute's
+    worth); None turns either off. ``max_collections`` is per tenant across the cluster
+    (403 ``TENANT_QUOTA`` past it)."""
 
     max_concurrent_answers: int = Field(default=4, ge=1)
     retry_after_s: float = Field(default=2.0, gt=0)
+    requests_per_s: float | None = Field(default=200.0, gt=0)
+    request_burst: int = Field(default=400, ge=1)
+    ingest_bytes_per_minute: int | None = Field(default=200_000_000, ge=1)
+    max_collections: int = Field(default=100, ge=1)
 
 
 class ApiConfig(Section):

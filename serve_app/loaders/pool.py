@@ -16,6 +16,7 @@ import os
 import pickle
 import sys
 import weakref
+from collections.abc import Mapping
 from pathlib import Path
 
 import serve_app
@@ -29,6 +30,22 @@ _ROOT = str(Path(serve_app.__file__).resolve().parents[1])
 _POOLS: weakref.WeakSet[LoaderPool] = weakref.WeakSet()
 
 
+# What a parser process may see of the replica's environment: where programs, the home and
+# temporary folders are, the locale and Python's own settings. Not the cluster's token
+# (RAY_AUTH_TOKEN), the JWT secret or any store credential: a parser exploited by a hostile
+# file finds none of them.
+_WORKER_ENV = ("PATH", "HOME", "TMPDIR", "TZ", "LANG", "LANGUAGE", "VIRTUAL_ENV")
+_WORKER_ENV_PREFIXES = ("LC_", "PYTHON")
+
+
+def worker_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    return {
+        key: value
+        for key, value in environ.items()
+        if key in _WORKER_ENV or key.startswith(_WORKER_ENV_PREFIXES)
+    }
+
+
 class WorkerDied(Exception):
     """The worker exited or closed its pipe in the middle of a file."""
 
@@ -38,12 +55,13 @@ class _Worker:
         self.process = process
 
     @classmethod
-    async def start(cls) -> _Worker:
+    async def start(cls, max_memory_bytes: int | None = None) -> _Worker:
+        env = worker_environment(os.environ)
         # The child imports the same serve_app as this process, wherever that comes from.
-        env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [_ROOT, env.get("PYTHONPATH")]))
+        limit = [] if max_memory_bytes is None else [str(max_memory_bytes)]
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "serve_app.loaders.worker", str(os.getpid()),
+            sys.executable, "-m", "serve_app.loaders.worker", str(os.getpid()), *limit,
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env,
         )  # fmt: skip
         return cls(process)
@@ -80,8 +98,10 @@ class LoaderPool:
         max_file_bytes: int | None = None,
         max_chars: int | None = None,
         max_pages: int | None = None,
+        max_memory_bytes: int | None = None,
     ) -> None:
         self.workers = workers
+        self.max_memory_bytes = max_memory_bytes
         self.timeout_s = timeout_s
         self.max_file_bytes = max_file_bytes
         self.max_chars = max_chars
@@ -161,7 +181,7 @@ class LoaderPool:
                 self._busy.add(worker)
                 return worker
         try:
-            worker = await asyncio.wait_for(_Worker.start(), START_TIMEOUT_S)
+            worker = await asyncio.wait_for(_Worker.start(self.max_memory_bytes), START_TIMEOUT_S)
         except (TimeoutError, OSError) as error:
             raise ServiceUnavailableError(f"no loader worker could start ({error})") from None
         self._busy.add(worker)

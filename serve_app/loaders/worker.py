@@ -55,8 +55,19 @@ def handle(request: dict) -> tuple[str, object]:
         )
 
 
+def bound_memory(most_bytes: int) -> None:
+    """At most ``most_bytes`` of address space (a parser's runaway allocation is a
+    MemoryError, that file's failure) and no core file."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (most_bytes, most_bytes))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
 def main() -> int:
     die_with_parent(int(sys.argv[1]))
+    if len(sys.argv) > 2:
+        bound_memory(int(sys.argv[2]))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the parent; it stops us
     requests = sys.stdin.buffer
     replies = os.fdopen(os.dup(1), "wb")

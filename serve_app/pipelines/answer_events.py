@@ -10,12 +10,15 @@ events may cross a Ray handle."""
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_serializer
 from pydantic_core.core_schema import SerializerFunctionWrapHandler
 
 from serve_app.errors import OverloadedError, ServeAppError
+
+log = logging.getLogger(__name__)
 
 
 class _Event(BaseModel):
@@ -144,8 +147,13 @@ class AnswerError(_Event):
     @classmethod
     def of(cls, error: ServeAppError) -> AnswerError:
         retry = error.retry_after_s if isinstance(error, OverloadedError) else None
+        if error.public is not None:  # the client is told less: the whole story to the log
+            log.warning("answer failed: %s: %s", error.code, error.message)
         return cls(
-            code=error.code, message=error.message, details=error.details, retry_after_s=retry
+            code=error.code,
+            message=error.client_message(),
+            details=error.details,
+            retry_after_s=retry,
         )
 
 

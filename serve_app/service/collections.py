@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from serve_app.config import AppConfig
-from serve_app.errors import NotFoundError, collection_not_found
+from serve_app.errors import NotFoundError, TenantQuotaError, collection_not_found
 from serve_app.schemas import DEFAULT_COLLECTION, DocumentInfo
 from serve_app.stores.base import ChunkIndex, ScopeKey
 
@@ -44,6 +44,17 @@ class CollectionService:
         return await self.index.list_collections(ScopeKey(tenant.tenant))
 
     async def create_collection(self, key: ScopeKey) -> dict[str, Any]:
+        """A new named collection, within its tenant's ``api.tenants.max_collections``
+        (two creates racing at the limit may both pass: the quota bounds, it does not
+        count exactly)."""
+        most = self.config.api.tenants.max_collections
+        listed = await self.index.list_collections(ScopeKey(key.tenant))
+        held = {c["name"] for c in listed} - {DEFAULT_COLLECTION}  # the implicit one is free
+        if len(held) >= most and key.collection not in held:
+            raise TenantQuotaError(
+                f"tenant {key.tenant!r} already has {len(held)} collections "
+                f"(api.tenants.max_collections {most}); delete one first"
+            )
         return await self.index.create_collection(key)
 
     async def describe_collection(self, key: ScopeKey) -> dict[str, Any]:

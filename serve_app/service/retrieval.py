@@ -162,9 +162,9 @@ class RetrievalService(CollectionService):
         """The events of a checked answer, preparation included (``AnswerPipeline.stream``),
         within its tenant's answers in flight: past them, one ``TENANT_LIMIT`` error event
         (answered 429 before any byte)."""
+        tenant = checked.scope.tenant
         try:
-            slot = self.tenant_answers.hold(checked.scope.tenant)
-            slot.__enter__()
+            self.tenant_answers.take(tenant)
         except TenantLimitError as refused:
             yield AnswerError(
                 code=refused.code, message=refused.message, retry_after_s=refused.retry_after_s
@@ -174,7 +174,7 @@ class RetrievalService(CollectionService):
             async for event in self.answer_pipeline.stream(checked, bound_s):
                 yield event
         finally:
-            slot.__exit__(None, None, None)
+            self.tenant_answers.give(tenant)
 
     async def answer(self, checked: CheckedAnswer, bound_s: float | None = None) -> dict[str, Any]:
         """The whole answer of a checked request as one object (the JSON variant), within its

@@ -39,12 +39,11 @@ def partial_failure(failure: BaseExceptionGroup, done: list[IngestResult]) -> Ba
     unchanged = [doc for part in done for doc in part.unchanged]
     error.details = {**(error.details or {}), "written": written, "unchanged": unchanged}
     if written or unchanged:
-        error.message += (
+        error.add_note(
             f"; {len(written)} documents of this request were written and {len(unchanged)} "
             "were unchanged before the failure (error.details); nothing else was written: "
             "retry the request (unchanged documents are skipped)"
         )
     else:
-        error.message += "; nothing of this request was written"
-    error.args = (error.message,)
+        error.add_note("; nothing of this request was written")
     return error

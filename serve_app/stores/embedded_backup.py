@@ -130,6 +130,35 @@ def restore(source: Path, directory: Path, replace: bool = False) -> dict[str, A
     return {"restored": str(directory), "files": len(record["files"]), "models": record["models"]}
 
 
+def _check_listed_sizes(
+    source: Path, archive: tarfile.TarFile, members: list[tarfile.TarInfo], staged: Path
+) -> None:
+    listings = [m for m in members if m.name == BACKUP_FILE and m.isfile()]
+    if len(listings) != 1 or listings[0].size > _MAX_LISTING_BYTES:
+        raise InvalidInputError(f"{source} is not a serve-app backup: no single {BACKUP_FILE}")
+    handle = archive.extractfile(listings[0])
+    try:
+        listed = json.loads(handle.read() if handle else b"").get("files") or {}
+        sizes = {str(PurePosixPath(name)): int(entry["size"]) for name, entry in listed.items()}
+    except (ValueError, TypeError, KeyError, AttributeError):
+        raise InvalidInputError(f"{source} is not a serve-app backup: {BACKUP_FILE}") from None
+    total = 0
+    for member in members:
+        if not member.isfile() or member.name == BACKUP_FILE:
+            continue
+        name = str(PurePosixPath(member.name))
+        if sizes.get(name) != member.size:
+            raise InvalidInputError(
+                f"{source}: {name} ({member.size} bytes) is not in its {BACKUP_FILE} with that size"
+            )
+        total += member.size
+    free = shutil.disk_usage(staged).free
+    if total > free:
+        raise InvalidInputError(
+            f"{source} unpacks to {total} bytes and {staged.parent} has {free} free"
+        )
+
+
 def _remove(path: Path) -> None:
     if path.is_dir():
         shutil.rmtree(path)
@@ -163,19 +192,29 @@ def _swap_in(staged: Path, directory: Path, aside: Path) -> None:
     shutil.rmtree(aside)
 
 
+# A backup's own listing is a few hundred bytes a file: more is no backup of ours.
+_MAX_LISTING_BYTES = 64 * 1024 * 1024
+
+
 def _unpack(source: Path, staged: Path) -> dict[str, Any]:
-    """Extract ``source`` into ``staged`` and check every file against its ``backup.json``."""
+    """Extract ``source`` into ``staged`` and check every file against its ``backup.json``.
+    Before a byte is written: every entry must be one the listing names with the size it
+    names, and the whole must fit the free space, so a compressed archive that would expand
+    past the data volume (a tar bomb) is refused instead of filling it."""
     try:
         with tarfile.open(source) as archive:
             members = archive.getmembers()
             for member in members:
                 top = PurePosixPath(member.name).parts[0] if member.name else ""
-                if top not in (*_INDEX_ENTRIES, BACKUP_FILE) or not (
-                    member.isfile() or member.isdir()
+                if (
+                    top not in (*_INDEX_ENTRIES, BACKUP_FILE)
+                    or not (member.isfile() or member.isdir())
+                    or member.issparse()
                 ):
                     raise InvalidInputError(
                         f"{source} is not a serve-app backup: unexpected entry {member.name!r}"
                     )
+            _check_listed_sizes(source, archive, members, staged)
             archive.extractall(staged, filter="data")  # no absolute paths, links or ..
     except tarfile.TarError as error:
         raise InvalidInputError(f"{source} is not a serve-app backup: {error}") from None

@@ -372,3 +372,18 @@ def find_key(node: object, key: str) -> list[dict]:
             found += value if isinstance(value, list) else [value]
         found += find_key(value, key)
     return found
+
+
+def test_a_literal_jwt_secret_is_refused_instead_of_written_into_the_rayservice(helm, chart):
+    secret = "s3cr3t-" + "x" * 40
+    result = render(helm, chart, None, "--set", f"config.api.auth.jwt.secret={secret}")
+    assert result.returncode != 0, "rendered"
+    assert "secrets.jwtSecret" in result.stderr and "secret_env" in result.stderr
+    assert secret not in result.stdout
+    kept = render(
+        helm, chart, None, "--set", f"secrets.jwtSecret={secret}",
+        "--set", "config.api.auth.jwt.secret_env=SERVE_APP_JWT_SECRET",
+    )  # fmt: skip
+    assert kept.returncode == 0, kept.stderr
+    (service,) = [d for d in rendering.load_all(kept.stdout) if d.get("kind") == "RayService"]
+    assert secret not in service["spec"]["serveConfigV2"]

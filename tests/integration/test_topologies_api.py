@@ -145,3 +145,25 @@ async def test_an_update_cut_by_its_deadline_serves_one_version_whole(api):
     assert any(status == 504 for _, status, _ in outcomes), outcomes
     total = await components.index.count(ScopeKey("default"))
     assert total == await components.index.backends[1].count(ScopeKey("default"))  # no leftovers
+
+
+async def test_a_stores_own_words_stay_in_the_server_log(api, caplog):
+    """(was: the 503 told the client OpenSearch's own error, its internal host name and port
+    included) The client is told what failed; the store's words go to the log, with the
+    request id."""
+    http, components = api
+    text_store, _ = components.index.backends
+    held = text_store._client
+    hidden = f"opensearch-{uuid.uuid4().hex[:8]}.internal.invalid"
+    text_store._client = AsyncOpenSearch(hosts=[f"http://{hidden}:9211"], max_retries=0)
+    try:
+        with caplog.at_level("WARNING", logger="serve_app"):
+            response = await http.post("/v1/documents", json={"documents": DOCS[:1]})
+    finally:
+        await text_store._client.close()
+        text_store._client = held
+    assert response.status_code == 503, response.text
+    error = response.json()["error"]
+    assert hidden not in response.text and "9211" not in response.text, error
+    assert "OpenSearch unreachable during" in error["message"], error
+    assert hidden in caplog.text and error["request_id"] in caplog.text

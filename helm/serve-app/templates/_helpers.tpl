@@ -141,6 +141,12 @@ of the chart shares (for helpers that depend on the values alone, asked for in l
 {{- define "serve-app.mergedConfig" -}}
 {{- $base := .Files.Get "files/config.yaml" | fromYaml -}}
 {{- $merged := mergeOverwrite (deepCopy $base) (deepCopy (.Values.config | default dict)) -}}
+{{- /* The configuration is rendered into the RayService (serveConfigV2), which anyone who
+may read RayServices reads: a secret written in it would be published there. */ -}}
+{{- $jwt := ((($merged.api | default dict).auth | default dict).jwt | default dict) -}}
+{{- if $jwt.secret -}}
+{{- fail "config.api.auth.jwt.secret would be written into the RayService's serveConfigV2, readable by anyone who may read RayServices: put the secret in secrets.jwtSecret (the chart's Secret, SERVE_APP_JWT_SECRET on every Ray container) and set config.api.auth.jwt.secret_env: SERVE_APP_JWT_SECRET" -}}
+{{- end -}}
 {{- /* A deployment's `resources` given in values replaces the file's (a merge could never
 drop a custom resource such as dense_slot, so a CPU install would still ask for a GPU group). */ -}}
 {{- range $name, $options := ((.Values.config | default dict).serve | default dict) -}}

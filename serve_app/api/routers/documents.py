@@ -21,6 +21,7 @@ from serve_app.api.uploads import read_documents
 from serve_app.loaders.pool import LoaderPool
 from serve_app.schemas import DocumentInfo
 from serve_app.service import RetrievalService
+from serve_app.service.tenant_limits import TenantRates
 from serve_app.stores.base import ScopeKey
 
 UPLOAD_BODY = {
@@ -57,9 +58,11 @@ def add_document_routes(router: APIRouter, collection: Callable[..., Any]) -> No
         service: RetrievalService = Depends(deps.service),
         loaders: LoaderPool = Depends(deps.loaders),
         metrics: Metrics = Depends(deps.metrics),
+        rates: TenantRates = Depends(deps.tenant_rates),
     ) -> IngestResponse:
         async def upload() -> IngestResponse:
             documents = await read_documents(request, service.config, loaders)
+            rates.upload(key.tenant, documents)  # before any chunking or encoding
             result = await service.ingest(key, documents)
             metrics.observe_stages("ingest", result.timings_ms)
             return IngestResponse.model_validate(result.model_dump())

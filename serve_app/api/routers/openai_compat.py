@@ -18,6 +18,7 @@ a whole completion; this service's own request fields come in ``serve_app`` too.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Literal
@@ -72,6 +73,8 @@ DONE = b"data: [DONE]\n\n"
 # Validated in the handler, so that a bad body is an error in OpenAI's shape too.
 CHAT_BODY = Body(description="OpenAI's chat completion request, plus /v1/answer's fields")
 OWNER = "serve-app"
+
+log = logging.getLogger("serve_app.api")
 
 
 class ModelCard(BaseModel):
@@ -162,6 +165,23 @@ UNSUPPORTED: dict[str, Callable[[Any], bool]] = {
     "audio": lambda v: v is not None,
     "modalities": lambda v: v not in (None, ["text"]),
 }
+
+
+# Fields OpenAI's API has that change nothing here (the caller's id, storage, metadata,
+# reasoning effort, and the like) are ignored like any other unknown field; which ones a
+# request carried is logged (names only, bounded), as vLLM's server does.
+IGNORED_NAMES_LOGGED = 16
+
+
+def log_ignored(body: dict[str, Any]) -> None:
+    known = ChatCompletionRequest.model_fields.keys() | UNSUPPORTED.keys()
+    ignored = [name for name in body if name not in known]
+    if ignored:
+        shown = ", ".join(repr(name[:64]) for name in ignored[:IGNORED_NAMES_LOGGED])
+        more = len(ignored) - IGNORED_NAMES_LOGGED
+        log.info(
+            "chat completion fields ignored: %s%s", shown, f" and {more} more" if more > 0 else ""
+        )
 
 
 def refuse_unsupported(body: dict[str, Any]) -> None:
@@ -441,6 +461,7 @@ async def run_chat_completion(
         try:
             refuse_unsupported(body)
             chat = ChatCompletionRequest.model_validate(body)
+            log_ignored(body)
             named = await deps.within(
                 seconds, model_collection(chat.model, chat.named(collection), who, service)
             )

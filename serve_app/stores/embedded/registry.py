@@ -18,9 +18,11 @@ class EdgeRegistry(EdgeShardOwner):
     # The registry: one file beside the shard, which one process holds. Each operation
     # reads, changes and replaces it with no await in between, so it is atomic in that
     # process; the file keeps the layout it always had ({"tenants": {tenant: {name: record}}}).
-    # The registry: one file beside the shard, which one process holds. Each operation
-    # reads, changes and replaces it with no await in between, so it is atomic in that
-    # process; the file keeps the layout it always had ({"tenants": {tenant: {name: record}}}).
+    # Its records are kept parsed, keyed by the file's stat (a write here replaces them; a
+    # file replaced from outside, a restore, is seen by its new stat): a named-collection
+    # request costs one stat, not a read and a parse of the whole file.
+    _cached: tuple[tuple[int, int, int] | None, dict[str, dict[str, Any]]] | None = None
+
     def _load_registry(self) -> dict[str, Any]:
         path = self.path / REGISTRY_FILE
         return json.loads(path.read_text()) if path.exists() else {}
@@ -30,12 +32,20 @@ class EdgeRegistry(EdgeShardOwner):
         staged = path.with_suffix(".tmp")
         staged.write_text(json.dumps(registry, indent=2, sort_keys=True))
         staged.replace(path)  # atomic: a crash leaves the old registry or the new one
+        self._cached = (self._registry_stamp(), _keyed(registry))
+
+    def _registry_stamp(self) -> tuple[int, int, int] | None:
+        try:
+            found = (self.path / REGISTRY_FILE).stat()
+        except FileNotFoundError:
+            return None
+        return (found.st_ino, found.st_mtime_ns, found.st_size)
 
     def _records(self) -> dict[str, dict[str, Any]]:
-        return {
-            registry_key(ScopeKey(r["tenant_id"], r["name"])): r
-            for r in _file_records(self._load_registry())
-        }
+        stamp = self._registry_stamp()
+        if self._cached is None or self._cached[0] != stamp:
+            self._cached = (stamp, _keyed(self._load_registry()))
+        return self._cached[1]
 
     def _put_record(self, record: dict[str, Any] | None, key: str) -> None:
         registry = self._load_registry()
@@ -56,10 +66,11 @@ class EdgeRegistry(EdgeShardOwner):
 
     async def registry_records(self, tenant_id: str | None) -> list[dict[str, Any]]:
         records = self._records().values()
-        return [r for r in records if tenant_id is None or r["tenant_id"] == tenant_id]
+        return [dict(r) for r in records if tenant_id is None or r["tenant_id"] == tenant_id]
 
     async def registry_record(self, key: str) -> dict[str, Any] | None:
-        return self._records().get(key)
+        found = self._records().get(key)
+        return None if found is None else dict(found)
 
     async def insert_registry_record(self, key: str, record: dict[str, Any]) -> bool:
         if key in self._records():
@@ -76,6 +87,10 @@ class EdgeRegistry(EdgeShardOwner):
 
     async def drop_registry_record(self, key: str) -> None:
         self._put_record(None, key)
+
+
+def _keyed(registry: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {registry_key(ScopeKey(r["tenant_id"], r["name"])): r for r in _file_records(registry)}
 
 
 def _file_records(registry: dict[str, Any]) -> list[dict[str, Any]]:

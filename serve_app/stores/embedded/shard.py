@@ -180,7 +180,8 @@ class EdgeShardOwner:
             except Exception as error:
                 self._write_failure = str(error)
                 raise StoreUnavailableError(
-                    f"the embedded index at {self.path} refused a write: {error}"
+                    f"the embedded index at {self.path} refused a write: {error}",
+                    "the embedded index refused a write",
                 ) from None
         self._write_failure = None
         return result

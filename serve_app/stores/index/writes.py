@@ -57,13 +57,12 @@ class StoreWrites(Topology):
                 if committed and recovered:
                     log.info("write of %s finished by its recovery after: %s", doc_ids, error)
                     return _removed(served, new_ids)
-                error.message = f"{error.message}; " + (
-                    "the new versions are served but old chunks may remain; retry the "
+                error.add_note(
+                    "; the new versions are served but old chunks may remain; retry the "
                     "request to finish"
                     if committed
-                    else "the documents keep their previous version; retry the request"
+                    else "; the documents keep their previous version; retry the request"
                 )
-                error.args = (error.message,)
             raise
         return _removed(served, new_ids)
 

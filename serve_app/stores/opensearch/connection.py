@@ -26,7 +26,11 @@ log = logging.getLogger(__name__)
 
 
 class OpenSearchStoreError(ServiceUnavailableError):
-    """OpenSearch refused or could not complete a request."""
+    """OpenSearch refused or could not complete a request. Clients are told only that (or
+    ``public``); the message, with OpenSearch's own words, is logged."""
+
+    def __init__(self, message: str, public: str | None = None) -> None:
+        super().__init__(message, public or "OpenSearch could not complete the request")
 
 
 def _credentials(config: OpenSearchConfig) -> tuple[str, str] | None:
@@ -82,10 +86,14 @@ class OpenSearchConnection:
         try:
             return await coro
         except OpenSearchConnectionError as error:
-            raise OpenSearchStoreError(f"OpenSearch unreachable during {what}: {error}") from None
+            raise OpenSearchStoreError(
+                f"OpenSearch unreachable during {what}: {error}",
+                f"OpenSearch unreachable during {what}",
+            ) from None
         except TransportError as error:
             raise OpenSearchStoreError(
-                f"OpenSearch refused {what}: {error.status_code} {error.error}"
+                f"OpenSearch refused {what}: {error.status_code} {error.error}",
+                f"OpenSearch refused {what} ({error.status_code})",
             ) from None
 
     # -- versioned index primitives (stores/versioning.py) ------------------------------

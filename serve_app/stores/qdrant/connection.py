@@ -29,7 +29,11 @@ _CLIENT_ERRORS = (UnexpectedResponse, ResponseHandlingException, httpx.HTTPError
 
 
 class QdrantStoreError(ServiceUnavailableError):
-    """Qdrant refused or could not complete a request."""
+    """Qdrant refused or could not complete a request. Clients are told only that (or
+    ``public``); the message, with Qdrant's own words, is logged."""
+
+    def __init__(self, message: str, public: str | None = None) -> None:
+        super().__init__(message, public or "Qdrant could not complete the request")
 
 
 class QdrantConnection:
@@ -86,7 +90,9 @@ class QdrantConnection:
         try:
             return await coro
         except _CLIENT_ERRORS as error:
-            raise QdrantStoreError(f"Qdrant failed during {what}: {error}") from None
+            raise QdrantStoreError(
+                f"Qdrant failed during {what}: {error}", f"Qdrant failed during {what}"
+            ) from None
 
     # -- versioned collection primitives (stores/versioning.py) -------------------------
     async def alias_target(self) -> str | None:

@@ -93,3 +93,18 @@ def test_the_haproxy_admin_socket_is_the_runs_own(tmp_path):
     private = haproxy_private_admin_socket(HAPROXY_CONFIG_TEMPLATE)
     assert "mode 666" not in private and "mode 600 level admin" in private
     assert haproxy_private_admin_socket(private) == private
+
+
+def test_haproxy_sets_the_forwarded_headers_itself_and_has_no_stats_page():
+    from ray.serve._private import haproxy
+
+    from deployments.local.instance import haproxy_own_forwarded_for, haproxy_without_stats_page
+
+    rendered = haproxy_own_forwarded_for(haproxy.HAPROXY_CONFIG_TEMPLATE)
+    frontend = rendered[rendered.index("frontend http_frontend") :]
+    assert "http-request set-header X-Forwarded-For %[src]\n" in frontend
+    assert haproxy_own_forwarded_for(rendered) == rendered  # once per process
+    assert "listen stats" in rendered
+    bare = haproxy_without_stats_page(rendered)
+    assert "listen stats" not in bare and "stats enable" not in bare
+    assert haproxy_without_stats_page(bare) == bare

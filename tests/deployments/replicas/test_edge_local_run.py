@@ -18,6 +18,7 @@ import socket
 import statistics
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import httpx
@@ -325,7 +326,10 @@ def test_haproxys_admin_socket_is_the_runs_own(run):
             if Path(command[0]).name == "haproxy" and "-f" in command:
                 config = Path(command[command.index("-f") + 1])
                 socket_path = config.parent / "admin.sock"
-                assert "mode 600 level admin" in config.read_text()
+                text = config.read_text()
+                assert "mode 600 level admin" in text
+                # No unauthenticated stats page; HAProxy names the client to Serve itself.
+                assert "listen stats" not in text and "X-Forwarded-For %[src]" in text
                 assert socket_path.stat().st_mode & 0o777 == 0o600, oct(socket_path.stat().st_mode)
                 return
     raise AssertionError("no HAProxy process in the run")
@@ -366,6 +370,21 @@ REFUSALS = {
     "bad-key": ("GET", "/v1/search?q=x", {"X-API-Key": "wrong-secret"}, 401, None),
     "reader-writes": ("DELETE", "/v1/documents/x", {"X-API-Key": READER}, 403, "key:reader"),
 }
+
+
+def test_a_forged_x_forwarded_for_is_not_the_logged_client(run):
+    """HAProxy is the 127.0.0.1 whose ``X-Forwarded-For`` Serve's uvicorn believes: it now
+    sets the header to the connection's own address, so a client cannot name itself."""
+    logs = session_logs(run)
+    request_id = f"forged-{uuid.uuid4().hex[:12]}"
+    forged = (b"X-Forwarded-For: 203.0.113.9", b"X-Request-ID: " + request_id.encode())
+    status, _, _ = exchange(run.port, get("/v1/collections", *forged))
+    assert status == 401
+    deadline = time.monotonic() + 20
+    while request_id not in (lines := access_lines(logs)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    (entry,) = lines[request_id]
+    assert entry["client"].startswith("127.0.0.1:"), entry
 
 
 def refuse(port: int, batch: str) -> dict[str, tuple[int, str | None]]:

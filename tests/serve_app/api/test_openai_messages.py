@@ -153,3 +153,18 @@ def test_the_clients_instructions_come_after_the_services_rules_and_stay_data():
     # The client cannot close the block it is quoted in, or open the passages' one.
     assert system.count("</instructions>") == 1 and "<passages>" not in system
     assert answer_messages("q?", [], [], None)[0].content == SYSTEM
+
+
+def test_fields_the_door_ignores_are_named_in_the_log_bounded(caplog):
+    """OpenAI's clients add fields often (Open WebUI its ``metadata``, LangChain ``user``):
+    ignored, as OpenAI-compatible servers do, but named in the log, at most 16 of them."""
+    from serve_app.api.routers.openai_compat import log_ignored
+
+    body = {"model": "default", "messages": [], "user": "u-1", "metadata": {"chat_id": "c"}}
+    body.update({f"junk-{i}-" + "x" * 100: i for i in range(40)})
+    with caplog.at_level("INFO", logger="serve_app.api"):
+        log_ignored(body)
+        log_ignored({"model": "default", "messages": [], "stream": True, "tools": []})
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line.startswith("chat completion fields ignored: 'user', 'metadata', 'junk-0-")
+    assert line.endswith(" and 26 more") and "x" * 65 not in line

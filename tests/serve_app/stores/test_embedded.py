@@ -8,7 +8,7 @@ from store_helpers import MODELS, encoded, query, write
 
 from serve_app.config import EmbeddedStoreConfig
 from serve_app.errors import ModelMismatchError
-from serve_app.stores.embedded import EdgeBackend, embedded_index
+from serve_app.stores.embedded import REGISTRY_FILE, EdgeBackend, embedded_index
 from serve_app.stores.scope import ScopeKey
 from serve_app.stores.values import IndexModels
 
@@ -174,3 +174,32 @@ async def test_opening_an_index_builds_what_its_writes_left_unindexed(tmp_path, 
     assert opened.indexed_vectors_count == 3 * opened.points_count == 3 * written.points_count
     assert await reopened.search("dense", query(), 5, ScopeKey("t1"))
     await reopened.close()
+
+
+async def test_the_registry_is_parsed_once_until_it_changes(index, tmp_path, monkeypatch):
+    """A named-collection lookup costs a stat, not a read and parse of the whole registry
+    file (issue 57); a write here and a file replaced from outside (a restore) are seen."""
+    import json
+
+    from serve_app.stores.embedded import registry as module
+
+    parses = []
+    real_loads = json.loads
+    monkeypatch.setattr(module.json, "loads", lambda text: parses.append(1) or real_loads(text))
+    key = ScopeKey("t1", "papers")
+    await index.create_collection(key)
+    parses.clear()
+    for _ in range(50):
+        assert await index.has_collection(key)
+    assert len(parses) <= 1, len(parses)
+    await index.create_collection(ScopeKey("t1", "notes"))
+    assert await index.has_collection(ScopeKey("t1", "notes"))
+    # A registry file replaced from outside: its new stat makes the next lookup re-read it.
+    path = tmp_path / "idx" / REGISTRY_FILE
+    registry = real_loads(path.read_text())
+    del registry["tenants"]["t1"]["papers"]
+    staged = path.with_suffix(".outside")
+    staged.write_text(json.dumps(registry))
+    staged.replace(path)
+    assert not await index.has_collection(key)
+    assert await index.has_collection(ScopeKey("t1", "notes"))

@@ -176,3 +176,72 @@ def test_a_restore_killed_midway_is_named_not_opened_as_an_empty_index(ingested,
     assert RESTORE_ASIDE in capsys.readouterr().err
     assert run(ingested, "restore", "--replace", str(archive)) == 2
     assert "an interrupted restore set aside" in capsys.readouterr().err
+
+
+def _bomb(path: Path, listed_size: int, size: int) -> None:
+    """A gzip backup whose shard file expands to ``size`` zero bytes (a few hundred KB
+    compressed) while its listing says ``listed_size``."""
+    import gzip
+
+    body = json.dumps(
+        {"version": 1, "models": {}, "files": {
+            "index_meta.json": {"size": 2, "sha256": "0" * 64},
+            "shard/segment": {"size": listed_size, "sha256": "0" * 64},
+        }}
+    ).encode()  # fmt: skip
+
+    class Zeros(io.RawIOBase):
+        def __init__(self, left: int) -> None:
+            self.left = left
+
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, buffer) -> int:
+            n = min(len(buffer), self.left)
+            buffer[:n] = bytes(n)
+            self.left -= n
+            return n
+
+    with gzip.open(path, "wb", compresslevel=1) as raw, tarfile.open(fileobj=raw, mode="w") as tar:
+        for name, data in (("index_meta.json", b"{}"), ("backup.json", body)):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        info = tarfile.TarInfo("shard/segment")
+        info.size = size
+        tar.addfile(info, io.BufferedReader(Zeros(size)))
+
+
+@pytest.mark.parametrize("listed", ["a lie", "the truth"])
+def test_a_tar_bomb_is_refused_before_a_byte_is_written(
+    ingested, tmp_path, capsys, monkeypatch, listed
+):
+    """(was: a gzip backup expanding to gigabytes was extracted whole, filling the data
+    volume, before its checksums refused it) Sizes are checked against the listing and the
+    free space before anything is extracted."""
+    size = 64 * 1024 * 1024
+    bomb = tmp_path / "bomb.tar.gz"
+    _bomb(bomb, 10 if listed == "a lie" else size, size)
+    assert bomb.stat().st_size < size // 100
+    before = served(ingested, capsys)
+    free = shutil.disk_usage(tmp_path).free
+    if listed == "the truth":  # a volume with less free space than the backup needs
+        monkeypatch.setattr(
+            shutil,
+            "disk_usage",
+            lambda p: shutil._ntuple_diskusage(free, free - size // 2, size // 2),
+        )
+
+    def never(*args, **kwargs):
+        raise AssertionError("extracted before the sizes were checked")
+
+    monkeypatch.setattr(tarfile.TarFile, "extractall", never)
+    assert run(ingested, "restore", "--replace", str(bomb)) == 2
+    why = capsys.readouterr().err
+    if listed == "a lie":
+        assert "shard/segment (67108864 bytes) is not in its backup.json" in why, why
+    else:
+        assert "unpacks to 67108866 bytes" in why, why
+    monkeypatch.undo()
+    assert served(ingested, capsys) == before
