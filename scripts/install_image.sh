@@ -51,6 +51,11 @@ fi
 
 "$PY" -m pip install "${CONSTRAINTS[@]}" "${ROOT}[${EXTRAS}]"
 "$PY" -m pip check
+# Serve's HAProxy template has no setting for its header timeout, admin socket, stats page or
+# X-Forwarded-For: a line in site-packages hardens it where the chart sets
+# SERVE_APP_HAPROXY_HOOK=1 (deployments/process_hook.py).
+purelib=$("$PY" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+cp "$ROOT/deployments/serve_app_process_hook.pth" "$purelib/"
 
 # `ray start` (KubeRay's command) must run this environment's Ray.
 scripts=$("$PY" -c 'import sysconfig; print(sysconfig.get_path("scripts"))')

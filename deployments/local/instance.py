@@ -226,24 +226,45 @@ def haproxy_without_stats_page(template: str) -> str:
     return template  # already removed in this process
 
 
-def haproxy_own_forwarded_for(template: str) -> str:
-    """Ray Serve's HAProxy configuration that sets ``X-Forwarded-For`` to the connection's
-    own address (and ``X-Forwarded-Proto`` to ``http``) instead of passing a client's:
-    Serve's uvicorn believes those headers from 127.0.0.1 (``FORWARDED_ALLOW_IPS``), which
-    HAProxy is, so a client's own header became the access line's ``client``."""
-    rules = (
-        "    http-request set-header X-Forwarded-For %[src]\n"
+CLIENT_HEADER = "X-Serve-App-Client"
+TRUSTED_PROXIES_ENV = "SERVE_APP_TRUSTED_PROXIES"
+
+
+def client_rules(trusted_proxies: str = "") -> str:
+    """HAProxy's rules naming the request's client, whatever the client sent: the
+    connection's own address, or, from a trusted proxy (``api.trusted_proxies``: CIDRs,
+    comma-separated) that sent ``X-Forwarded-For``, the last address that proxy added. It goes
+    into ``X-Serve-App-Client`` (which the edge logs) and ``X-Forwarded-For`` (which Serve's
+    uvicorn believes from 127.0.0.1, HAProxy's own address: a client's header became the
+    access line's ``client``)."""
+    header = CLIENT_HEADER
+    proxies = " ".join(p.strip() for p in trusted_proxies.split(",") if p.strip())
+    if proxies:
+        forwarded = "serve_app_trusted_proxy { req.hdr(x-forwarded-for) -m found }"
+        named = (
+            f"    acl serve_app_trusted_proxy src {proxies}\n"
+            f"    http-request set-header {header} %[req.hdr(x-forwarded-for,-1)] if {forwarded}\n"
+            f"    http-request set-header {header} %[src] unless {forwarded}\n"
+        )
+    else:
+        named = f"    http-request set-header {header} %[src]\n"
+    return named + (
+        f"    http-request set-header X-Forwarded-For %[req.hdr({header})]\n"
         "    http-request set-header X-Forwarded-Proto http\n"
         "    http-request del-header Forwarded\n"
     )
-    if rules in template:
+
+
+def haproxy_own_forwarded_for(template: str, trusted_proxies: str = "") -> str:
+    """Ray Serve's HAProxy configuration with ``client_rules`` on its frontend."""
+    if f"set-header {CLIENT_HEADER}" in template:
         return template  # already applied in this process
     if _FRONTEND not in template:
         raise ValueError(
             "Ray Serve's HAProxy template has no 'frontend http_frontend' as expected: "
-            "deployments/local/instance.py cannot set X-Forwarded-For"
+            "deployments/local/instance.py cannot name the client"
         )
-    return template.replace(_FRONTEND, _FRONTEND + rules)
+    return template.replace(_FRONTEND, _FRONTEND + client_rules(trusted_proxies))
 
 
 def bind_haproxy_admin_listeners() -> None:
@@ -257,7 +278,9 @@ def bind_haproxy_admin_listeners() -> None:
     from ray.serve._private import haproxy
 
     haproxy.HAPROXY_CONFIG_TEMPLATE = haproxy_private_admin_socket(haproxy.HAPROXY_CONFIG_TEMPLATE)
-    haproxy.HAPROXY_CONFIG_TEMPLATE = haproxy_own_forwarded_for(haproxy.HAPROXY_CONFIG_TEMPLATE)
+    haproxy.HAPROXY_CONFIG_TEMPLATE = haproxy_own_forwarded_for(
+        haproxy.HAPROXY_CONFIG_TEMPLATE, os.environ.get(TRUSTED_PROXIES_ENV, "")
+    )
     haproxy.HAPROXY_CONFIG_TEMPLATE = haproxy_without_stats_page(haproxy.HAPROXY_CONFIG_TEMPLATE)
     if per_client:
         haproxy.HAPROXY_CONFIG_TEMPLATE = haproxy_connections_per_client(

@@ -20,9 +20,11 @@ from deployments.local.instance import (
     HEADER_TIMEOUT_ENV,
     INSTANCE_ENV,
     SETUP_HOOK,
+    TRUSTED_PROXIES_ENV,
     Instance,
     isolate,
 )
+from deployments.process_hook import HOOK_ENV
 from deployments.settings import service_config
 from serve_app.api.observability import METRICS_URL_ENV
 from serve_app.config import AppConfig
@@ -109,6 +111,10 @@ def start_serve(config: AppConfig, num_cpus: int | None = None) -> Instance:
     os.environ.setdefault(HEADER_TIMEOUT_ENV, str(config.api.connections.header_timeout_s))
     connections = config.api.connections
     os.environ.setdefault(CLIENT_CONNECTIONS_ENV, str(connections.max_connections_per_client))
+    # HAProxy names each request's client (deployments.process_hook, client_rules), and the
+    # edge logs that name.
+    os.environ.setdefault(HOOK_ENV, "1")
+    os.environ.setdefault(TRUSTED_PROXIES_ENV, ",".join(config.api.trusted_proxies))
     metrics_port = free_port(avoid=instance.ports | {settings.port})
     os.environ.setdefault(METRICS_URL_ENV, f"http://127.0.0.1:{metrics_port}/metrics")
     import ray

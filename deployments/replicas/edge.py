@@ -13,6 +13,8 @@ the edge sees the raw headers and body before Serve does.
 
 from __future__ import annotations
 
+import os
+
 from starlette.middleware import Middleware
 
 from deployments.replicas.logs import configure_replica_logging
@@ -20,6 +22,7 @@ from serve_app.api.edge import Edge
 from serve_app.config import ApiConfig
 
 CALLBACK_ENV = "RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH"
+HAPROXY_ENV = "RAY_SERVE_ENABLE_HA_PROXY"
 CALLBACK = "deployments.replicas.edge.http_middlewares"
 
 _configured: list[ApiConfig] = []
@@ -42,7 +45,22 @@ def http_middlewares() -> list[Middleware]:
     """Serve's HTTP proxy callback: the edge outermost, its access lines on the process's own
     stderr as they happen (``deployments.replicas.logs``)."""
     configure_replica_logging(access_log=True)
-    return [Middleware(Edge, api=current_api, log_passed=in_ingress_replica)]
+    return [
+        Middleware(
+            Edge, api=current_api, log_passed=in_ingress_replica, client_header=client_header()
+        )
+    ]
+
+
+def client_header() -> str | None:
+    """``X-Serve-App-Client`` where Serve's HAProxy is in front and sets it on every request
+    (its template hardened: deployments.process_hook); None elsewhere, where a client could
+    send it itself."""
+    from deployments.local.instance import CLIENT_HEADER
+    from deployments.process_hook import HOOK_ENV
+
+    hardened = os.environ.get(HOOK_ENV) == "1"
+    return CLIENT_HEADER if hardened and os.environ.get(HAPROXY_ENV) == "1" else None
 
 
 def in_ingress_replica() -> bool:

@@ -43,6 +43,7 @@ Python proxy hands it to a replica) arrives unmarked, so the app's edge there ac
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -89,6 +90,7 @@ class RequestRecord:
     tenant: str | None = None
     route: str | None = None
     code: str | None = None
+    client: str | None = None  # named by the front (``Edge.client_header``); else the peer
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -205,11 +207,16 @@ class Edge:
         budget: Callable[[], ConnectionBudget] | ConnectionBudget | None = None,
         log_passed: Callable[[], bool] | bool = True,
         api: Callable[[], ApiConfig] | ApiConfig | None = None,
+        client_header: str | None = None,
     ) -> None:
         self.app = app
         self._budget = budget
         self._log_passed = log_passed
         self._api = api
+        # A header that the front this server sits behind sets on every request, naming its
+        # client (HAProxy's ``X-Serve-App-Client``, deployments.local.instance.client_rules);
+        # None: the connection's peer is the client.
+        self.client_header = client_header.lower().encode() if client_header else None
 
     def api(self) -> ApiConfig | None:
         return self._api() if callable(self._api) else self._api
@@ -239,6 +246,8 @@ class Edge:
         began = time.perf_counter()
         record = RequestRecord()
         scope[EDGE_MARK] = _Mark(record)
+        if self.client_header is not None:
+            record.client = _named_client(_raw_header(scope, self.client_header))
         bad_header = undecodable_header(scope)
         sent_id = None if bad_header else _raw_header(scope, b"x-request-id")
         request_id = request_id_from(sent_id)
@@ -458,12 +467,21 @@ async def _disconnected() -> Message:
     return {"type": "http.disconnect"}
 
 
+def _named_client(value: str | None) -> str | None:
+    """The address a front named, or None when it named none (or something else)."""
+    try:
+        return str(ipaddress.ip_address((value or "").strip()))
+    except ValueError:
+        return None
+
+
 def _log_access(
     scope: Scope, record: RequestRecord, status: int, seconds: float, level: int | None = None
 ) -> None:
     if level is None:
         level = logging.INFO if status < 400 else logging.WARNING if status < 500 else logging.ERROR
     client = scope.get("client")
+    peer = f"{client[0]}:{client[1]}" if client else None
     ACCESS.log(
         level,
         "request",
@@ -475,7 +493,7 @@ def _log_access(
             "code": record.code,
             "principal": record.principal,
             "tenant": record.tenant,
-            "client": f"{client[0]}:{client[1]}" if client else None,
+            "client": record.client or peer,
             "duration_ms": round(seconds * 1000, 2),
         },
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from serve_app.config.base import Section
 from serve_app.errors import ConfigError
@@ -162,6 +162,16 @@ class ApiConfig(Section):
     # Web origins ("https://app.example.com") whose pages may call the API; a request from
     # a page of any other origin is refused 403 CROSS_ORIGIN. The API's own pages always may.
     allowed_origins: list[str] = Field(default_factory=list)
+    # The proxies in front of the service (CIDRs: an ingress controller's, a load balancer's)
+    # whose X-Forwarded-For names the client in the access line; from any other address the
+    # connection's own address does, whatever the request says. Applied by HAProxy in front
+    # of the ingress (local run and chart).
+    trusted_proxies: list[str] = Field(default_factory=list)
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, proxies: list[str]) -> list[str]:
+        return [str(ipaddress.ip_network(p.strip(), strict=False)) for p in proxies]
 
 
 BODYLESS_METHODS = frozenset({"GET", "HEAD", "DELETE", "OPTIONS"})

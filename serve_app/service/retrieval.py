@@ -87,6 +87,7 @@ class RetrievalService(CollectionService):
         )
         self._ingest_slots: asyncio.Semaphore | None = None
         self._uploads = 0
+        self._readiness_run: asyncio.Future[Readiness] | None = None
 
     async def _store_check(self) -> None:
         if not await self.components.index.healthy():
@@ -185,7 +186,19 @@ class RetrievalService(CollectionService):
     async def readiness(self, timeout_s: float = 2.0) -> Readiness:
         """Each check's state, each bounded by ``timeout_s``, and whether the gating ones (all
         but ``advisory_checks``) are ``ok``. The reason of a failure is logged, never
-        returned: /readyz is unauthenticated."""
+        returned: /readyz is unauthenticated. Callers that come while the checks run share
+        that run (a flood of /readyz costs one round of internal calls at a time, never one
+        each); a caller that leaves does not cancel it for the others."""
+        running = self._readiness_run
+        if (
+            running is None
+            or running.done()
+            or running.get_loop() is not asyncio.get_running_loop()
+        ):
+            running = self._readiness_run = asyncio.ensure_future(self._readiness(timeout_s))
+        return await asyncio.shield(running)
+
+    async def _readiness(self, timeout_s: float) -> Readiness:
 
         async def run(name: str, check: ReadinessCheck) -> CheckState:
             try:

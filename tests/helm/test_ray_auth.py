@@ -100,3 +100,18 @@ def test_the_dashboard_admits_the_operator_and_no_lookalike(values):
     assert allowed(policies, OPERATOR, head, 8000)  # the Serve proxy's /-/healthz
     assert allowed(policies, OPERATOR, head, 8265)
     assert not allowed(policies, IMPOSTOR, head, 8265)
+
+
+@pytest.mark.parametrize("values", VALUES)
+def test_every_ray_container_hardens_serves_haproxy(values):
+    """Serve's HAProxy template has no setting for its header timeout, admin socket, stats
+    page or X-Forwarded-For: the image's hook does it where these are set
+    (tests/deployments/test_process_hook.py shows the hook acting on them)."""
+    extra = ("--set", "config.api.connections.header_timeout_s=7",
+             "--set", "config.api.trusted_proxies={10.0.0.0/8,fd00::/8}")  # fmt: skip
+    cluster = rayservice(objects(str(HELM), CHART, values, *extra))["spec"]["rayClusterConfig"]
+    for container in ray_containers(cluster):
+        env = {e["name"]: e.get("value") for e in container.get("env") or []}
+        assert env["SERVE_APP_HAPROXY_HOOK"] == "1", container["name"]
+        assert env["SERVE_APP_HEADER_TIMEOUT_S"] == "7", container["name"]
+        assert env["SERVE_APP_TRUSTED_PROXIES"] == "10.0.0.0/8,fd00::/8", container["name"]

@@ -113,6 +113,14 @@ def test_install_script_in_a_clean_venv_builds_the_gpu_app_on_cpu(tmp_path, tiny
     assert binary.is_relative_to(venv), f"HAProxy from outside the image's venv: {binary}"
     version = subprocess.run([str(binary), "-v"], capture_output=True, text=True, timeout=30)
     assert version.returncode == 0 and "HAProxy version" in version.stdout, version
+    # The chart's SERVE_APP_HAPROXY_HOOK: the installed .pth hardens Serve's HAProxy template.
+    hooked = subprocess.run(
+        [str(venv_python), "-c", "from ray.serve._private import haproxy; "
+         "print('X-Serve-App-Client %[src]' in haproxy.HAPROXY_CONFIG_TEMPLATE)"],
+        env={**env, "SERVE_APP_HAPROXY_HOOK": "1"}, cwd="/", capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert hooked.stdout.strip().splitlines()[-1:] == ["True"], hooked.stderr[-3000:]
 
     config_path = tmp_path / "config.json"
     config_path.write_text(json.dumps(cpu_config(tmp_path, tiny_reranker_dir)))

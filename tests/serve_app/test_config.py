@@ -8,6 +8,7 @@ import pytest
 
 from deployments.settings import load_service_config
 from serve_app.config import (
+    ApiConfig,
     AppConfig,
     config_from_dict,
     env_overrides,
@@ -136,3 +137,10 @@ def test_the_library_knows_nothing_of_ray_serve_settings():
     assert not found, found
     config = config_from_dict({"serve": {"dense": {"num_replicas": 7, "no_such_field": 1}}})
     assert config.serve["dense"]["num_replicas"] == 7  # carried, not read
+
+
+def test_trusted_proxies_are_networks():
+    api = ApiConfig(trusted_proxies=["10.1.2.3/8", " fd00::/8", "192.0.2.1"])
+    assert api.trusted_proxies == ["10.0.0.0/8", "fd00::/8", "192.0.2.1/32"]
+    with pytest.raises(ValueError, match="does not appear to be an IPv4 or IPv6 network"):
+        ApiConfig(trusted_proxies=["ingress-nginx"])

@@ -575,6 +575,14 @@ start: controller and proxies on the head, proxies and replicas on workers. */}}
 - name: {{ $key }}
   value: {{ $value | toString | quote }}
 {{- end }}
+{{- /* Serve's HAProxy template hardened by the image's .pth hook (deployments/process_hook.py):
+a header timeout, a private admin socket, no stats page, X-Forwarded-For set by HAProxy. */}}
+- name: SERVE_APP_HAPROXY_HOOK
+  value: "1"
+- name: SERVE_APP_HEADER_TIMEOUT_S
+  value: {{ ((($config.api | default dict).connections | default dict).header_timeout_s | default 5) | toString | quote }}
+- name: SERVE_APP_TRUSTED_PROXIES
+  value: {{ join "," (($config.api | default dict).trusted_proxies | default list) | quote }}
 - name: HF_HUB_OFFLINE
   value: "1"
 {{- if $volumes.models }}

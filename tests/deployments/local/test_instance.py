@@ -102,7 +102,7 @@ def test_haproxy_sets_the_forwarded_headers_itself_and_has_no_stats_page():
 
     rendered = haproxy_own_forwarded_for(haproxy.HAPROXY_CONFIG_TEMPLATE)
     frontend = rendered[rendered.index("frontend http_frontend") :]
-    assert "http-request set-header X-Forwarded-For %[src]\n" in frontend
+    assert "http-request set-header X-Serve-App-Client %[src]\n" in frontend
     assert haproxy_own_forwarded_for(rendered) == rendered  # once per process
     assert "listen stats" in rendered
     bare = haproxy_without_stats_page(rendered)

@@ -116,3 +116,28 @@ async def test_readiness_is_bounded(app):
     assert time.perf_counter() - started < 5
     assert response.status_code == 503
     assert set(response.json()["checks"].values()) == {"timeout"}
+
+
+async def test_concurrent_readiness_probes_share_one_round_of_checks(app):
+    """(was: every /readyz ran every check, an internal call each, so a flood of the
+    unauthenticated probe fanned out to the store and the LLM) Probes that come while the
+    checks run share that run; the next probe after it runs them again."""
+    service = app.state.service._inner
+    held = dict(service.checks)
+    runs = []
+
+    async def counted() -> None:
+        runs.append(1)
+        await asyncio.sleep(0.3)
+
+    service.checks = {"store": counted}
+    try:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+            answers = await asyncio.gather(*(http.get("/readyz") for _ in range(50)))
+            assert len(runs) == 1
+            assert (await http.get("/readyz")).status_code == 200
+    finally:
+        service.checks = held
+    assert {a.status_code for a in answers} == {200}
+    assert len(runs) == 2

@@ -381,3 +381,28 @@ async def test_uvicorn_closes_the_connection_after_an_early_answer():
     finally:
         server.should_exit = True
         await asyncio.wait_for(serving, 5)
+
+
+@pytest.mark.parametrize(
+    ("client_header", "named", "logged"),
+    [
+        ("X-Serve-App-Client", b"203.0.113.9", "203.0.113.9"),  # the front named it
+        ("X-Serve-App-Client", b"2001:db8::7", "2001:db8::7"),
+        ("X-Serve-App-Client", b"evil\x1b[31m", "127.0.0.1:1"),  # no address: the peer
+        (None, b"203.0.113.9", "127.0.0.1:1"),  # no front that sets it: a client's own
+    ],
+)
+async def test_the_client_is_the_one_the_front_names_or_the_peer(client_header, named, logged):
+    scope = http_scope(path="/healthz-not", body_length=None)
+    scope["headers"].append((b"x-serve-app-client", named))
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict) -> None:
+        pass
+
+    with captured_access_lines() as access:
+        await Edge(answer_at_once, BUDGET, client_header=client_header)(scope, receive, send)
+    [line] = access.entries()
+    assert line["client"] == logged, line
