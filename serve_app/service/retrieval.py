@@ -30,6 +30,7 @@ from serve_app.schemas import (
 from serve_app.service.collections import CollectionService
 from serve_app.service.tenant_limits import TenantSlots
 from serve_app.service.uploads import partial_failure, sub_batches
+from serve_app.single_flight import SingleFlight
 from serve_app.stores.base import ScopeKey
 
 log = logging.getLogger("serve_app.api")
@@ -87,7 +88,7 @@ class RetrievalService(CollectionService):
         )
         self._ingest_slots: asyncio.Semaphore | None = None
         self._uploads = 0
-        self._readiness_run: asyncio.Future[Readiness] | None = None
+        self._readiness_runs: SingleFlight[Readiness] = SingleFlight()
 
     async def _store_check(self) -> None:
         if not await self.components.index.healthy():
@@ -189,14 +190,7 @@ class RetrievalService(CollectionService):
         returned: /readyz is unauthenticated. Callers that come while the checks run share
         that run (a flood of /readyz costs one round of internal calls at a time, never one
         each); a caller that leaves does not cancel it for the others."""
-        running = self._readiness_run
-        if (
-            running is None
-            or running.done()
-            or running.get_loop() is not asyncio.get_running_loop()
-        ):
-            running = self._readiness_run = asyncio.ensure_future(self._readiness(timeout_s))
-        return await asyncio.shield(running)
+        return await self._readiness_runs(lambda: self._readiness(timeout_s))
 
     async def _readiness(self, timeout_s: float) -> Readiness:
 

@@ -13,6 +13,7 @@ from serve_app.api.models import ReadyResponse
 from serve_app.api.observability import INSTANCE_ENV, METRICS_URL_ENV, Metrics
 from serve_app.errors import NotFoundError, ServiceUnavailableError
 from serve_app.service import RetrievalService
+from serve_app.single_flight import SingleFlight
 
 router = APIRouter()
 
@@ -33,6 +34,11 @@ async def readyz(service: RetrievalService = Depends(deps.service)) -> JSONRespo
     return JSONResponse(body.model_dump(), status_code=200 if state.ready else 503)
 
 
+# A local run's Ray metrics export, fetched at most once a second whatever the number of
+# /metrics requests (unauthenticated: a flood of them was a fetch each).
+_EXPORTS: SingleFlight[tuple[bytes, str]] = SingleFlight(fresh_s=1.0)
+
+
 @router.get("/metrics", response_class=Response)
 async def metrics_endpoint(metrics: Metrics = Depends(deps.metrics)) -> Response:
     """The service's metrics: its own registry in process; on Ray Serve, a local run's Ray
@@ -46,12 +52,18 @@ async def metrics_endpoint(metrics: Metrics = Depends(deps.metrics)) -> Response
             "this service exports its metrics through Ray: scrape the metrics port (8080) of "
             "every Ray node (the chart's PodMonitor does), not this endpoint"
         )
+    content, media_type = await _EXPORTS(lambda: _fetch(exported))
+    return Response(content, media_type=media_type)
+
+
+async def _fetch(exported: str) -> tuple[bytes, str]:
     try:
         async with httpx.AsyncClient(timeout=5.0) as client:
             answer = await client.get(exported)
             answer.raise_for_status()
     except httpx.HTTPError as error:
         raise ServiceUnavailableError(
-            f"this run's metrics are exported at {exported}, which did not answer: {error}"
+            f"this run's metrics are exported at {exported}, which did not answer: {error}",
+            "this run's Ray metrics export did not answer",
         ) from None
-    return Response(answer.content, media_type=answer.headers.get("content-type", "text/plain"))
+    return answer.content, answer.headers.get("content-type", "text/plain")
