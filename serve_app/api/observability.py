@@ -6,6 +6,7 @@ import contextvars
 import json
 import logging
 import re
+import sys
 import time
 import uuid
 from typing import Any, Protocol, TextIO, TypeVar
@@ -68,7 +69,9 @@ def configure_json_logging(
     ``access_log=False`` drops the per-request line where the server already writes one (Ray
     Serve's ingress access log carries the same request id, method, path, status and
     latency)."""
-    handler = logging.StreamHandler(stream)
+    from serve_app.api.log_stream import NonBlockingStreamHandler
+
+    handler = NonBlockingStreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger("serve_app")
     root.handlers[:] = [handler]

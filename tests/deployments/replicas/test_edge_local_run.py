@@ -372,6 +372,15 @@ REFUSALS = {
 }
 
 
+def test_headers_past_haproxys_buffer_are_refused_before_any_python_reads_them(run):
+    """HAProxy's 16 KiB buffer (``tune.bufsize``) bounds a request's headers: 400, its own
+    page, and nothing reaches Serve; headers of a usual size pass."""
+    usual = exchange(run.port, get("/healthz", b"X-Pad: " + b"a" * 8_000))
+    huge = exchange(run.port, get("/healthz", b"X-Pad: " + b"a" * 40_000))
+    assert usual[0] == 200
+    assert huge[0] == 400
+
+
 def test_a_forged_x_forwarded_for_is_not_the_logged_client(run):
     """HAProxy is the 127.0.0.1 whose ``X-Forwarded-For`` Serve's uvicorn believes: it now
     names the client itself (the connection's own address; no trusted proxy here), and the
