@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
+# deployments.settings.HAPROXY_HOOK_ENV, written out: this module runs at every interpreter
+# start in the image, and the settings module imports the whole configuration model.
 HOOK_ENV = "SERVE_APP_HAPROXY_HOOK"
 TARGET = "ray.serve._private.haproxy"
 

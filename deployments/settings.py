@@ -101,6 +101,13 @@ SERVE_EDGE_ENV = {
 }
 
 
+# Set on every Ray process where Serve's HAProxy template is hardened (deployments.
+# process_hook: the chart; a local run's worker setup hook): HAProxy then names each
+# request's client in CLIENT_HEADER, which the edge believes only there.
+HAPROXY_HOOK_ENV = "SERVE_APP_HAPROXY_HOOK"
+CLIENT_HEADER = "X-Serve-App-Client"
+
+
 class ServeConfig(Section):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)

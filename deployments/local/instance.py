@@ -29,6 +29,7 @@ import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from deployments.settings import CLIENT_HEADER
 from serve_app.api.observability import INSTANCE_ENV
 from serve_app.ports import free_port, free_port_range
 
@@ -226,7 +227,6 @@ def haproxy_without_stats_page(template: str) -> str:
     return template  # already removed in this process
 
 
-CLIENT_HEADER = "X-Serve-App-Client"
 TRUSTED_PROXIES_ENV = "SERVE_APP_TRUSTED_PROXIES"
 
 

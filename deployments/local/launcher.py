@@ -24,8 +24,7 @@ from deployments.local.instance import (
     Instance,
     isolate,
 )
-from deployments.process_hook import HOOK_ENV
-from deployments.settings import service_config
+from deployments.settings import HAPROXY_HOOK_ENV, service_config
 from serve_app.api.observability import METRICS_URL_ENV
 from serve_app.config import AppConfig
 from serve_app.errors import ConfigError
@@ -113,7 +112,7 @@ def start_serve(config: AppConfig, num_cpus: int | None = None) -> Instance:
     os.environ.setdefault(CLIENT_CONNECTIONS_ENV, str(connections.max_connections_per_client))
     # HAProxy names each request's client (deployments.process_hook, client_rules), and the
     # edge logs that name.
-    os.environ.setdefault(HOOK_ENV, "1")
+    os.environ.setdefault(HAPROXY_HOOK_ENV, "1")
     os.environ.setdefault(TRUSTED_PROXIES_ENV, ",".join(config.api.trusted_proxies))
     metrics_port = free_port(avoid=instance.ports | {settings.port})
     os.environ.setdefault(METRICS_URL_ENV, f"http://127.0.0.1:{metrics_port}/metrics")

@@ -18,6 +18,7 @@ import os
 from starlette.middleware import Middleware
 
 from deployments.replicas.logs import configure_replica_logging
+from deployments.settings import CLIENT_HEADER, HAPROXY_HOOK_ENV
 from serve_app.api.edge import Edge
 from serve_app.config import ApiConfig
 
@@ -56,10 +57,7 @@ def client_header() -> str | None:
     """``X-Serve-App-Client`` where Serve's HAProxy is in front and sets it on every request
     (its template hardened: deployments.process_hook); None elsewhere, where a client could
     send it itself."""
-    from deployments.local.instance import CLIENT_HEADER
-    from deployments.process_hook import HOOK_ENV
-
-    hardened = os.environ.get(HOOK_ENV) == "1"
+    hardened = os.environ.get(HAPROXY_HOOK_ENV) == "1"
     return CLIENT_HEADER if hardened and os.environ.get(HAPROXY_ENV) == "1" else None
 
 

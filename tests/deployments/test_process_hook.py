@@ -22,6 +22,17 @@ PROBE = (
 )
 
 
+def test_the_hook_is_cheap_and_names_the_settings_variable():
+    from deployments.process_hook import HOOK_ENV
+    from deployments.settings import HAPROXY_HOOK_ENV
+
+    assert HOOK_ENV == HAPROXY_HOOK_ENV
+    code = "import sys, deployments.process_hook; print(sorted(m for m in sys.modules if m.startswith(('serve_app', 'ray', 'pydantic'))))"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert result.stdout.strip() == "[]", result.stdout
+
+
 @pytest.mark.parametrize("hooked", [True, False])
 def test_the_pth_hook_hardens_serves_haproxy_template_when_the_chart_asks(tmp_path, hooked):
     site = tmp_path / "site"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 import httpx
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
 from serve_app.api import deps
@@ -34,13 +34,8 @@ async def readyz(service: RetrievalService = Depends(deps.service)) -> JSONRespo
     return JSONResponse(body.model_dump(), status_code=200 if state.ready else 503)
 
 
-# A local run's Ray metrics export, fetched at most once a second whatever the number of
-# /metrics requests (unauthenticated: a flood of them was a fetch each).
-_EXPORTS: SingleFlight[tuple[bytes, str]] = SingleFlight(fresh_s=1.0)
-
-
 @router.get("/metrics", response_class=Response)
-async def metrics_endpoint(metrics: Metrics = Depends(deps.metrics)) -> Response:
+async def metrics_endpoint(request: Request, metrics: Metrics = Depends(deps.metrics)) -> Response:
     """The service's metrics: its own registry in process; on Ray Serve, a local run's Ray
     metrics export (fetched from it); in a cluster, where to scrape them instead."""
     text = metrics.render()
@@ -52,7 +47,11 @@ async def metrics_endpoint(metrics: Metrics = Depends(deps.metrics)) -> Response
             "this service exports its metrics through Ray: scrape the metrics port (8080) of "
             "every Ray node (the chart's PodMonitor does), not this endpoint"
         )
-    content, media_type = await _EXPORTS(lambda: _fetch(exported))
+    # Fetched at most once a second per app and address, whatever the number of /metrics
+    # requests (unauthenticated: a flood of them was a fetch each).
+    flights = request.app.state.__dict__.setdefault("metrics_exports", {})
+    flight: SingleFlight[tuple[bytes, str]] = flights.setdefault(exported, SingleFlight(1.0))
+    content, media_type = await flight(lambda: _fetch(exported))
     return Response(content, media_type=media_type)
 
 
@@ -63,7 +62,6 @@ async def _fetch(exported: str) -> tuple[bytes, str]:
             answer.raise_for_status()
     except httpx.HTTPError as error:
         raise ServiceUnavailableError(
-            f"this run's metrics are exported at {exported}, which did not answer: {error}",
-            "this run's Ray metrics export did not answer",
+            f"this run's metrics are exported at {exported}, which did not answer: {error}"
         ) from None
     return answer.content, answer.headers.get("content-type", "text/plain")
