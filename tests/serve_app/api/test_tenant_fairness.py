@@ -17,7 +17,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import statistics
 import time
+import uuid
 from collections import Counter
 
 import httpx
@@ -44,7 +46,7 @@ PER_TENANT = 2
 REQUESTS_PER_S, REQUEST_BURST = 100.0, 100
 INGEST_BYTES_PER_MINUTE = 6_000
 MAX_COLLECTIONS = 3
-ALONE_S, FLOOD_S = 1.5, 3.0
+ALONE_S, FLOOD_S, ROUNDS = 1.5, 2.0, 3
 ASK = {"question": "What improved recall of word pairs?", "stream": True, "max_tokens": 8}
 
 
@@ -156,8 +158,10 @@ async def flood(http: httpx.AsyncClient, stop: asyncio.Event, counts: Counter) -
     """One of A's workers: upload a 5 KB document, ask, again; a 429 waits its Retry-After."""
     text = "Sleep spindles and slow waves replay the day's learning in the hippocampus. " * 65
     while not stop.is_set():
-        n = counts["sent"] = counts["sent"] + 1
-        upload = {"documents": [{"id": f"flood-{n}", "title": "Flood", "text": text}]}
+        # A new document each time: a repeated one is unchanged, and costs no encoding.
+        upload = {
+            "documents": [{"id": f"flood-{uuid.uuid4().hex}", "title": "Flood", "text": text}]
+        }
         for method, path, body in (
             ("POST", "/v1/documents", upload),
             ("POST", "/v1/answer", {**ASK, "stream": False, "max_tokens": 4}),
@@ -165,6 +169,7 @@ async def flood(http: httpx.AsyncClient, stop: asyncio.Event, counts: Counter) -
             response = await http.request(method, path, json=body, headers=A)
             counts[response.status_code] += 1
             counts[path] += 1
+            counts[(path, response.status_code)] += 1
             if response.status_code == 429:
                 wait = float(response.headers["retry-after"])
                 with contextlib.suppress(TimeoutError):
@@ -177,9 +182,10 @@ async def under_flood(url: str, for_s: float) -> tuple[list[float], Counter]:
     stop = asyncio.Event()
     async with httpx.AsyncClient(base_url=url, timeout=120) as flooder:
         workers = [asyncio.create_task(flood(flooder, stop, counts)) for _ in range(4)]
-        # From A's first upload answered on: its allowance of a minute's text, which the
-        # limits let through at once, is spent (B measures the flood, not that burst).
-        while not counts["/v1/documents"]:
+        # From A's first upload written, or every worker's first upload answered, on: A's
+        # allowance of a minute's text, which the limits let through at once, is spent (B
+        # measures the flood, not that burst).
+        while not counts[("/v1/documents", 200)] and counts["/v1/documents"] < len(workers):
             await asyncio.sleep(0.05)
         async with httpx.AsyncClient(base_url=url, timeout=120) as http:
             took = await searches(http, for_s=for_s)
@@ -188,19 +194,19 @@ async def under_flood(url: str, for_s: float) -> tuple[list[float], Counter]:
     return took, counts
 
 
-async def alternating(url: str, rounds: int = 2) -> tuple[list[float], list[float], Counter]:
-    """B's searches alone and under A's flood, in turns (a machine's other work, another
-    test worker here, then weighs on both alike): both latencies, and A's answers by status and route."""
-    alone: list[float] = []
-    flooded: list[float] = []
+async def alternating(url: str) -> tuple[list[float], Counter]:
+    """B's search P95 under A's flood over its P95 alone just before, round by round (what
+    else the machine does, another test worker here, weighs on both sides of a round alike):
+    the ratios, and A's requests by status and route."""
+    ratios: list[float] = []
     counts: Counter = Counter()
     async with httpx.AsyncClient(base_url=url, timeout=120) as http:
-        for _ in range(rounds):
-            alone += await searches(http, for_s=ALONE_S)
-            took, seen = await under_flood(url, FLOOD_S)
-            flooded += took
+        for _ in range(ROUNDS):
+            alone = await searches(http, for_s=ALONE_S)
+            flooded, seen = await under_flood(url, FLOOD_S)
+            ratios.append(p95(flooded) / p95(alone))
             counts.update(seen)
-    return alone, flooded, counts
+    return ratios, counts
 
 
 async def test_one_tenants_flood_leaves_another_its_search_pace(api):
@@ -208,23 +214,22 @@ async def test_one_tenants_flood_leaves_another_its_search_pace(api):
     rates = app.state.tenant_rates
     async with httpx.AsyncClient(base_url=url, timeout=120) as http:
         await searches(http, 5)  # warm
-    alone, limited, limited_counts = await alternating(url)
+    limited, limited_counts = await alternating(url)
     held = (rates.requests, rates.ingest_bytes)
     rates.requests = rates.ingest_bytes = None  # the same flood, with no rate limits (main)
     try:
-        alone_too, unlimited, unlimited_counts = await alternating(url)
+        unlimited, unlimited_counts = await alternating(url)
     finally:
         rates.requests, rates.ingest_bytes = held
     figures = (
-        f"B's search P95 alone {p95(alone) * 1000:.0f} ms, under A's flood "
-        f"{p95(limited) * 1000:.0f} ms with the limits (A's requests {dict(limited_counts)}); "
-        f"alone {p95(alone_too) * 1000:.0f} ms, under the flood {p95(unlimited) * 1000:.0f} ms "
-        f"without (A's requests {dict(unlimited_counts)})"
+        f"B's search P95 under A's flood over B's alone, per round: with the limits "
+        f"{[round(r, 2) for r in limited]} (A's requests {dict(limited_counts)}); without "
+        f"{[round(r, 2) for r in unlimited]} (A's requests {dict(unlimited_counts)})"
     )
     print(figures)
     assert limited_counts[429] > 0, figures
-    assert p95(limited) <= 1.5 * p95(alone), figures
-    assert p95(unlimited) > 1.5 * p95(alone_too), figures
+    assert statistics.median(limited) <= 1.5, figures
+    assert statistics.median(unlimited) > 1.5, figures
 
 
 async def test_a_tenants_request_rate_and_uploaded_text_are_bounded(api):
