@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -102,9 +103,16 @@ def host_probe_ms(seconds: float = 1.0) -> float:
     return round(statistics.median(samples), 2)
 
 
-def py_spy(pids: dict[int, str], seconds: float, folder: Path) -> list[subprocess.Popen]:
+def py_spy_binary() -> Path | None:
+    """py-spy beside the interpreter (a virtual environment) or on PATH (wheels installed with
+    --target, as on the GPU machine's bundle); None when neither has it."""
+    beside = Path(sys.executable).with_name("py-spy")
+    found = beside if beside.exists() else shutil.which("py-spy")
+    return Path(found) if found else None
+
+
+def py_spy(spy: Path, pids: dict[int, str], seconds: float, folder: Path) -> list[subprocess.Popen]:
     """Start py-spy on each process (non-blocking sampling, raw folded stacks, one file each)."""
-    spy = Path(sys.executable).with_name("py-spy")
     jobs = []
     for pid, kind in pids.items():
         out = folder / f"{kind.replace(' ', '_').replace(':', '_')}-{pid}.txt"

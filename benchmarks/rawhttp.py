@@ -102,6 +102,9 @@ class RawHttpPool:
     async def _connection(self) -> _Connection:
         if self._idle:
             return self._idle.pop()
+        return await self._new_connection()
+
+    async def _new_connection(self) -> _Connection:
         try:
             reader, writer = await asyncio.open_connection(self.host, self.port)
         except OSError as error:
@@ -124,9 +127,10 @@ class RawHttpPool:
                     raise
             # A kept-alive connection the server closed while it sat idle, before any byte of
             # an answer: what HTTP clients (browsers, urllib3) retry once on a new connection.
-            # Counted, so a report can say how often it happened.
+            # Counted, so a report can say how often it happened. The retry opens a new
+            # connection: the other idle ones sat as long and may be closed too.
             self.stale_retries += 1
-            return await self._exchange(await self._connection(), head, body)
+            return await self._exchange(await self._new_connection(), head, body)
 
     async def _exchange(self, connection: _Connection, head: bytes, body: bytes) -> Reply:
         try:

@@ -37,7 +37,14 @@ import psutil
 
 from benchmarks.ingest import load_corpus
 from benchmarks.model_calls import Reading, current_reading, export_wait_s, per_call
-from benchmarks.processes import CpuMeter, host_probe_ms, own_processes, py_spy, top_functions
+from benchmarks.processes import (
+    CpuMeter,
+    host_probe_ms,
+    own_processes,
+    py_spy,
+    py_spy_binary,
+    top_functions,
+)
 from benchmarks.rawhttp import RawHttpPool
 from benchmarks.report import default_stem, table, write_report
 from benchmarks.runner import (
@@ -127,10 +134,13 @@ async def measure(
         cooldown_s = min(2.0, args.sweep_duration)
         swept = await sweep(runner, rates, args.sweep_duration, args.warmup, cooldown_s)
         result["sweep"] = {k: swept[k] for k in ("max_sustainable_qps", "points")}
-    if args.profile_s:
+    if args.profile_s and (spy := py_spy_binary()) is None:
+        # The figures above stand without the profile; losing them to a missing tool did.
+        result["profile"] = {"skipped": "py-spy is neither beside the interpreter nor on PATH"}
+    elif args.profile_s:
         busy = {p: k for p, k in pids.items() if k.startswith(("replica", "ray::Proxy", "in-"))}
         folder = Path(tempfile.mkdtemp(prefix="bench-py-spy-"))
-        jobs = py_spy(busy, args.profile_s, folder)
+        jobs = py_spy(spy, busy, args.profile_s, folder)
         await runner.closed_loop(args.clients, args.profile_s + 1, 0.0)
         for job in jobs:
             job.wait(timeout=60)

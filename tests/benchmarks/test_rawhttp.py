@@ -56,3 +56,26 @@ async def test_a_new_connection_that_fails_is_an_error_not_a_retry():
     finally:
         await pool.close()
         server.close()
+
+
+async def test_the_retry_opens_a_new_connection_when_every_idle_one_was_closed():
+    # HAProxy closes kept-alive connections idle past its header timeout (5 s): after a pause
+    # every pooled connection is stale at once, and a retry on the next idle one failed too
+    # ("connection closed by the server" in the GPU sweep at 250 QPS, 2026-11-30).
+    async def one_request_per_connection(reader, writer):
+        await read_request(reader)
+        writer.write(REPLY)
+        await writer.drain()
+        writer.close()
+
+    server, url = await serve(one_request_per_connection)
+    pool = RawHttpPool(url)
+    try:
+        replies = await asyncio.gather(*(pool.post_json("/", {}) for _ in range(4)))
+        assert [r.status for r in replies] == [200] * 4
+        await asyncio.sleep(0.05)  # all four kept connections are closed by now
+        assert (await pool.post_json("/", {})).status == 200
+        assert pool.stale_retries == 1
+    finally:
+        await pool.close()
+        server.close()
