@@ -1,9 +1,15 @@
 """Fetch the configured models from the Hugging Face Hub into the model cache.
 
-The chart's model-fetch Job (a Helm pre-install/pre-upgrade hook) runs
-``python -m serve_app.model_fetch --cache /models Qwen/Qwen3-Embedding-8B naver/splade-v3 ...``:
-each repository lands in ``<cache>/<owner>/<name>``, exactly the path the configuration names
-(``dense.model: /models/Qwen/Qwen3-Embedding-8B``) and the replicas load offline. Without ids,
+The chart's model-fetch Job (a Helm pre-install/pre-upgrade/pre-rollback hook) runs
+``python -m serve_app.model_fetch --cache /models Qwen/Qwen3-Embedding-8B@<commit> ...``:
+each repository pinned to a commit lands in ``<cache>/<owner>/<name>@<commit>``, the folder a
+replica configured with ``dense.model: /models/Qwen/Qwen3-Embedding-8B`` and that
+``dense.revision`` loads offline (serve_app/model_manifest.py: ``model_folder``); one without a
+commit in ``<cache>/<owner>/<name>``. A fetch for an upgrade's new revision so never writes
+the folder the running cluster reads, and a rollback finds the old revision's folder.
+``--keep-revisions N`` then removes the folders of a repository's other commits beyond the N
+most recently fetched (the manifest's time: every fetch that wants a folder rewrites it).
+Without ids,
 ``--config FILE`` derives them from the configuration's model paths under ``--cache``, as the
 chart does, each with the revision the configuration pins (``dense.revision`` ...). An id may
 carry a revision: ``owner/name@<commit, tag or branch>``; ``--pinned`` (the chart) refuses an id
@@ -42,7 +48,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from serve_app.model_manifest import read_manifest, sha256_file, write_manifest
+from serve_app.model_manifest import (
+    manifest_path,
+    read_manifest,
+    revision_folder,
+    sha256_file,
+    write_manifest,
+)
 
 # owner/name as the Hub spells them, optionally @revision (a commit, tag or branch).
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -196,6 +208,36 @@ def cache_ids(config, cache: str | Path, deployments: Iterable[str] = DEPLOYMENT
     ]
 
 
+def cache_folder(cache: Path, spec: ModelSpec) -> Path:
+    """Where ``spec`` lands in the cache: keyed by its commit where it is pinned to one."""
+    folder = cache / spec.repo_id
+    return revision_folder(folder, spec.revision) if spec.pinned and spec.revision else folder
+
+
+def prune_revisions(cache: Path, repo_id: str, keep: int) -> list[Path]:
+    """Remove the folders (and manifests) of ``repo_id``'s commits beyond the ``keep`` most
+    recently fetched; returns the removed folders. A folder without a manifest (a fetch cut
+    short) counts as the oldest."""
+    base = cache / repo_id
+    keyed = [
+        p
+        for p in base.parent.glob(f"{base.name}@*")
+        if p.is_dir() and _COMMIT.fullmatch(p.name.rpartition("@")[2])
+    ]
+
+    def fetched_at(folder: Path) -> int:
+        try:
+            return manifest_path(folder).stat().st_mtime_ns
+        except FileNotFoundError:
+            return -1
+
+    removed = sorted(keyed, key=fetched_at, reverse=True)[keep:]
+    for folder in removed:
+        manifest_path(folder).unlink(missing_ok=True)
+        shutil.rmtree(folder)
+    return removed
+
+
 @dataclass(frozen=True)
 class Fetched:
     spec: ModelSpec
@@ -225,7 +267,8 @@ def fetch(
     token_source: str,
     max_workers: int = 8,
 ) -> Fetched:
-    """Download ``spec`` into ``cache/<id>``; raises FetchError saying why it could not."""
+    """Download ``spec`` into its cache folder (``cache_folder``); raises FetchError saying
+    why it could not."""
     from huggingface_hub import HfApi, get_token, snapshot_download
     from huggingface_hub.errors import (
         GatedRepoError,
@@ -235,7 +278,7 @@ def fetch(
         RevisionNotFoundError,
     )
 
-    dest = cache / spec.repo_id
+    dest = cache_folder(cache, spec)
     has_token = bool(token or get_token())
     no_token = f"no Hugging Face token was given ({token_source})"
     try:
@@ -382,7 +425,7 @@ def _endpoint() -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m serve_app.model_fetch",
-        description="Fetch Hugging Face model repositories into <cache>/<owner>/<name>.",
+        description="Fetch Hugging Face model repositories into <cache>/<owner>/<name>[@commit].",
     )
     parser.add_argument("models", nargs="*", help="[tokenizer:]owner/name[@revision] ...")
     parser.add_argument("--cache", required=True, help="the model cache root (e.g. /models)")
@@ -395,6 +438,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="where the token comes from, for error messages",
     )
     parser.add_argument("--max-workers", type=int, default=8, help="files downloaded at once")
+    parser.add_argument(
+        "--keep-revisions",
+        type=int,
+        default=0,
+        metavar="N",
+        help="after the fetch, remove each fetched repository's other commits' folders beyond "
+        "the N most recently fetched (0: keep every one)",
+    )
     parser.add_argument(
         "--pinned",
         action="store_true",
@@ -471,6 +522,9 @@ def main(argv: list[str] | None = None) -> int:
             else f"already complete ({done.files} files)"
         )
         print(f"ok {spec} @ {done.commit[:12]}: {state} -> {done.dest}", flush=True)
+        if args.keep_revisions > 0 and spec.pinned:
+            for folder in prune_revisions(Path(args.cache), spec.repo_id, args.keep_revisions):
+                print(f"removed {folder} (beyond the {args.keep_revisions} latest)", flush=True)
     if failures:
         print(f"{failures} of {len(specs)} models failed", file=sys.stderr)
     return 1 if failures else 0

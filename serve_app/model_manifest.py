@@ -2,6 +2,11 @@
 SHA-256, recorded by the model fetch beside the folder (``<cache>/<owner>/<name>.manifest.json``
 next to ``<cache>/<owner>/<name>/``, so the folder stays byte for byte the repository's).
 
+The cache is keyed by revision: the fetch writes a model pinned to a commit into
+``<owner>/<name>@<commit>`` (``revision_folder``), and a process configured with ``/models/
+<owner>/<name>`` and that revision loads that folder (``model_folder``). A fetch for a new
+revision so never writes a folder a running cluster reads, and a rollback finds the old one.
+
 A process that loads a model from a folder with a manifest takes the revision from it
 (``loaded_revision``): that is the revision the index records (stores' model binding), and a
 configured revision (``dense.revision`` ...) that differs from it is refused before anything
@@ -65,6 +70,23 @@ def write_manifest(
     return path
 
 
+def revision_folder(folder: str | Path, revision: str) -> Path:
+    """Where the model fetch writes ``folder``'s repository at the commit ``revision``."""
+    folder = Path(folder)
+    return folder.with_name(f"{folder.name}@{revision}")
+
+
+def model_folder(spec: str, revision: str | None) -> str:
+    """The reference a process loads for ``spec`` configured at ``revision``: the folder the
+    model fetch keyed by that revision where it exists, else ``spec`` itself (a folder filled
+    by hand, a ``package:`` model, a Hub id, an unpinned fetch)."""
+    if revision and spec and not spec.startswith(("package:", "catalog:")):
+        keyed = revision_folder(Path(spec).expanduser(), revision)
+        if keyed.is_dir():
+            return str(keyed)
+    return spec
+
+
 def _local_folder(spec: str) -> Path | None:
     """The folder a model reference names on this machine, if it exists here."""
     if not spec or spec.startswith(("package:", "catalog:")):
@@ -89,6 +111,7 @@ def loaded_revision(spec: str, configured: str | None, field: str) -> str | None
     HF cache's ``refs/main`` offline), so nothing here could make them load the pinned commit
     or check that they did; the model fetch writes the pinned commit to a folder with a
     manifest, which is what a pin is checked against."""
+    spec = model_folder(spec, configured)
     folder = _local_folder(spec)
     if configured is not None and _is_hub_id(spec):
         raise ModelMismatchError(

@@ -161,10 +161,10 @@ def check_tokenizer(config: AppConfig, checks: _Checks) -> None:
     from serve_app.chunking.tokens import load_tokenizer
 
     field = "chunker.tokenizer"
-    chunker_spec = config.chunker.tokenizer or config.dense.model
+    chunker_spec, chunker_revision = config.chunker_tokenizer()
     try:
-        chunker = load_tokenizer(resolve_model_path(chunker_spec))
-        dense = load_tokenizer(resolve_model_path(config.dense.model))
+        chunker = load_tokenizer(resolve_model_path(chunker_spec, chunker_revision))
+        dense = load_tokenizer(resolve_model_path(config.dense.model, config.dense.revision))
     except (OSError, ValueError, ServeAppError) as error:
         checks.add("tokenizer", field, False, f"cannot load a tokenizer: {error}")
         return
@@ -236,11 +236,11 @@ _WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin")
 _WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 
 
-def _model_folder(spec: str) -> Path | None:
+def _model_folder(spec: str, revision: str | None) -> Path | None:
     """The folder a model reference loads from: a path, a ``package:`` folder, or a Hub id
     already in the local Hugging Face cache (loads are offline); None when there is none."""
     try:
-        resolved = resolve_model_path(spec)
+        resolved = resolve_model_path(spec, revision)
     except ServeAppError:
         return None
     if Path(resolved).is_dir():
@@ -313,7 +313,7 @@ def check_model_files(config: AppConfig, checks: _Checks) -> tuple[str, int] | N
     for section, _ in _device_sections(config):
         field = f"{section}.model"
         spec = getattr(config, section).model
-        folder = _model_folder(spec)
+        folder = _model_folder(spec, getattr(config, section).revision)
         if folder is None:
             checks.add(
                 "model_files",
@@ -540,7 +540,7 @@ def check_llm(config: AppConfig, checks: _Checks, load: bool) -> None:
             "model", "llm.model", True, f"{path} (pinned SHA-256) loads and wrote {done.text!r}"
         )
         return
-    folder = _model_folder(llm.model)
+    folder = _model_folder(llm.model, llm.revision)
     if folder is None:
         checks.add("model", "llm.model", False, f"{llm.model!r} is not a folder or cached model")
         return

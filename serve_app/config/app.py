@@ -80,6 +80,15 @@ class AppConfig(Section):
         if self.reranker.enabled:
             RERANKER_BACKENDS.check(self.reranker.backend)
 
+    def chunker_tokenizer(self) -> tuple[str, str | None]:
+        """The model reference whose tokenizer the chunker counts with, and its revision
+        (``chunker.tokenizer_revision``; the dense model's where it is the dense model)."""
+        reference = self.chunker.tokenizer or self.dense.model
+        revision = self.chunker.tokenizer_revision
+        if revision is None and reference == self.dense.model:
+            revision = self.dense.revision
+        return reference, revision
+
     def enabled_strategies(self) -> list[Strategy]:
         out: list[Strategy] = []
         if self.bm25.enabled:

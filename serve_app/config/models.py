@@ -11,6 +11,7 @@ from pydantic import Field, model_validator
 
 from serve_app.config.base import Section
 from serve_app.errors import ConfigError
+from serve_app.model_manifest import model_folder
 
 COMMIT = r"^[0-9a-f]{40}$"
 """A Hub revision as the configuration pins it: a commit hash (a tag or branch can move)."""
@@ -264,13 +265,15 @@ class LlmConfig(Section):
         return self
 
 
-def resolve_model_path(spec: str) -> str:
-    """A model reference as a loadable path or id.
+def resolve_model_path(spec: str, revision: str | None = None) -> str:
+    """A model reference, configured at ``revision``, as a loadable path or id.
 
     ``package:<import name>/<sub path>`` finds a folder inside an installed package without
     importing it (model carriers on PyPI); anything else is a path or a model id, loaded
-    from local files only.
+    from local files only: the model cache's folder of that revision where the model fetch
+    wrote one (``serve_app.model_manifest.model_folder``).
     """
+    spec = model_folder(spec, revision)
     if not spec.startswith("package:"):
         return str(Path(spec).expanduser()) if Path(spec).expanduser().exists() else spec
     package, _, sub = spec.removeprefix("package:").partition("/")

@@ -27,7 +27,7 @@ class DenseInputs:
     def __init__(self, config: DenseConfig, tokenizer: PreTrainedTokenizerBase | None = None):
         self.config = config
         self.tokenizer = tokenizer or AutoTokenizer.from_pretrained(
-            resolve_model_path(config.model)
+            resolve_model_path(config.model, config.revision)
         )
         self.append_id: int | None = None
         if config.append_token is not None:

@@ -40,7 +40,7 @@ class TransformersDenseEncoder:
     def __init__(self, config: DenseConfig) -> None:
         self.config = config
         self.model_id = config.model
-        path = resolve_model_path(config.model)
+        path = resolve_model_path(config.model, config.revision)
         self.device = resolve_device(config.device, "dense.device")
         self.inputs = DenseInputs(config, AutoTokenizer.from_pretrained(path))
         self.tokenizer = self.inputs.tokenizer

@@ -40,7 +40,7 @@ class VllmDenseEncoder:
         self.config = config
         self.model_id = config.model
         platform = check_vllm_device(config.device, "dense.device")
-        path = resolve_model_path(config.model)
+        path = resolve_model_path(config.model, config.revision)
         self.inputs = DenseInputs(config)
         set_cpu_kv_cache(config.vllm, platform)
         from vllm.config import PoolerConfig

@@ -25,7 +25,7 @@ class CrossEncoderReranker:
     def __init__(self, config: RerankerConfig) -> None:
         self.config = config
         self.model_id = config.model
-        path = resolve_model_path(config.model)
+        path = resolve_model_path(config.model, config.revision)
         self.device = resolve_device(config.device, "reranker.device")
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.model = AutoModelForSequenceClassification.from_pretrained(

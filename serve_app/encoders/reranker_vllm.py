@@ -31,7 +31,7 @@ class VllmReranker:
         set_cpu_kv_cache(config.vllm, platform)
         kwargs = engine_kwargs(
             config.vllm,
-            model=resolve_model_path(config.model),
+            model=resolve_model_path(config.model, config.revision),
             dtype=config.dtype,
             max_length=config.max_length,
             batch_size=config.batch_size,

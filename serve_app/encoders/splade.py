@@ -58,7 +58,7 @@ class SpladeEncoder:
     def __init__(self, config: SpladeConfig) -> None:
         self.config = config
         self.model_id = config.model
-        path = resolve_model_path(config.model)
+        path = resolve_model_path(config.model, config.revision)
         self.device = resolve_device(config.device, "splade.device")
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.model = AutoModelForMaskedLM.from_pretrained(path, dtype=resolve_dtype(config.dtype))

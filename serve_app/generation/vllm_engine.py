@@ -112,7 +112,7 @@ class VllmLLM:
 
         self.config = config
         self.model_id = config.model
-        path = resolve_model_path(config.model)
+        path = resolve_model_path(config.model, config.revision)
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         # Every added token: the tokenizer matches each one's text, special or not.
         self.guard = SpecialTokenGuard(

@@ -94,7 +94,7 @@ def dense_model_revision(config: AppConfig) -> str | None:
 
 
 def build_chunker(config: AppConfig, dense: DenseEncoder | None = None) -> Chunker:
-    tokenizer_path = resolve_model_path(config.chunker.tokenizer or config.dense.model)
+    tokenizer_path = resolve_model_path(*config.chunker_tokenizer())
     extra = 1 if config.dense.append_token else 0
     counter = TokenCounter.from_path(tokenizer_path, extra_reserved=extra)
     embedder = getattr(dense, "encode", None)

@@ -44,3 +44,14 @@ def documents(*args: str) -> list[dict]:
 def load_all(text: str) -> list[dict]:
     """The non-empty YAML documents of ``text``."""
     return [d for d in yaml.load_all(text, Loader=LOADER) if d]
+
+
+FETCH_OPTIONS = {"--cache", "--token-source", "--keep-revisions"}
+"""The model fetch's options with a value, as the chart passes them."""
+
+
+def fetched_ids(args: list[str]) -> list[str]:
+    """The Hub ids a model-fetch container fetches: its arguments less the options."""
+    return [
+        a for i, a in enumerate(args) if a not in FETCH_OPTIONS and args[i - 1] not in FETCH_OPTIONS
+    ]

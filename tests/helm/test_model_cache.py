@@ -25,6 +25,7 @@ from ray.autoscaler._private.resource_demand_scheduler import get_bin_pack_resid
 from serve_app.config import config_from_dict
 from serve_app.model_fetch import cache_ids, model_references, offline_switch
 from tests.helm.kuberay_start import raylet_resources
+from tests.helm.rendering import fetched_ids
 from tests.helm.test_chart import CHART, HELM, K8S_VERSION, ROOT, VALUES, objects
 from tests.helm.test_network_policy import NAMESPACE, External, Pod, allowed, selects
 from tests.helm.test_ray_cluster import deployment_demands
@@ -232,8 +233,12 @@ def test_the_claim_is_a_kept_hook_created_before_the_job():
     claim, job = hooks(render(None, *PVC))
     assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
     assert claim is not None and job is not None
-    for doc in (claim, job):
-        assert policies_of(doc, "helm.sh/hook") == {"pre-install", "pre-upgrade"}
+    assert policies_of(claim, "helm.sh/hook") == {"pre-install", "pre-upgrade"}
+    # A rollback fetches too: the old commit's folder, complete unless the keep rule took it
+    # (tests/serve_app/test_model_pinning.py runs that sequence against a Hub double).
+    assert policies_of(job, "helm.sh/hook") == {"pre-install", "pre-upgrade", "pre-rollback"}
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--keep-revisions") + 1] == "3"
     assert int(annotations(claim)["helm.sh/hook-weight"]) < int(
         annotations(job)["helm.sh/hook-weight"]
     )
@@ -340,7 +345,7 @@ def job_ids(docs: list[dict]) -> list[str]:
     _, job = hooks(docs)
     args = job["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[:2] == ["--cache", "/models"] and args[2] == "--token-source"
-    return args[4:]
+    return fetched_ids(args)
 
 
 @pytest.mark.parametrize(
@@ -458,7 +463,7 @@ def init_ids(docs: list[dict]) -> dict[str, list[str]]:
             assert init["name"] == "model-fetch"
             args = init["args"]
             assert args[:2] == ["--cache", "/models"] and args[2] == "--token-source"
-            out[group["groupName"]] = args[4:]
+            out[group["groupName"]] = fetched_ids(args)
     return out
 
 

@@ -13,17 +13,11 @@ import pytest
 import yaml
 
 from tests.helm.kuberay_start import parse_quantity
+from tests.helm.rendering import fetched_ids
 from tests.helm.test_chart import CHART, HELM, objects, rayservice
 
 VALUES = yaml.safe_load((CHART / "values.yaml").read_text())
 GIB = 2**30
-
-
-def fetched_ids(init: dict) -> list[str]:
-    """The Hub ids an init container fetches (its positional arguments)."""
-    args = init["args"]
-    options = {"--cache", "--token-source"}
-    return [a for i, a in enumerate(args) if a not in options and args[i - 1] not in options]
 
 
 def download_mib(downloads: dict, spec: str) -> int:
@@ -43,7 +37,7 @@ def test_each_fetching_pod_asks_for_what_its_group_downloads(values):
         if not pod.get("initContainers"):
             continue
         (init,) = pod["initContainers"]
-        mib = sum(download_mib(downloads, spec) for spec in fetched_ids(init))
+        mib = sum(download_mib(downloads, spec) for spec in fetched_ids(init["args"]))
         request = init["resources"]["requests"]["ephemeral-storage"]
         (cache,) = [v for v in pod["volumes"] if v["name"] == "models"]
         assert cache["emptyDir"]["sizeLimit"] == request, group["groupName"]

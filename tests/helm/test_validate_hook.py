@@ -16,6 +16,7 @@ import yaml
 from deployments.cli import build_parser
 from serve_app import cli as core_cli
 from serve_app.config import config_from_dict
+from tests.helm.rendering import fetched_ids
 from tests.helm.test_chart import CHART, HELM, K8S_VERSION, ROOT, VALUES, objects
 from tests.helm.test_chart import render as render_raw
 
@@ -221,7 +222,7 @@ def test_with_its_own_cache_the_job_fetches_the_models_first():
     (init,) = pod["initContainers"]
     assert init["command"] == ["python", "-m", "serve_app.model_fetch"]
     ids = cache_ids(config_from_dict(serve_config(docs), "chart"), "/models")
-    assert init["args"][4:] == ids and ids
+    assert fetched_ids(init["args"]) == ids and ids
     (service,) = [d for d in docs if d["kind"] == "RayService"]
     (sparse,) = [
         g for g in service["spec"]["rayClusterConfig"]["workerGroupSpecs"]

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 
 import pytest
 
-from serve_app.config import config_from_dict
+from serve_app.config import config_from_dict, resolve_model_path
 from serve_app.errors import ModelMismatchError
-from serve_app.model_manifest import read_manifest
+from serve_app.model_manifest import read_manifest, sha256_file
 from serve_app.pipelines.components import build_components
 from tests.serve_app.test_model_fetch import WANTED, run_fetch, tiny_repo  # noqa: F401
 from tests.support.hf_hub_double import HubDouble, HubRepo
@@ -168,3 +169,66 @@ def test_weights_that_differ_from_the_hubs_sha256_are_refused(hub, tmp_path, tin
     assert "but the Hub lists " + "0" * 64 in done.stderr
     assert not (tmp_path / "models" / REPO / "model.safetensors").exists()  # removed
     assert read_manifest(tmp_path / "models" / REPO) is None  # nothing recorded
+
+
+def files_state(folder: Path) -> dict[str, tuple[str, int, int]]:
+    """Each file's SHA-256, inode and mtime: a file rewritten in place changes one of them."""
+    out = {}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and ".cache" not in p.parts):
+        stat = path.stat()
+        out[str(path.relative_to(folder))] = (sha256_file(path), stat.st_ino, stat.st_mtime_ns)
+    return out
+
+
+async def test_an_upgrades_fetch_leaves_the_running_revision_and_a_rollback_finds_it(
+    hub,
+    tmp_path,
+    tiny_repo,  # noqa: F811
+    retrained,
+):
+    """(was: the fetch wrote <owner>/<name> in place, before validate and any cutover) The
+    running cluster reads the first commit's folder; the upgrade's fetch of a new commit
+    writes a folder of its own; the running revision's files are untouched, a replica of it
+    starting then still opens the index, and the rollback's fetch finds it complete. The
+    keep rule then removes the least recently fetched commit."""
+    models = tmp_path / "models"
+    first = hub.repos[REPO].sha
+    fetch = ("--pinned", "--keep-revisions", "2")
+    assert run_fetch(hub, tmp_path, *fetch, f"{REPO}@{first}").returncode == 0
+    running = app_config(tmp_path, revision=first)
+    await open_and_close(running)  # the running cluster's index, built on the first commit
+    folder = models / f"{REPO}@{first}"
+    before = files_state(folder)
+    assert "model.safetensors" in before
+
+    hub.add(HubRepo(REPO, retrained, older=(tiny_repo,)))
+    second = hub.repos[REPO].sha
+    done = run_fetch(hub, tmp_path, *fetch, f"{REPO}@{second}")  # the pre-upgrade fetch
+    assert done.returncode == 0, done.stderr
+    assert files_state(folder) == before and read_manifest(folder)["revision"] == first
+    assert resolve_model_path(str(models / REPO), second) == str(models / f"{REPO}@{second}")
+    await open_and_close(running)  # a replica of the running cluster (a drain, a scale-up)
+    with pytest.raises(
+        ModelMismatchError, match=f"dense_revision: recorded {first!r}, configured {second!r}"
+    ):
+        await open_and_close(app_config(tmp_path, revision=second))  # what validate refuses
+
+    downloads = len(hub.file_requests("GET"))
+    done = run_fetch(hub, tmp_path, *fetch, f"{REPO}@{first}")  # the pre-rollback fetch
+    assert done.returncode == 0 and "already complete" in done.stdout, done.stdout
+    assert len(hub.file_requests("GET")) == downloads and files_state(folder) == before
+
+    config = json.loads(tiny_repo["config.json"])
+    later = json.dumps({**config, "initializer_range": 0.05}).encode()
+    hub.add(HubRepo(REPO, {**tiny_repo, "config.json": later}, older=(tiny_repo, retrained)))
+    third = hub.repos[REPO].sha
+    done = run_fetch(hub, tmp_path, *fetch, f"{REPO}@{third}")
+    assert done.returncode == 0, done.stderr
+    assert f"removed {models / f'{REPO}@{second}'}" in done.stdout
+    assert sorted(p.name for p in (models / "tiny-org").iterdir()) == [
+        f"tiny-bert@{first}",
+        f"tiny-bert@{first}.manifest.json",
+        f"tiny-bert@{third}",
+        f"tiny-bert@{third}.manifest.json",
+    ]
+    assert files_state(folder) == before

@@ -18,6 +18,9 @@ token 401 ``Invalid credentials in Authorization header``. A gated repository's 
 list are public (as on the Hub); its files need a token the repository lists: none is 401
 ``GatedRepo``, another valid token 403 ``GatedRepo``.
 
+A repository may keep older commits (``HubRepo.older``: earlier file sets, each with its own
+commit); ``main`` is the current one, and any commit of either is a revision.
+
 Simplifications: LFS files are answered directly (the Hub redirects them to a CDN with
 ``X-Linked-Etag`` / ``X-Linked-Size``), and nothing advertises Xet (no ``xetHash`` in the tree,
 no ``X-Xet-*`` headers), so the client takes the plain HTTP path; the tests also set
@@ -42,6 +45,17 @@ class HubRepo:
     files: dict[str, bytes]
     gated: bool = False
     tokens: frozenset[str] = frozenset()  # tokens granted access (gated repositories)
+    older: tuple[dict[str, bytes], ...] = ()  # earlier commits' files, oldest first
+
+    def at(self, revision: str) -> HubRepo | None:
+        """The repository as of ``revision`` (``main`` or a commit); None when unknown."""
+        if revision in ("main", self.sha):
+            return self
+        for files in self.older:
+            past = HubRepo(self.repo_id, files, self.gated, self.tokens)
+            if past.sha == revision:
+                return past
+        return None
 
     @property
     def sha(self) -> str:
@@ -173,9 +187,11 @@ class HubDouble:
             raise _Error(401, "RepoNotFound", "Repository not found")
         return self.repos[repo_id]
 
-    def _revision(self, repo: HubRepo, revision: str) -> None:
-        if revision not in ("main", repo.sha):
+    def _revision(self, repo: HubRepo, revision: str) -> HubRepo:
+        past = repo.at(revision)
+        if past is None:
             raise _Error(404, "RevisionNotFound", f"Invalid rev id: {revision}")
+        return past
 
     def _api(self, rest: str, query: str) -> tuple[int, dict, bytes]:
         parts = rest.split("/")
@@ -183,7 +199,7 @@ class HubDouble:
         tail = parts[2:]
         params = parse_qs(query)
         if not tail or tail[0] == "revision":
-            self._revision(repo, tail[1] if len(tail) > 1 else "main")
+            repo = self._revision(repo, tail[1] if len(tail) > 1 else "main")
             blobs = params.get("blobs", ["false"])[0].lower() == "true"
             siblings = []
             for name in sorted(repo.files):
@@ -205,7 +221,7 @@ class HubDouble:
             }
             return 200, {"Content-Type": "application/json"}, json.dumps(body).encode()
         if tail[0] == "tree" and len(tail) >= 2:
-            self._revision(repo, tail[1])
+            repo = self._revision(repo, tail[1])
             recursive = params.get("recursive", ["false"])[0].lower() == "true"
             return (
                 200,
@@ -247,7 +263,7 @@ class HubDouble:
         repo_id, _, rest = path.lstrip("/").partition("/resolve/")
         repo = self._repo(repo_id)
         revision, _, name = rest.partition("/")
-        self._revision(repo, revision)
+        repo = self._revision(repo, revision)
         if repo.gated and token not in repo.tokens:
             message = (
                 f"Access to model {repo.repo_id} is restricted. You must have access to it and be "

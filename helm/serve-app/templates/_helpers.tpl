@@ -854,6 +854,8 @@ the Hub client's own caches) goes to /tmp, the weights to the cache. Arguments:
     - {{ .Values.modelCache.mountPath | quote }}
     - --token-source
     - {{ ternary (printf "Secret %s, key %s: modelFetch.hfTokenSecret" $f.hfTokenSecret.name $f.hfTokenSecret.key) "no Secret named: modelFetch.hfTokenSecret.name" (not (empty $f.hfTokenSecret.name)) | quote }}
+    - --keep-revisions
+    - {{ $f.keepRevisions | quote }}
     {{- range $ids }}
     - {{ . | quote }}
     {{- end }}
