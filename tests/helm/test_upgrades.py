@@ -6,17 +6,22 @@ environment change and a resource change, and what KubeRay does with the pair.
   spec, moves traffic when it is ready and deletes the old one.
 - The embedded store (upgradeStrategy None: two clusters must never open its shard): KubeRay
   leaves the running RayCluster as it is and only submits the new serveConfigV2 to it. So the
-  chart refuses such an upgrade at `helm upgrade` time (its `lookup` finds the running
-  RayService with another cluster spec) and names the procedure that replaces the cluster.
-  Helm runs with `--dry-run=server` against a Kubernetes API double holding the RayService
-  the "before" render produced (tests/helm/test_secret_upgrade.py).
+  chart's guard, a pre-upgrade/pre-rollback hook Job (deployments/upgrade_guard.py), refuses
+  such an upgrade or rollback and names the procedure that replaces the cluster. It reads
+  the RayService's active RayCluster, which KubeRay created with the RayService's annotations
+  (tests/helm/kuberay_upgrade.py: construct_ray_cluster), from a Kubernetes API double
+  (tests/helm/test_secret_upgrade.py) holding what the "before" render produced; the Job runs
+  as its pod would, with the rendered command and environment.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +30,7 @@ import yaml
 from tests.helm.kuberay_upgrade import (
     NEW_CLUSTER_PREPARED,
     NOTHING,
+    construct_ray_cluster,
     generate_hash_without_replicas_and_workers_to_delete,
     pod_templates_differ,
     ray_cluster_spec_for_hashing,
@@ -84,20 +90,54 @@ def kinds() -> set[tuple[str, str]]:
     }
 
 
+CLUSTER_NAME = "rel-serve-app-x7k2p"  # KubeRay names a RayService's cluster with a suffix
+RAYCLUSTER_PATH = f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayclusters/{CLUSTER_NAME}"
+
+
+def running_objects(running: dict) -> dict[str, dict]:
+    """The API's objects for a RayService ``running`` (as the previous release left it) and
+    the RayCluster KubeRay created from it (constructRayClusterForRayService: the RayService's
+    annotations copied), active in the RayService's status."""
+    stored = copy.deepcopy(running)
+    stored["metadata"].setdefault("annotations", {}).update(
+        {"meta.helm.sh/release-name": "rel", "meta.helm.sh/release-namespace": NAMESPACE}
+    )
+    stored["status"] = {"activeServiceStatus": {"rayClusterName": CLUSTER_NAME}}
+    return {RAYSERVICE_PATH: stored, RAYCLUSTER_PATH: construct_ray_cluster(stored, CLUSTER_NAME)}
+
+
+def guard_job(docs: list[dict]) -> dict:
+    (job,) = [d for d in docs if d["kind"] == "Job" and d["metadata"]["name"].endswith("-guard")]
+    return job
+
+
+def run_guard(job: dict, server: FakeApiServer) -> subprocess.CompletedProcess:
+    """The hook Job's container as the pod runs it: its command and environment, the API
+    reached at ``server`` instead of the in-cluster address."""
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    env.update(PATH=os.environ["PATH"], PYTHONPATH=str(ROOT), SERVE_APP_GUARD_API=server.url)
+    command = [sys.executable if c == "python" else c for c in container["command"]]
+    return subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+
 def helm_upgrade(kinds, tmp_path, values, running: dict | None, *extra: str, chart=CHART):
-    """`helm upgrade`'s render of the RayService with ``running`` in the cluster."""
-    stored = {}
-    if running:  # as the previous release left it
-        stored = copy.deepcopy(running)
-        stored["metadata"].setdefault("annotations", {}).update(
-            {"meta.helm.sh/release-name": "rel", "meta.helm.sh/release-namespace": NAMESPACE}
-        )
-    server = FakeApiServer(kinds, {}, {RAYSERVICE_PATH: stored} if running else {})
+    """An upgrade to the render of ``values`` + ``extra`` with ``running`` in the cluster: the
+    guard's hook Job run against the API double (its result), and the RayService `helm
+    upgrade` renders there (its stdout: NOTES' lookup sees the running RayService)."""
+    server = FakeApiServer(kinds, {}, running_objects(running) if running else {})
     args = ("-f", str(CHART / values)) if values else ()
     try:
-        return helm_against(
+        docs = objects(str(HELM), chart, values, *extra)
+        guard = run_guard(guard_job(docs), server)
+        rendered = helm_against(
             server, tmp_path, *args, *extra, show_only="templates/rayservice.yaml", chart=chart
-        ), server.requests
+        )
+        assert rendered.returncode == 0, rendered.stderr
+        done = subprocess.CompletedProcess(
+            guard.args, guard.returncode, rendered.stdout, guard.stdout + guard.stderr
+        )
+        return done, server.requests
     finally:
         server.close()
 
@@ -113,7 +153,7 @@ def test_an_embedded_store_upgrade_that_would_not_reach_the_pods_is_refused(
     values = TOPOLOGIES[topology]
     running = render(values)
     done, requests = helm_upgrade(kinds, tmp_path, values, running, *CHANGES[change])
-    assert RAYSERVICE_PATH in requests  # the lookup ran
+    assert RAYSERVICE_PATH in requests and RAYCLUSTER_PATH in requests  # what runs was read
     assert done.returncode != 0, "the upgrade would leave the running pods unchanged"
     message = " ".join(done.stderr.split())
     for words in (
@@ -122,7 +162,7 @@ def test_an_embedded_store_upgrade_that_would_not_reach_the_pods_is_refused(
         f"kubectl -n {NAMESPACE} wait --for=delete pod --timeout=20m "
         "-l app.kubernetes.io/name=serve-app,app.kubernetes.io/instance=rel",
         "the claim rel-serve-app-data is kept",
-        "then run this helm upgrade again",
+        "then run this helm upgrade (or rollback) again",
     ):
         assert words in message, message
 
@@ -145,7 +185,7 @@ def test_a_running_service_from_an_older_chart_is_refused_too(kinds, tmp_path):
     shown to run the new templates: refused, with the same procedure."""
     running = render(None)
     del running["metadata"]["annotations"]["serve-app/cluster-spec-sha256"]
-    done, _ = helm_upgrade(kinds, tmp_path, None, running)
+    done, _ = helm_upgrade(kinds, tmp_path, None, running)  # its RayCluster lacks it too
     assert done.returncode != 0 and "--cascade=foreground" in done.stderr
 
 
@@ -220,3 +260,63 @@ def test_the_guard_decides_as_kuberay_does(kinds, tmp_path, case):
     annotations = yaml.safe_load(done.stdout)["metadata"]["annotations"]
     muted_only = case != "comment reworded"
     assert ("serve-app/not-applied" in annotations) is muted_only, annotations
+    assert ("WARNING" in done.stderr and "KubeRay applies none" in done.stderr) is muted_only
+
+
+def test_a_rollback_to_pods_that_no_longer_run_is_refused(kinds, tmp_path):
+    """(was: `helm rollback` renders nothing, so the lookup guard never ran and the RayService
+    then described pods that did not run) Release 1 ran the defaults; release 2 changed the
+    image through the replace procedure, so the running cluster is release 2's. `helm
+    rollback` to release 1 runs release 1's pre-rollback hooks: the guard reads the active
+    RayCluster, finds release 2's spec and refuses. A rollback to the running spec proceeds."""
+    release_2 = render(None, *CHANGES["image tag"])
+    job = guard_job(objects(str(HELM), CHART, None))  # release 1's hook, as Helm stored it
+    assert set(job["metadata"]["annotations"]["helm.sh/hook"].split(",")) >= {"pre-rollback"}
+    server = FakeApiServer(kinds, {}, running_objects(release_2))
+    try:
+        refused = run_guard(job, server)
+        same = run_guard(guard_job(objects(str(HELM), CHART, None, *CHANGES["image tag"])), server)
+    finally:
+        server.close()
+    assert refused.returncode == 1 and "--cascade=foreground" in refused.stderr, refused.stderr
+    assert same.returncode == 0, same.stderr
+
+
+def test_the_guard_reads_the_running_cluster_with_get_only(kinds, tmp_path):
+    """Its own ServiceAccount, Role and RoleBinding, hooks created before it; the Role may get
+    this release's RayService and the RayClusters (KubeRay suffixes their names), nothing else.
+    The Job runs before the model fetch: a refused upgrade downloads nothing. Argo CD runs
+    pre-upgrade hooks as PreSync, its first sync too: with nothing running the guard passes."""
+    docs = objects(str(HELM), CHART, "ci/external-stores.yaml", "--set", "modelCache.type=pvc",
+                   "--set", "modelCache.existingClaim=models")  # fmt: skip
+    hooks = {d["kind"]: d for d in docs if d["metadata"]["name"] == "rel-serve-app-upgrade-guard"}
+    assert set(hooks) == {"ServiceAccount", "Role", "RoleBinding", "Job"}
+    weight = {k: int(d["metadata"]["annotations"]["helm.sh/hook-weight"]) for k, d in hooks.items()}
+    (fetch,) = [d for d in docs if d["kind"] == "Job" and d["metadata"]["name"].endswith("-fetch")]
+    assert (
+        weight["Role"]
+        < weight["Job"]
+        < int(fetch["metadata"]["annotations"]["helm.sh/hook-weight"])
+    )
+    for doc in hooks.values():
+        assert doc["metadata"]["annotations"]["helm.sh/hook"] == "pre-upgrade,pre-rollback"
+    assert hooks["Role"]["rules"] == [
+        {"apiGroups": ["ray.io"], "resources": ["rayservices"],
+         "resourceNames": ["rel-serve-app"], "verbs": ["get"]},
+        {"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["get"]},
+    ]  # fmt: skip
+    assert (
+        hooks["RoleBinding"]["subjects"][0]["name"] == hooks["ServiceAccount"]["metadata"]["name"]
+    )
+    pod = hooks["Job"]["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == hooks["ServiceAccount"]["metadata"]["name"]
+    env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}
+    assert env["SERVE_APP_GUARD_STRATEGY"] == "NewCluster"
+    server = FakeApiServer(kinds, {})
+    try:
+        first_sync = run_guard(hooks["Job"], server)
+    finally:
+        server.close()
+    assert first_sync.returncode == 0 and "nothing to compare" in first_sync.stdout
+    off = objects(str(HELM), CHART, None, "--set", "upgradeGuard.enabled=false")
+    assert not [d for d in off if "upgrade-guard" in d["metadata"]["name"]]

@@ -924,14 +924,18 @@ Hub). */}}
 {{- toYaml $groups -}}
 {{- end -}}
 
-{{/* `helm upgrade` of a running RayService whose Ray pods would change, under upgradeStrategy
-None (the embedded store): KubeRay v1.7.0 neither updates nor replaces its RayCluster then
-(shouldUpdateCluster / shouldPrepareNewCluster: only appended worker groups or a new KubeRay
-version are applied), and submits only the new serveConfigV2 to the old pods. Refused, naming
-the procedure that replaces the cluster. The running RayService is read with `lookup`, so the
-guard runs under `helm install/upgrade` (not `helm template`: GitOps tools must follow the
-procedure themselves, docs/kubernetes.md "Upgrades"). A RayService without the annotation (an
-older chart) counts as different. */}}
+{{/* The upgrade guard's refusal (deployments/upgrade_guard.py, run by the hook Job of
+templates/upgrade-guard.yaml): an upgrade or rollback of a running RayService whose Ray pods
+would change, under upgradeStrategy None (the embedded store). KubeRay v1.7.0 neither updates
+nor replaces its RayCluster then (shouldUpdateCluster / shouldPrepareNewCluster: only appended
+worker groups or a new KubeRay version are applied), and submits only the new serveConfigV2 to
+the old pods. The message names the procedure that replaces the cluster. */}}
+{{- define "serve-app.upgradeRefusal" -}}
+{{- $name := include "serve-app.fullname" . -}}
+{{- $claim := ternary (printf " (the claim %s-data is kept: it is the chart's, with helm.sh/resource-policy keep, not the cluster's)" $name) "" (not (empty (include "serve-app.storePinned" .))) -}}
+{{- printf "it changes the Ray pods (image, environment, resources, volumes or another part of rayClusterConfig) of RayService %s, and under upgradeStrategy None (the embedded store) KubeRay v1.7.0 keeps the running pods as they are (it only submits the new serveConfigV2 to them). Replace the cluster: `kubectl -n %s delete rayservice %s --cascade=foreground`, then `kubectl -n %s wait --for=delete pod --timeout=20m -l app.kubernetes.io/name=%s,app.kubernetes.io/instance=%s` (KubeRay deletes its RayCluster in the background, so the delete can return while the old pods still terminate%s), then run this helm upgrade (or rollback) again. The service is down from the delete until the new cluster is ready (pods scheduled, image pulled, models fetched and loaded; initializingTimeout applies). A server store topology (opensearch+qdrant) upgrades with NewCluster instead, without downtime. See docs/kubernetes.md, \"Upgrades\"" $name .Release.Namespace $name .Release.Namespace (include "serve-app.name" .) .Release.Name $claim -}}
+{{- end -}}
+
 {{/* The hash of the Ray cluster spec as KubeRay v1.7.0 decides upgrades by it
 (GenerateHashWithoutReplicasAndWorkersToDelete over rayClusterSpecForHashing): rayClusterConfig
 as data, canonical JSON (comments, key order and layout do not count), less suspend and the
@@ -966,22 +970,6 @@ runs, when lookup is empty (helm template, Argo CD), or when nothing such change
 {{- $wasFull := index $annotations "serve-app/cluster-spec-full-sha256" | default "" -}}
 {{- if and $wasFull (eq $was (include "serve-app.clusterSpecHash" (list . true))) (ne $wasFull (include "serve-app.clusterSpecHash" (list . false))) -}}
 this upgrade changes only fields of the Ray cluster that KubeRay v1.7.0 leaves out of its hash (a worker group's replicas, minReplicas, maxReplicas or workersToDelete, a pod's tolerations or scheduling gates, the upgrade strategy): KubeRay applies none of them to the running cluster, and no new cluster starts. To apply them, make a change that starts a new cluster (server stores) or replace the cluster (docs/kubernetes.md, "Upgrades")
-{{- end -}}
-{{- end -}}
-{{- end -}}
-
-{{- define "serve-app.upgradeGuard" -}}
-{{- if eq (include "serve-app.upgradeStrategy" .) "None" -}}
-{{- $name := include "serve-app.fullname" . -}}
-{{- $running := lookup "ray.io/v1" "RayService" .Release.Namespace $name -}}
-{{- if $running -}}
-{{- $was := index (($running.metadata | default dict).annotations | default dict) "serve-app/cluster-spec-sha256" | default "" -}}
-{{- /* An annotation from a chart before the canonical hash (the rendered text's hash) that
-still matches this render is no change either. */ -}}
-{{- if not (has $was (list (include "serve-app.clusterSpecHash" (list . true)) (include "serve-app.rayClusterConfig" . | sha256sum))) -}}
-{{- $claim := ternary (printf " (the claim %s-data is kept: it is the chart's, with helm.sh/resource-policy keep, not the cluster's)" $name) "" (not (empty (include "serve-app.storePinned" .))) -}}
-{{- fail (printf "upgrade refused: it changes the Ray pods (image, environment, resources, volumes or another part of rayClusterConfig) of RayService %s, and under upgradeStrategy None (the embedded store) KubeRay v1.7.0 keeps the running pods as they are (it only submits the new serveConfigV2 to them). Replace the cluster: `kubectl -n %s delete rayservice %s --cascade=foreground`, then `kubectl -n %s wait --for=delete pod --timeout=20m -l app.kubernetes.io/name=%s,app.kubernetes.io/instance=%s` (KubeRay deletes its RayCluster in the background, so the delete can return while the old pods still terminate%s), then run this helm upgrade again. The service is down from the delete until the new cluster is ready (pods scheduled, image pulled, models fetched and loaded; initializingTimeout applies). A server store topology (opensearch+qdrant) upgrades with NewCluster instead, without downtime. See docs/kubernetes.md, \"Upgrades\"" $name .Release.Namespace $name .Release.Namespace (include "serve-app.name" .) .Release.Name $claim) -}}
-{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
