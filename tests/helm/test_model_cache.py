@@ -140,6 +140,8 @@ EXPECTED = {
         "rel-serve-app-validate": {"/models": "ro"},
     },
 }
+for _pods in EXPECTED.values():
+    _pods["rel-serve-app-upgrade-guard"] = {}  # the upgrade guard reads the Kubernetes API only
 
 
 @pytest.mark.parametrize("values", VALUES, ids=lambda v: v or "defaults")
@@ -203,7 +205,7 @@ def test_mounts_follow_where_ray_can_place_each_deployment(values, extra):
 
 def test_hf_home_points_into_the_cache_only_where_it_is_mounted():
     for name, template in pod_templates(render(None)).items():
-        if name.endswith("model-fetch"):
+        if name.endswith(("model-fetch", "upgrade-guard")):
             continue
         env = {e["name"]: e.get("value") for e in template["spec"]["containers"][0]["env"]}
         assert env["HF_HUB_OFFLINE"] == "1", name
@@ -475,7 +477,7 @@ def test_by_default_nothing_needs_shared_storage():
     claims = of_kind(docs, "PersistentVolumeClaim")
     assert [c["metadata"]["name"] for c in claims] == ["rel-serve-app-data"]
     assert all(c["spec"]["accessModes"] == ["ReadWriteOnce"] for c in claims)
-    assert of_kind(docs, "Job") == []
+    assert [j["metadata"]["name"] for j in of_kind(docs, "Job")] == ["rel-serve-app-upgrade-guard"]
     for values in VALUES:  # and no values file asks for a class it does not name
         for claim in of_kind(render(values), "PersistentVolumeClaim"):
             assert "ReadWriteMany" not in claim["spec"]["accessModes"], values

@@ -62,12 +62,16 @@ def test_token_auth_can_be_turned_off():
 
 @pytest.mark.parametrize("values", VALUES)
 def test_only_the_autoscaler_sidecar_holds_an_api_token(values):
-    """No pod automounts its service account's token; with the in-tree autoscaler, the head's
-    token volume (what automounting gives) is mounted into the autoscaler container alone, at
-    the path Ray's autoscaler reads it from."""
+    """No Ray pod automounts its service account's token; with the in-tree autoscaler, the
+    head's token volume (what automounting gives) is mounted into the autoscaler container
+    alone, at the path Ray's autoscaler reads it from. The one other token is the upgrade
+    guard's, a hook Job whose Role may only get the RayService and RayClusters
+    (tests/helm/test_upgrades.py)."""
     docs = objects(str(HELM), CHART, values)
     cluster = rayservice(docs)["spec"]["rayClusterConfig"]
-    (account,) = [d for d in docs if d["kind"] == "ServiceAccount"]
+    guard = [d for d in docs if d["metadata"]["name"].endswith("-upgrade-guard")]
+    assert {d["kind"] for d in guard} == {"ServiceAccount", "Role", "RoleBinding", "Job"}
+    (account,) = [d for d in docs if d["kind"] == "ServiceAccount" and d not in guard]
     assert account["automountServiceAccountToken"] is False
     groups = [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]
     for group in groups:

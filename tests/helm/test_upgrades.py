@@ -128,14 +128,16 @@ def helm_upgrade(kinds, tmp_path, values, running: dict | None, *extra: str, cha
     server = FakeApiServer(kinds, {}, running_objects(running) if running else {})
     args = ("-f", str(CHART / values)) if values else ()
     try:
-        docs = objects(str(HELM), chart, values, *extra)
-        guard = run_guard(guard_job(docs), server)
         rendered = helm_against(
-            server, tmp_path, *args, *extra, show_only="templates/rayservice.yaml", chart=chart
-        )
+            server, tmp_path, *args, *extra, "-s", "templates/upgrade-guard.yaml",
+            show_only="templates/rayservice.yaml", chart=chart,
+        )  # fmt: skip
         assert rendered.returncode == 0, rendered.stderr
+        docs = [d for d in yaml.safe_load_all(rendered.stdout) if d]
+        guard = run_guard(guard_job(docs), server)
+        (service,) = [d for d in docs if d["kind"] == "RayService"]
         done = subprocess.CompletedProcess(
-            guard.args, guard.returncode, rendered.stdout, guard.stdout + guard.stderr
+            guard.args, guard.returncode, yaml.safe_dump(service), guard.stdout + guard.stderr
         )
         return done, server.requests
     finally:

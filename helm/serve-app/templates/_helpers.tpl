@@ -942,7 +942,7 @@ as data, canonical JSON (comments, key order and layout do not count), less susp
 fields KubeRay mutes: each worker group's replicas, minReplicas, maxReplicas and
 scaleStrategy.workersToDelete, every pod template's tolerations and schedulingGates, and
 upgradeStrategy. Arguments: (list $ muted): with muted false, nothing is left out. */}}
-{{- define "serve-app.clusterSpecHash" -}}
+{{- define "serve-app.clusterSpecHashEach" -}}
 {{- $spec := include "serve-app.rayClusterConfig" (index . 0) | fromYaml -}}
 {{- $_ := unset $spec "suspend" -}}
 {{- if index . 1 -}}
@@ -956,6 +956,17 @@ upgradeStrategy. Arguments: (list $ muted): with muted false, nothing is left ou
 {{- range $pod := $pods }}{{ $_ := unset $pod "tolerations" }}{{ $_ := unset $pod "schedulingGates" }}{{ end -}}
 {{- end -}}
 {{- toJson $spec | sha256sum -}}
+{{- end -}}
+
+{{- define "serve-app.clusterSpecHashMuted" }}{{ include "serve-app.clusterSpecHashEach" (list . true) }}{{ end -}}
+{{- define "serve-app.clusterSpecHashFull" }}{{ include "serve-app.clusterSpecHashEach" (list . false) }}{{ end -}}
+{{/* Each hash and the cluster spec itself computed once per render: the RayService's
+annotations and the upgrade guard's Job both carry them. */}}
+{{- define "serve-app.clusterSpecHash" -}}
+{{- include "serve-app.once" (list (index . 0) (ternary "serve-app.clusterSpecHashMuted" "serve-app.clusterSpecHashFull" (index . 1))) -}}
+{{- end -}}
+{{- define "serve-app.rayClusterConfig" -}}
+{{- include "serve-app.once" (list . "serve-app.rayClusterConfigEach") -}}
 {{- end -}}
 
 {{/* What this render changes in the running RayService's cluster spec (found with `lookup`)
