@@ -557,6 +557,7 @@ def test_the_init_container_is_the_jobs_container():
 
 
 HUB = External("18.164.52.75")  # huggingface.co
+HUB_V6 = External("2600:9000:2490:a600:17:8b1c:7a40:93a1")  # its CDN's IPv6 (CloudFront)
 
 
 @pytest.mark.parametrize("values", [None, "ci/external-stores.yaml"])
@@ -574,8 +575,11 @@ def test_the_pods_that_fetch_reach_the_hub_and_no_more(values):
         pod = Pod(NAMESPACE, group["template"]["metadata"]["labels"])
         name = group["groupName"]
         assert allowed(policies, pod, HUB, 443) == (name in fetching), name
+        assert allowed(policies, pod, HUB_V6, 443) == (name in fetching), name  # dual stack
         assert not allowed(policies, pod, External("10.96.0.1"), 443), name
         assert not allowed(policies, pod, External("10.0.12.7"), 443), name
+        for private in ("fd12:3456::1", "fe80::1"):  # unique-local, link-local
+            assert not allowed(policies, pod, External(private), 443), (name, private)
         assert not allowed(policies, pod, HUB, 80), name
     shared = render(values, *PVC)
     policies = of_kind(shared, "NetworkPolicy")

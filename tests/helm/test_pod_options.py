@@ -143,3 +143,26 @@ def test_the_embedded_store_names_no_second_cluster():
     done = rendering.helm(*args)
     assert done.returncode == 0, done.stderr
     assert "starts a second cluster" not in " ".join(done.stdout.split())
+
+
+@pytest.mark.parametrize("values", [None, "ci/cpu-small.yaml", "ci/gpu-production.yaml"])
+def test_each_ray_pods_tmp_is_bounded(values):
+    """(was: an emptyDir without a limit and Ray's 512 MiB x 5 per log file) /tmp holds Ray's
+    session (logs, spilled objects): every Ray pod's has the sizeLimit, and every Ray container
+    the log rotation, under the names Ray's own node start-up reads."""
+    import inspect
+
+    from ray._private import node
+
+    source = inspect.getsource(node)
+    for name in ("RAY_ROTATION_MAX_BYTES", "RAY_ROTATION_BACKUP_COUNT"):
+        assert f'os.getenv("{name}"' in source, name  # the consumer's own reading
+    docs = objects(str(HELM), CHART, values, "--set", "rayTmp.sizeLimit=12Gi")
+    for group, spec in pod_specs(docs).items():
+        (tmp,) = [v for v in spec["volumes"] if v["name"] == "tmp"]
+        assert tmp["emptyDir"] == {"sizeLimit": "12Gi"}, group
+        for container in spec["containers"]:
+            if container["name"].startswith("ray-"):
+                env = {e["name"]: e.get("value") for e in container["env"]}
+                assert env["RAY_ROTATION_MAX_BYTES"] == "104857600", group
+                assert env["RAY_ROTATION_BACKUP_COUNT"] == "3", group

@@ -178,6 +178,8 @@ def test_the_job_runs_as_the_ray_pods_without_a_gpu(values, extra):
     # A Ray node's own shutdown setting (the Job runs no Ray node), then the same helper:
     # credentials, JWT secret, HF_HOME, Serve switches.
     assert worker_env.pop("RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S")
+    for ray_only in ("RAY_ROTATION_MAX_BYTES", "RAY_ROTATION_BACKUP_COUNT"):  # Ray's own logs
+        assert worker_env.pop(ray_only)
     assert env == worker_env
     config = config_from_dict(serve_config(docs), "chart")
     named = {config.api.auth.jwt.secret_env, config.stores.qdrant.api_key_env}

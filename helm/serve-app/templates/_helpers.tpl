@@ -665,7 +665,7 @@ embedded store's. */}}
 - name: dshm
   emptyDir: {medium: Memory, sizeLimit: {{ .Values.shm.sizeLimit }}}
 - name: tmp
-  emptyDir: {}
+  emptyDir: {sizeLimit: {{ .Values.rayTmp.sizeLimit }}}
 {{- if and $volumes.models (eq .Values.modelCache.type "pvc") }}
 - name: models
   persistentVolumeClaim:
@@ -705,6 +705,11 @@ embedded store's. */}}
     # The grace period less 30 s, so Ray's own teardown runs before the kubelet's SIGKILL.
     - name: RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S
       value: {{ sub (include "serve-app.terminationGracePeriodSeconds" $root | int) 30 | quote }}
+    # Ray's log files under /tmp, rotated (rayTmp): the emptyDir's sizeLimit is the hard bound.
+    - name: RAY_ROTATION_MAX_BYTES
+      value: {{ $root.Values.rayTmp.logRotationBytes | int64 | quote }}
+    - name: RAY_ROTATION_BACKUP_COUNT
+      value: {{ $root.Values.rayTmp.logRotationBackups | quote }}
   ports:
     - {containerPort: 8000, name: serve}
     - {containerPort: 8080, name: metrics}
