@@ -18,6 +18,8 @@ from serve_app.pipelines.search import SearchPipeline
 from serve_app.schemas import Document, SearchRequest
 from serve_app.stores.base import ScopeKey
 from tests.e2e.ray_metrics import metric_lines, ray_metrics
+from tests.helm.test_chart import CHART, HELM, objects
+from tests.helm.test_monitoring import MONITORING, rule_metric_names
 
 A = {"X-API-Key": "key-a"}
 B = {"X-API-Key": "key-b"}
@@ -331,7 +333,14 @@ def test_api_metrics_are_exported_by_ray_for_every_replica(http, ingested):
     local = http.get("/metrics")
     assert local.status_code == 200 and 'deployment="ingress"' in local.text
 
-    lines = ray_metrics(["serve_app_requests", "serve_app_model_batch_size"])
+    # And every series the chart's alerting rules read (tests/helm/test_monitoring.py): a rule
+    # over a name nothing exports would never fire.
+    rule_names = rule_metric_names(objects(str(HELM), CHART, None, *MONITORING))
+    # The searches above, not only the fixture's uploads: the agent exports every few seconds.
+    wanted = ["serve_app_requests", 'endpoint="/v1/search"', "serve_app_model_batch_size"]
+    lines = ray_metrics([*wanted, *rule_names])
+    exported = {line.split("{")[0].split(" ")[0] for line in lines}
+    assert rule_names <= exported, sorted(rule_names - exported)
 
     def series(name: str, *labels: str) -> list[str]:
         return metric_lines(lines, name, *labels)

@@ -108,7 +108,7 @@ def test_pod_monitor_scrapes_every_ray_pod_on_its_metrics_port():
     assert not [d for d in docs if d["kind"] == "ServiceMonitor"]
     (service,) = [d for d in docs if d["kind"] == "RayService"]
     cluster = service["spec"]["rayClusterConfig"]
-    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    (endpoint,) = [e for e in monitor["spec"]["podMetricsEndpoints"] if e["port"] == "metrics"]
     for group in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]:
         template = group["template"]
         assert selects(monitor["spec"]["selector"], template["metadata"]["labels"])

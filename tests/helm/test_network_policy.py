@@ -183,6 +183,9 @@ def test_what_must_talk_can_and_nothing_else(values):
     # Prometheus scrapes every Ray pod's metrics port.
     for pod in [head, *workers]:
         assert allowed(policies, PROMETHEUS, pod, 8080)
+    for port in (44217, 44227):  # the head's autoscaler and dashboard exporters
+        assert allowed(policies, PROMETHEUS, head, port)
+        assert not allowed(policies, STRANGER, head, port)
     # Ray among its pods: GCS on the head, raylets and object managers on every pod.
     for worker in workers:
         assert allowed(policies, worker, head, 6379)

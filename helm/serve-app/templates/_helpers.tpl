@@ -717,6 +717,10 @@ embedded store's. */}}
     - {containerPort: 6379, name: gcs}
     - {containerPort: 8265, name: dashboard}
     - {containerPort: 10001, name: client}
+    # The head's other exporters (Ray's AUTOSCALER_METRIC_PORT and DASHBOARD_METRIC_PORT):
+    # the autoscaler's decisions and the dashboard's own health, scraped by the PodMonitor.
+    - {containerPort: 44217, name: as-metrics}
+    - {containerPort: 44227, name: dash-metrics}
   {{- end }}
   # No probes here: KubeRay injects its own into Ray containers that have none (the raylet's
   # health and, on RayService workers, the local Serve proxy's /-/healthz). The app-wide
