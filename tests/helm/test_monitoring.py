@@ -15,11 +15,13 @@ from tests.helm.test_network_policy import NAMESPACE
 MONITORING = ("--set", "podMonitor.enabled=true", "--set", "prometheusRule.enabled=true")
 
 
-def rule_metric_names(docs: list[dict]) -> set[str]:
-    """The metric names the PrometheusRule's expressions read."""
+def rule_metric_names(docs: list[dict], prefix: str = "ray_") -> set[str]:
+    """The metric names starting with ``prefix`` that the PrometheusRule's expressions read
+    (``ray_``: the Ray node's export; ``autoscaler_``: the autoscaler's)."""
     (rule,) = [d for d in docs if d["kind"] == "PrometheusRule"]
     exprs = [r["expr"] for group in rule["spec"]["groups"] for r in group["rules"]]
-    return {name for expr in exprs for name in re.findall(r"\b(ray_[a-z_]+)\{", expr)}
+    pattern = rf"\b({re.escape(prefix)}[a-z_]+)\{{"
+    return {name for expr in exprs for name in re.findall(pattern, expr)}
 
 
 def test_the_head_exports_the_autoscaler_and_dashboard_on_rays_ports():
@@ -50,11 +52,19 @@ def test_the_rules_watch_this_releases_pods_at_the_configured_thresholds():
         "ServeAppSearchLatencyHigh",
         "ServeAppErrorsHigh",
         "ServeAppReplicaUnhealthy",
+        "ServeAppNodesPending",
+        "ServeAppGpuGroupEmpty",
     }
+    # The GPU groups with a pod at minimum: without the LLM its group keeps none.
+    assert 'NodeType=~"dense-gpu|sparse-gpu|llm-gpu"' in rules["ServeAppGpuGroupEmpty"]["expr"]
+    no_llm = objects(str(HELM), CHART, None, *MONITORING, "--set", "config.llm.enabled=false")
+    (no_llm_rule,) = [d for d in no_llm if d["kind"] == "PrometheusRule"]
+    (empty,) = [r for r in no_llm_rule["spec"]["groups"][0]["rules"] if "GpuGroup" in r["alert"]]
+    assert 'NodeType=~"dense-gpu|sparse-gpu"' in empty["expr"]
     latency = rules["ServeAppSearchLatencyHigh"]
     assert latency["for"] == "15m" and latency["expr"].strip().endswith("> 0.3")
     for r in rules.values():  # every series selector names this release's pods
-        selectors = re.findall(r"\bray_[a-z_]+\{([^}]*)\}", r["expr"])
+        selectors = re.findall(r"\b(?:ray|autoscaler)_[a-z_]+\{([^}]*)\}", r["expr"])
         assert selectors, r["alert"]
         for selector in selectors:
             assert f'namespace="{NAMESPACE}"' in selector and 'pod=~"rel-serve-app-.*"' in selector
@@ -67,3 +77,22 @@ def test_the_rules_watch_this_releases_pods_at_the_configured_thresholds():
     assert "{{ $labels.deployment }}" in rules["ServeAppReplicaUnhealthy"]["annotations"]["summary"]
     assert not [d for d in objects(str(HELM), CHART, None) if d["kind"] == "PrometheusRule"]
     assert yaml.safe_dump(rule)  # plain data
+
+
+def test_the_autoscaler_rules_read_names_rays_autoscaler_exports():
+    """Ray's autoscaler exports its own registry (port 44217), not through the node's agent:
+    its metric objects, as Ray builds them, name what the rules read."""
+    from prometheus_client import generate_latest
+    from ray.autoscaler._private.prom_metrics import AutoscalerPrometheusMetrics
+
+    metrics = AutoscalerPrometheusMetrics(session_name="s")
+    metrics.pending_nodes.labels(NodeType="dense-gpu", SessionName="s").set(1)
+    metrics.active_nodes.labels(NodeType="dense-gpu", SessionName="s").set(0)
+    exported = {
+        line.split("{")[0]
+        for line in generate_latest(metrics.registry).decode().splitlines()
+        if not line.startswith("#")
+    }
+    names = rule_metric_names(objects(str(HELM), CHART, None, *MONITORING), "autoscaler_")
+    assert names == {"autoscaler_pending_nodes", "autoscaler_active_nodes"}
+    assert names <= exported, sorted(names - exported)
