@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.python_source import parse
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # Each part, and the top-level names it may import from this repository's two packages.
@@ -36,7 +38,7 @@ OURS = ("serve_app", "deployments", "ray")
 def imported(source: Path) -> set[str]:
     """Every module the file imports, at the top or inside a function."""
     names: set[str] = set()
-    for node in ast.walk(ast.parse(source.read_text())):
+    for node in ast.walk(parse(source.read_text())):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -57,7 +59,8 @@ def test_each_part_imports_only_what_it_may(part):
         f"{source.relative_to(ROOT)}: {module}"
         for source in sources
         for module in imported(source)
-        if module.split(".")[0] in OURS and not allowed(module, ALLOWED[part])
+        if module.split(".")[0] in OURS
+        and not allowed(module, ALLOWED[part])
         # Ray itself is what the Ray Serve layer wraps; the library never imports it.
         and not (module.split(".")[0] == "ray" and part != "serve_app")
     }

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.python_source import parse
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [
     ROOT / "README.md",
@@ -110,7 +112,7 @@ def comments(source: Path) -> str:
         for t in tokenize.generate_tokens(io.StringIO(text).readline)
         if t.type == tokenize.COMMENT
     ]
-    for node in ast.walk(ast.parse(text)):
+    for node in ast.walk(parse(text)):
         if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
             found.append(ast.get_docstring(node) or "")
     return "\n".join(found)
