@@ -270,7 +270,8 @@ class SearchRequest(_Strict):
 
 
 class ScoredChunk(_Strict):
-    """A result: the chunk, its final score, and how each strategy saw it."""
+    """A result: the chunk, its final score, and how each strategy saw it (its score and
+    rank in each list, and what each list added to ``fused_score``)."""
 
     chunk: Chunk
     score: float
@@ -278,6 +279,7 @@ class ScoredChunk(_Strict):
     rerank_score: float | None = None
     scores: dict[str, float] = Field(default_factory=dict)
     ranks: dict[str, int] = Field(default_factory=dict)
+    contributions: dict[str, float] = Field(default_factory=dict)
 
 
 class SearchResponse(_Strict):

@@ -61,6 +61,9 @@ class SearchHit(_Body):
     rerank_score: float | None
     scores: dict[str, float]
     ranks: dict[str, int]
+    contributions: dict[str, float] = Field(
+        description="what each strategy's list added to fused_score (they sum to it)"
+    )
     metadata: Metadata
     order: int
     char_start: int
@@ -82,6 +85,7 @@ class SearchHit(_Body):
             rerank_score=item.rerank_score,
             scores=item.scores,
             ranks=item.ranks,
+            contributions=item.contributions,
             metadata=chunk.metadata,
             order=chunk.order,
             char_start=chunk.char_start,

@@ -1,7 +1,8 @@
 """Rank fusion as pure functions: ranked lists in, one fused ranking out. No I/O.
 
 Input: ``{strategy: [(id, score), ...]}``, each list best first (as its retriever ranked it).
-Output: ``[(id, fused_score), ...]`` best first. Every function is deterministic: ties in
+Output: ``[(id, fused_score), ...]`` best first; ``contributions`` says how much of each fused
+score came from each list (they sum to it). Every function is deterministic: ties in
 fused score are broken by the best (smallest) rank the id reached in any list, then by id.
 An id missing from a list contributes nothing from that list. Weights default to 1.0 per
 strategy; a strategy with weight 0 is ignored.
@@ -10,7 +11,7 @@ strategy; a strategy with weight 0 is ignored.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from serve_app.schemas import FusionMethod
 
@@ -32,10 +33,12 @@ def _sorted(totals: dict[str, float], best_rank: dict[str, int]) -> Fused:
     return sorted(totals.items(), key=lambda item: (-item[1], best_rank[item[0]], item[0]))
 
 
+Values = Callable[[str, RankedList], list[float]]
+"""A method's value of each hit of one strategy's list, aligned with the list."""
+
+
 def _accumulate(
-    ranked: Mapping[str, RankedList],
-    weights: Mapping[str, float] | None,
-    contribution: Callable[[str, RankedList], list[float]],
+    ranked: Mapping[str, RankedList], weights: Mapping[str, float] | None, values: Values
 ) -> Fused:
     totals: dict[str, float] = {}
     best_rank: dict[str, int] = {}
@@ -44,9 +47,7 @@ def _accumulate(
         weight = _weight(weights, strategy)
         if weight == 0 or not hits:
             continue
-        for rank, ((doc, _), value) in enumerate(
-            zip(hits, contribution(strategy, hits), strict=True), 1
-        ):
+        for rank, ((doc, _), value) in enumerate(zip(hits, values(strategy, hits), strict=True), 1):
             # Every query fuses a few hundred hits: no call per hit (get, min) on this path.
             if doc in totals:
                 totals[doc] += weight * value
@@ -56,6 +57,43 @@ def _accumulate(
                 totals[doc] = weight * value
                 best_rank[doc] = rank
     return _sorted(totals, best_rank)
+
+
+def _rrf_values(k: int) -> Values:
+    if k < 1:
+        raise ValueError("RRF k must be >= 1")
+    return lambda _, hits: [1.0 / (k + rank) for rank in range(1, len(hits) + 1)]
+
+
+def _minmax_values(_: str, hits: RankedList) -> list[float]:
+    scores = [score for _, score in hits]
+    low, high = min(scores), max(scores)
+    return [1.0 if high == low else (s - low) / (high - low) for s in scores]
+
+
+def _dbsf_values(sigmas: float) -> Values:
+    def normalise(_: str, hits: RankedList) -> list[float]:
+        scores = [score for _, score in hits]
+        if len(scores) == 1:
+            return [0.5]
+        mean = sum(scores) / len(scores)
+        std = math.sqrt(sum((s - mean) ** 2 for s in scores) / (len(scores) - 1))
+        if std == 0:
+            return [0.5] * len(scores)
+        low = mean - sigmas * std
+        return [(s - low) / (2 * sigmas * std) for s in scores]
+
+    return normalise
+
+
+def _method_values(method: FusionMethod, k: int) -> Values:
+    if method == "rrf":
+        return _rrf_values(k)
+    if method == "weighted":
+        return _minmax_values
+    if method == "dbsf":
+        return _dbsf_values(DBSF_SIGMAS)
+    raise ValueError(f"unknown fusion method {method!r}")
 
 
 def rrf(
@@ -69,11 +107,7 @@ def rrf(
 
     Uses ranks only, so lists with incomparable scores (BM25 vs cosine) combine safely.
     """
-    if k < 1:
-        raise ValueError("RRF k must be >= 1")
-    return _accumulate(
-        ranked, weights, lambda _, hits: [1.0 / (k + rank) for rank in range(1, len(hits) + 1)]
-    )
+    return _accumulate(ranked, weights, _rrf_values(k))
 
 
 def weighted_minmax(
@@ -84,13 +118,7 @@ def weighted_minmax(
     Min and max are taken over each returned list; a list whose scores are all equal
     normalises to 1.0 for every item.
     """
-
-    def normalise(_: str, hits: RankedList) -> list[float]:
-        scores = [score for _, score in hits]
-        low, high = min(scores), max(scores)
-        return [1.0 if high == low else (s - low) / (high - low) for s in scores]
-
-    return _accumulate(ranked, weights, normalise)
+    return _accumulate(ranked, weights, _minmax_values)
 
 
 def dbsf(
@@ -104,19 +132,7 @@ def dbsf(
     one item, or with zero spread, maps every item to 0.5. This is Qdrant's DBSF exactly
     (tests/serve_app/test_fusion_congruence.py), so fused rankings agree across backends.
     """
-
-    def normalise(_: str, hits: RankedList) -> list[float]:
-        scores = [score for _, score in hits]
-        if len(scores) == 1:
-            return [0.5]
-        mean = sum(scores) / len(scores)
-        std = math.sqrt(sum((s - mean) ** 2 for s in scores) / (len(scores) - 1))
-        if std == 0:
-            return [0.5] * len(scores)
-        low = mean - sigmas * std
-        return [(s - low) / (2 * sigmas * std) for s in scores]
-
-    return _accumulate(ranked, weights, normalise)
+    return _accumulate(ranked, weights, _dbsf_values(sigmas))
 
 
 def fuse(
@@ -126,10 +142,28 @@ def fuse(
     weights: Mapping[str, float] | None = None,
 ) -> Fused:
     """Dispatch by method name (``rrf``, ``weighted``, ``dbsf``)."""
-    if method == "rrf":
-        return rrf(ranked, k=k, weights=weights)
-    if method == "weighted":
-        return weighted_minmax(ranked, weights=weights)
-    if method == "dbsf":
-        return dbsf(ranked, weights=weights)
-    raise ValueError(f"unknown fusion method {method!r}")
+    return _accumulate(ranked, weights, _method_values(method, k))
+
+
+def contributions(
+    method: FusionMethod,
+    ranked: Mapping[str, RankedList],
+    ids: Iterable[str],
+    k: int = RRF_K,
+    weights: Mapping[str, float] | None = None,
+) -> dict[str, dict[str, float]]:
+    """``{id: {strategy: share}}`` for ``ids``: what each list added to the id's fused score
+    under ``fuse`` with the same arguments (the shares of an id sum to its fused score; a list
+    that did not return it, or weighs 0, adds nothing and is left out)."""
+    wanted = set(ids)
+    values = _method_values(method, k)
+    shares: dict[str, dict[str, float]] = {doc: {} for doc in wanted}
+    for strategy in sorted(ranked):
+        hits = ranked[strategy]
+        weight = _weight(weights, strategy)
+        if weight == 0 or not hits:
+            continue
+        for (doc, _), value in zip(hits, values(strategy, hits), strict=True):
+            if doc in wanted:
+                shares[doc][strategy] = shares[doc].get(strategy, 0.0) + weight * value
+    return shares

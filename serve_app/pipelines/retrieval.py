@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, cast, runtime_checkable
 
 from serve_app.batching import Coalescer
-from serve_app.fusion.strategies import fuse
+from serve_app.fusion.strategies import contributions, fuse
 from serve_app.schemas import Chunk, FusionSpec, SearchFilters, Strategy
 from serve_app.stores.base import Hit, QueryVectors, ScopeKey, SearchQuery, ServingIndex
 
@@ -47,6 +47,19 @@ class Candidate:
     fused_score: float
     scores: dict[str, float]
     ranks: dict[str, int]
+    contributions: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Fusion:
+    """One query's fused list (``[(chunk id, score)]`` best first) and, per strategy, each
+    chunk's score and rank; ``shares``: what each strategy added to the fused score of the
+    chunks that are fetched."""
+
+    fused: list[tuple[str, float]]
+    scores: dict[str, dict[str, float]]
+    ranks: dict[str, dict[str, int]]
+    shares: dict[str, dict[str, float]]
 
 
 @dataclass
@@ -66,20 +79,19 @@ class Retriever(Protocol):
     async def retrieve(self, spec: RetrieveSpec) -> Retrieved: ...
 
 
-def fuse_hits(
-    spec: RetrieveSpec, hits: dict[str, list[Hit]]
-) -> tuple[list[tuple[str, float]], dict[str, dict[str, float]], dict[str, dict[str, int]]]:
-    """(fused [(chunk id, score)], scores and ranks per strategy) of one query's hits."""
+def fuse_hits(spec: RetrieveSpec, hits: dict[str, list[Hit]]) -> Fusion:
+    """One query's hits fused, with the per-strategy view of its first ``spec.fetch``."""
     ranked = {s: [(h.chunk_id, h.score) for h in per] for s, per in hits.items()}
-    fused = fuse(
-        spec.fusion.method,
-        ranked,
-        k=spec.fusion.k or 60,
-        weights=cast("Mapping[str, float] | None", spec.fusion.weights or None),
+    k = spec.fusion.k or 60
+    weights = cast("Mapping[str, float] | None", spec.fusion.weights or None)
+    fused = fuse(spec.fusion.method, ranked, k=k, weights=weights)
+    fetched = [cid for cid, _ in fused[: spec.fetch]]
+    return Fusion(
+        fused,
+        scores={s: dict(lst) for s, lst in ranked.items()},
+        ranks={s: {cid: r for r, (cid, _) in enumerate(lst, 1)} for s, lst in ranked.items()},
+        shares=contributions(spec.fusion.method, ranked, fetched, k=k, weights=weights),
     )
-    scores = {s: dict(lst) for s, lst in ranked.items()}
-    ranks = {s: {cid: r for r, (cid, _) in enumerate(lst, 1)} for s, lst in ranked.items()}
-    return fused, scores, ranks
 
 
 class IndexRetriever:
@@ -127,8 +139,8 @@ class IndexRetriever:
         fetch_at = time.perf_counter()
         fetched = await self.index.fetch_batch(
             [
-                (s.scope, [cid for cid, _ in fused[: s.fetch]])
-                for s, (fused, _, _) in zip(specs, fusions, strict=True)
+                (s.scope, [cid for cid, _ in fusion.fused[: s.fetch]])
+                for s, fusion in zip(specs, fusions, strict=True)
             ]
         )
         done = time.perf_counter()
@@ -138,17 +150,19 @@ class IndexRetriever:
             "fetch": round((done - fetch_at) * 1000, 3),
         }
         results = []
-        for spec, (fused, scores, ranks), chunks in zip(specs, fusions, fetched, strict=True):
+        for spec, fusion, chunks in zip(specs, fusions, fetched, strict=True):
             by_id = {c.id: c for c in chunks}
+            scores, ranks = fusion.scores, fusion.ranks
             candidates = [
                 Candidate(
                     chunk=by_id[cid],
                     fused_score=score,
                     scores={s: scores[s][cid] for s in spec.strategies if cid in scores[s]},
                     ranks={s: ranks[s][cid] for s in spec.strategies if cid in ranks[s]},
+                    contributions=fusion.shares[cid],
                 )
-                for cid, score in fused[: spec.fetch]
+                for cid, score in fusion.fused[: spec.fetch]
                 if cid in by_id
             ]
-            results.append(Retrieved(candidates, len(fused), dict(timings)))
+            results.append(Retrieved(candidates, len(fusion.fused), dict(timings)))
         return results

@@ -159,6 +159,7 @@ class SearchPipeline:
                 rerank_score=rerank_score,
                 scores=c.scores,
                 ranks=c.ranks,
+                contributions=c.contributions,
             )
             for c, rerank_score in zip(candidates, rerank_scores, strict=True)
         ][: request.top_k]

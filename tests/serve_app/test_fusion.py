@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from serve_app.fusion.strategies import RRF_K, dbsf, fuse, rrf, weighted_minmax
+from serve_app.fusion.strategies import RRF_K, contributions, dbsf, fuse, rrf, weighted_minmax
 
 LISTS = {
     "bm25": [("a", 12.0), ("b", 9.0), ("c", 3.0)],
@@ -81,3 +81,22 @@ class TestEveryMethod:
 def test_unknown_method():
     with pytest.raises(ValueError):
         fuse("nope", LISTS)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("method", ["rrf", "weighted", "dbsf"])
+@pytest.mark.parametrize("weights", [None, {"bm25": 2.0, "dense": 0.5}, {"dense": 0.0}])
+def test_contributions_add_up_to_the_fused_score(method, weights):
+    fused = fuse(method, LISTS, weights=weights)
+    shares = contributions(method, LISTS, [d for d, _ in fused], weights=weights)
+    for doc, score in fused:
+        assert sum(shares[doc].values()) == pytest.approx(score, abs=1e-12), (doc, shares)
+    if weights == {"dense": 0.0}:
+        assert all(set(per) <= {"bm25"} for per in shares.values())
+
+
+def test_contributions_name_the_lists_that_returned_the_id():
+    shares = contributions("rrf", LISTS, ["a", "d"])
+    assert shares == {
+        "a": {"bm25": pytest.approx(1 / 61), "dense": pytest.approx(1 / 63)},
+        "d": {"dense": pytest.approx(1 / 62)},
+    }

@@ -26,6 +26,9 @@ async def test_finds_the_document_a_query_is_about(indexed, corpus):
     top = response.results[0]
     assert set(top.scores) == {"bm25", "splade", "dense"} and set(top.ranks) == set(top.scores)
     assert top.rerank_score is None and top.score == top.fused_score
+    for hit in response.results:  # each list's share of the fused score, as the page draws it
+        assert set(hit.contributions) == set(hit.scores)
+        assert sum(hit.contributions.values()) == pytest.approx(hit.fused_score)
     assert response.strategies == ["bm25", "splade", "dense"]
     assert response.fusion == indexed.config.search.fusion.method == "dbsf"
 
