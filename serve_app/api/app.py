@@ -25,6 +25,7 @@ from serve_app.api.edge import Edge
 from serve_app.api.middleware import Authenticate, BrowserGuard, RequestEnvelope
 from serve_app.api.models import IngestRequest
 from serve_app.api.observability import Metrics
+from serve_app.api.playground import add_playground
 from serve_app.api.replays import Replays
 from serve_app.api.routers import (
     admin,
@@ -82,6 +83,7 @@ def create_app(
         redoc_url=None,
     )
     _offline_docs(app)
+    add_playground(app)
     app.state.service = service
     app.state.metrics = metrics or Metrics()
     app.state.loaders = pool

@@ -97,6 +97,18 @@ def support_score(span: str, passage_text: str) -> float:
     return round(len(claimed & content_words(passage_text)) / len(claimed), 4)
 
 
+def supporting_span(claim: str, passage_text: str) -> tuple[int, int]:
+    """The sentence of ``passage_text`` (start, end) that holds the most of ``claim``'s
+    content words, the first of equals; the whole text when it has no sentence."""
+    wanted = content_words(claim)
+    best, shared = (0, len(passage_text)), -1
+    for start, end in sentences(passage_text):
+        found = len(wanted & content_words(passage_text[start:end]))
+        if found > shared:
+            best, shared = (start, end), found
+    return best
+
+
 def _numbers(mark: str) -> list[int] | str:
     """The passage numbers a citation mark names, or why it names none."""
     numbers: list[int] = []
@@ -132,9 +144,11 @@ def claim_text(span: str) -> str:
 def check_citations(answer: str, passages: list[Passage]) -> CitationReport:
     """Every citation of ``answer`` with its passage and answer span (``start``/``end``: the
     clause it closes, from the sentence's start or the previous citation mark to this one, the
-    marks' own text left out of what is compared), or in ``invalid`` with the reason; each
+    marks' own text left out of what is compared; ``span_start``/``span_end``: the sentence of
+    the passage's ``text`` that shares most of its words), or in ``invalid`` with the reason; each
     sentence of at least three words that cites no valid passage is flagged as uncited, each
-    whose valid citations all lack support (or contradict their passage) as unsupported."""
+    whose valid citations all lack support (or contradict their passage) as unsupported
+    (``start``/``end``: the sentence in ``answer``, ``text``: its words less citation marks)."""
     by_number = {p.number: p for p in passages}
     report = CitationReport()
     for index, (start, end) in enumerate(sentences(answer)):
@@ -174,6 +188,7 @@ def check_citations(answer: str, passages: list[Passage]) -> CitationReport:
                     continue
                 claim = claim_text(answer[clause[0] : clause[1]])
                 support = support_score(claim, passage.text)
+                span_start, span_end = supporting_span(claim, passage.text)
                 contradicts = contradiction(claim, passage.text)
                 chunk = passage.chunk
                 cited.append(
@@ -189,6 +204,8 @@ def check_citations(answer: str, passages: list[Passage]) -> CitationReport:
                         "char_start": passage.char_start,
                         "char_end": passage.char_end,
                         "text": passage.text,
+                        "span_start": span_start,
+                        "span_end": span_end,
                         "support": support,
                         "contradiction": contradicts,
                         "supported": support >= SUPPORTED and contradicts is None,
@@ -196,7 +213,7 @@ def check_citations(answer: str, passages: list[Passage]) -> CitationReport:
                 )
         report.citations.extend(cited)
         words = _CITATION_MARKS.sub("", sentence).strip()
-        flagged = {"sentence": index, "start": start, "text": words}
+        flagged = {"sentence": index, "start": start, "end": end, "text": words}
         if not cited and len(_WORD.findall(words)) >= 3:
             report.uncited_sentences.append(flagged)
         elif cited and not any(c["supported"] for c in cited):

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import http.server
-import shutil
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,11 +29,11 @@ from serve_app.pipelines.components import build_components
 from serve_app.ports import free_port
 from serve_app.service import RetrievalService
 from tests.support.access_log import captured_access_lines
+from tests.support.browser import chromium
 from tests.support.uvicorn_server import served
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
-CHROMIUM = "/usr/bin/chromium"
 REBOUND = "rebound.test"
 
 ATTACK_PAGE = """<!doctype html>
@@ -97,19 +96,8 @@ async def api(app_config_factory):
 
 @pytest.fixture(scope="module")
 async def browser():
-    from playwright.async_api import async_playwright
-
-    assert shutil.which("chromium") or Path(CHROMIUM).exists(), (
-        "Debian's chromium is missing: scripts/setup.sh --dev installs it as root "
-        "(apt-get install -y chromium)"
-    )
-    async with async_playwright() as playwright:
-        launched = await playwright.chromium.launch(
-            executable_path=CHROMIUM,
-            args=["--no-sandbox", f"--host-resolver-rules=MAP {REBOUND} 127.0.0.1"],
-        )
+    async with chromium(f"--host-resolver-rules=MAP {REBOUND} 127.0.0.1") as launched:
         yield launched
-        await launched.close()
 
 
 PLANTED = ("planted-untyped", "planted-rebound")

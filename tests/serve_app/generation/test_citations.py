@@ -238,3 +238,20 @@ def test_a_passage_fits_its_allowance_as_the_prompt_shows_it():
     limit = words(text) + 5  # the raw text fits, its rewritten form does not
     passage = Passage.fit(1, body, max_tokens=limit, count=words)
     assert passage.trimmed and words(passage.text) <= limit
+
+
+def test_a_citation_points_at_the_passage_sentence_its_claim_rests_on():
+    text = (
+        "Participants were adults aged 20 to 40. Sleep after learning improved recall of "
+        "word pairs by 20%. Naps had no effect."
+    )
+    passage = Passage(1, chunk("a", "Results", 0).model_copy(update={"text": text}))
+    answer = "Recall of word pairs improved after sleep [1]. Naps did nothing [1]."
+    first, second = check_citations(answer, [passage]).citations
+    assert text[first["span_start"] : first["span_end"]].startswith("Sleep after learning")
+    assert text[second["span_start"] : second["span_end"]].startswith("Naps had no effect")
+    flagged = check_citations(answer + " Nothing cites this sentence.", [passage])
+    (uncited,) = flagged.uncited_sentences  # the page underlines exactly the sentence
+    assert (answer + " Nothing cites this sentence.")[uncited["start"] : uncited["end"]] == (
+        "Nothing cites this sentence."
+    )
