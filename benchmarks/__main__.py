@@ -22,6 +22,7 @@ SUITES = [
     "serving-path",
     "gpu",
     "answers",
+    "playground",
 ]
 
 

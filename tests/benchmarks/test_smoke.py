@@ -13,7 +13,7 @@ from benchmarks.gate import OFF_TOPIC
 from tests.support.data import SMOLLM2
 
 ROOT = Path(__file__).resolve().parents[2]
-SUITES = "{load,ingest,quality,startup,scale,search-during-ingest,serving-path,gpu,answers}"
+SUITES = "{load,ingest,quality,startup,scale,search-during-ingest,serving-path,gpu,answers,playground}"
 # Ray's metrics export every 2 s instead of 10 s: a suite that reads the model calls from the
 # metrics waits one export interval (benchmarks/model_calls.py: export_wait_s).
 FAST_METRICS = {"RAY_metrics_report_interval_ms": "2000"}
@@ -194,3 +194,12 @@ def test_answers_suite(tmp_path, scifact_small):
     forms = measured["contradictions"]["forms"]
     assert forms["true"]["n"] == 2 and forms["true"]["overlap"] == 2
     assert "## Contradictions" in out.with_suffix(".md").read_text()
+
+
+def test_playground_suite(tmp_path, scifact_small):
+    out = tmp_path / "playground"
+    run("playground", "--corpus", str(scifact_small), "--loads", "2", "--docs", "5",
+        "--out", str(out))  # fmt: skip
+    measured = report(out)
+    assert measured["bytes"]["/"] > 0 and measured["bytes"]["/playground/app.js"] > 0
+    assert measured["fcp_ms"]["median"] > 0 and measured["search_drawn_ms"]["median"] > 0

@@ -404,8 +404,27 @@ function renderHit(hit, index, strategies, terms) {
     el("h3", { class: "title" }, el("span", { class: "position", text: `${index + 1}.` }),
       ` ${hit.title || hit.doc_id}`),
     el("p", { class: "where muted", text: `${hit.doc_id}${chain ? ` · ${chain}` : ""}${score}` }),
-    el("p", { class: "passage" }, markedText(hit.text, terms)),
+    passage(hit.text, terms),
     breakdown(hit, strategies));
+}
+
+// A long passage shows its first lines until asked for the rest.
+function passage(text, terms) {
+  const body = el("p", { class: "passage clamped" }, markedText(text, terms));
+  if (text.length < 600) {
+    body.classList.remove("clamped");
+    return body;
+  }
+  const toggle = el("button", { type: "button", class: "more", "aria-expanded": "false",
+    text: "show all" });
+  toggle.addEventListener("click", () => {
+    const open = body.classList.toggle("clamped") === false;
+    toggle.setAttribute("aria-expanded", String(open));
+    toggle.textContent = open ? "show less" : "show all";
+  });
+  const wrap = document.createDocumentFragment();
+  wrap.append(body, toggle);
+  return wrap;
 }
 
 function renderTimings(timings) {
