@@ -152,12 +152,9 @@ def tokenizer_references(config) -> dict[str, list[str]]:
 
 def configured_revisions(config) -> dict[str, str]:
     """Model reference -> the revision the configuration pins for it (``<section>.revision``;
-    the chunker's tokenizer: ``chunker.tokenizer_revision``, else the dense model's when it is
-    the dense model). Two different pins of one reference are refused."""
-    pins = [
-        (config.chunker.tokenizer or config.dense.model, config.chunker.tokenizer_revision),
-        (config.dense.model, config.dense.revision),
-    ]
+    the chunker's tokenizer: ``AppConfig.chunker_tokenizer``). Two different pins of one
+    reference are refused."""
+    pins = [config.chunker_tokenizer(), (config.dense.model, config.dense.revision)]
     if config.splade.enabled:
         pins.append((config.splade.model, config.splade.revision))
     if config.reranker.enabled:
