@@ -1,17 +1,23 @@
-"""A running service's HTTP API as a client: what ``serve-app --url`` commands and the MCP
-server call instead of opening the index themselves.
+"""A running service's HTTP API as one typed client: what ``serve-app --url`` commands, the MCP
+server and the local launcher's folder ingest call instead of opening the index themselves.
 
-One bounded request at a time per call; each sends its own ``X-Request-ID`` and
-``X-Request-Timeout-Ms`` (so the service gives up too). An API error comes back as
-``ApiCallError`` with the API's code, message and request id."""
+``ServiceClient`` has the service's verbs (search, ingest, upload, documents, collections,
+answers, inspect), each returning the API's own response model; every route and request
+body a door sends is built here and nowhere else. One bounded request at a time per call;
+each sends its own ``X-Request-ID`` and ``X-Request-Timeout-Ms`` (so the service gives up
+too). An API error comes back as ``ApiCallError`` with the API's code, message and request
+id."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import anyio
@@ -25,6 +31,24 @@ from serve_app.pipelines.answer_events import (
     AnswerMetadata,
     parse_event,
 )
+from serve_app.schemas import DEFAULT_COLLECTION, AnswerRequest, SearchRequest
+
+if TYPE_CHECKING:
+    from serve_app.api.models import (
+        CollectionDeleted,
+        CollectionDetail,
+        CollectionList,
+        CollectionOut,
+        DeleteResponse,
+        DocumentIn,
+        IngestResponse,
+        SearchResponseOut,
+    )
+    from serve_app.schemas import DocumentInfo
+
+FileUpload = tuple[str, bytes]
+"""A file as uploaded: its name (the loader picks by its suffix) and its bytes."""
+RETRIED_STATUSES = (429, 503)  # the service says when to come back (Retry-After)
 
 
 def path_segment(value: str, what: str) -> str:
@@ -53,11 +77,19 @@ def document_path(collection: str, doc_id: str) -> str:
 class ApiCallError(ServeAppError):
     """An error answer of the service (or no answer), in the API's own terms."""
 
-    def __init__(self, code: str, message: str, request_id: str, status: int) -> None:
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        request_id: str,
+        status: int,
+        retry_after_s: float | None = None,
+    ) -> None:
         super().__init__(f"{message} (request id {request_id})")
         self.code = code
         self.status = status
         self.request_id = request_id
+        self.retry_after_s = retry_after_s
 
     def __str__(self) -> str:
         return f"{self.code}: {self.message}"
@@ -128,11 +160,12 @@ class ServiceClient:
             response = await self.http.request(method, path, headers=headers, **kwargs)
         if response.status_code >= 400:
             raise api_error(response, request_id)
-        return response.json()
+        answer: dict[str, Any] = response.json()
+        return answer
 
     async def events(
         self, path: str, body: dict[str, Any], request_id: str | None = None
-    ) -> AsyncIterator[AnswerEvent]:
+    ) -> AsyncGenerator[AnswerEvent, None]:
         """An answer's Server-Sent Events from ``POST path``, typed, as they arrive; an error
         status raises ApiCallError before the first event."""
         request_id, headers = self._headers(request_id)
@@ -151,9 +184,168 @@ class ServiceClient:
                         yield parse_event(kind, json.loads("\n".join(data)))
                         kind, data = "message", []
 
+    # --- the service's verbs: each route and body is built here, once ----------------------
+
+    async def collections(self) -> CollectionList:
+        from serve_app.api.models import CollectionList
+
+        return CollectionList.model_validate(await self.call("GET", "/v1/collections"))
+
+    async def create_collection(self, name: str) -> CollectionOut:
+        from serve_app.api.models import CollectionOut
+
+        body = {"name": name}
+        return CollectionOut.model_validate(await self.call("POST", "/v1/collections", json=body))
+
+    async def describe_collection(self, name: str) -> CollectionDetail:
+        from serve_app.api.models import CollectionDetail
+
+        answer = await self.call("GET", collection_resource(name))
+        return CollectionDetail.model_validate(answer)
+
+    async def delete_collection(self, name: str) -> CollectionDeleted:
+        from serve_app.api.models import CollectionDeleted
+
+        answer = await self.call("DELETE", collection_resource(name))
+        return CollectionDeleted.model_validate(answer)
+
+    async def document(self, doc_id: str, collection: str = DEFAULT_COLLECTION) -> DocumentInfo:
+        from serve_app.schemas import DocumentInfo
+
+        answer = await self.call("GET", document_path(collection, doc_id))
+        return DocumentInfo.model_validate(answer)
+
+    async def delete_document(
+        self, doc_id: str, collection: str = DEFAULT_COLLECTION
+    ) -> DeleteResponse:
+        from serve_app.api.models import DeleteResponse
+
+        answer = await self.call("DELETE", document_path(collection, doc_id))
+        return DeleteResponse.model_validate(answer)
+
+    async def search(self, request: SearchRequest) -> SearchResponseOut:
+        """``request`` in its collection (``request.collection``)."""
+        from serve_app.api.models import SearchResponseOut
+
+        path = f"{collection_path(request.collection)}/search"
+        answer = await self.call("POST", path, json=_body(request))
+        return SearchResponseOut.model_validate(answer)
+
+    async def ingest(
+        self, documents: Sequence[DocumentIn], collection: str = DEFAULT_COLLECTION
+    ) -> IngestResponse:
+        """Documents given as data (JSON)."""
+        from serve_app.api.models import IngestResponse
+
+        body = {"documents": [d.model_dump(exclude_none=True) for d in documents]}
+        answer = await self._retried("POST", _documents(collection), json=body)
+        return IngestResponse.model_validate(answer)
+
+    async def upload(
+        self, files: Sequence[FileUpload], collection: str = DEFAULT_COLLECTION
+    ) -> IngestResponse:
+        """Files as the service loads them (multipart ``files``), in one request."""
+        from serve_app.api.models import IngestResponse
+
+        parts = [("files", (name, content, "application/octet-stream")) for name, content in files]
+        answer = await self._retried("POST", _documents(collection), files=parts)
+        return IngestResponse.model_validate(answer)
+
+    async def upload_paths(
+        self,
+        paths: Sequence[Path],
+        collection: str = DEFAULT_COLLECTION,
+        batch_files: int = 16,
+        keep_going: bool = False,
+        on_batch: Callable[[list[Path], IngestResponse | ApiCallError], None] | None = None,
+        stopped: Callable[[], bool] = lambda: False,
+    ) -> UploadTotals:
+        """``paths`` uploaded ``batch_files`` a request (each retried after the service's
+        429 or 503, as its Retry-After says), ``on_batch`` told of each batch's outcome. A
+        refused batch raises its ApiCallError, or with ``keep_going`` is counted and the next
+        one sent; ``stopped`` ends the loop between batches."""
+        totals = UploadTotals(files=len(paths))
+        for start in range(0, len(paths), batch_files):
+            if stopped():
+                break
+            group = list(paths[start : start + batch_files])
+            try:
+                answer = await self.upload([(p.name, p.read_bytes()) for p in group], collection)
+            except ApiCallError as error:
+                if not keep_going:
+                    raise
+                totals.failed_files += len(group)
+                if on_batch is not None:
+                    on_batch(group, error)
+                continue
+            totals.add(answer)
+            if on_batch is not None:
+                on_batch(group, answer)
+        return totals
+
+    def answer_events(
+        self, request: AnswerRequest, request_id: str | None = None
+    ) -> AsyncGenerator[AnswerEvent, None]:
+        """``request``'s answer as typed Server-Sent Events, in its collection."""
+        body = {**_body(request), "stream": True}
+        return self.events(f"{collection_path(request.collection)}/answer", body, request_id)
+
+    async def answer(self, request: AnswerRequest) -> tuple[AnswerMetadata, AnswerDone]:
+        """The streamed answer's first and last events (``read_answer``)."""
+        return await read_answer(self, request)
+
+    async def answer_json(self, request: AnswerRequest) -> dict[str, Any]:
+        """The answer as one JSON object (``"stream": false``)."""
+        body = {**_body(request), "stream": False}
+        return await self.call("POST", f"{collection_path(request.collection)}/answer", json=body)
+
+    async def inspect(
+        self, tenant: str | None = None, collection: str | None = None
+    ) -> dict[str, Any]:
+        """What the stores hold (admin scope): every tenant's, one tenant's or one
+        collection's."""
+        query = {k: v for k, v in (("tenant", tenant), ("collection", collection)) if v}
+        return await self.call("GET", "/v1/admin/inspect", params=query)
+
+    async def _retried(self, method: str, path: str, tries: int = 20, **kwargs: Any) -> Any:
+        """``call``, sent again after a 429 or 503 once its Retry-After (at most 60 s) has
+        passed: an upload past the tenant's byte rate or the pending-upload bound waits its
+        turn instead of failing."""
+        for attempt in range(tries):
+            try:
+                return await self.call(method, path, **kwargs)
+            except ApiCallError as error:
+                if error.status not in RETRIED_STATUSES or attempt == tries - 1:
+                    raise
+                await asyncio.sleep(min(60.0, error.retry_after_s or 1.0))
+        raise AssertionError("unreachable")
+
+
+@dataclass
+class UploadTotals:
+    files: int
+    written: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    chunks_written: int = 0
+    failed_files: int = 0
+
+    def add(self, answer: IngestResponse) -> None:
+        self.written += answer.written
+        self.unchanged += answer.unchanged
+        self.chunks_written += answer.chunks_written
+
+
+def _body(request: SearchRequest | AnswerRequest) -> dict[str, Any]:
+    """A request's JSON body; its collection is in the route instead."""
+    return request.model_dump(mode="json", exclude_none=True, exclude={"collection"})
+
+
+def _documents(collection: str) -> str:
+    return f"{collection_path(collection)}/documents"
+
 
 async def read_answer(
-    api: ServiceClient, path: str, body: dict[str, Any]
+    api: ServiceClient, request: AnswerRequest
 ) -> tuple[AnswerMetadata, AnswerDone]:
     """A streamed answer's first and last events; an ``error`` event (or status) as
     ApiCallError with its code, message and the call's request id (the status is the
@@ -162,7 +354,7 @@ async def read_answer(
     metadata: AnswerMetadata | None = None
     # Closed here, in this task, when it returns early: the stream's time bound (an anyio
     # cancel scope) must be left by the task that entered it, never by a finalizer.
-    events = api.events(path, {**body, "stream": True}, request_id)
+    events = api.answer_events(request, request_id)
     async with contextlib.aclosing(events):
         async for event in events:
             if isinstance(event, AnswerMetadata):
@@ -182,4 +374,9 @@ def api_error(response: httpx.Response, request_id: str) -> ApiCallError:
         request_id = error.get("request_id") or request_id
     except (ValueError, KeyError, TypeError):
         code, message = f"HTTP_{response.status_code}", response.text[:300]
-    return ApiCallError(code, message, request_id, response.status_code)
+    retry = response.headers.get("retry-after")
+    try:
+        retry_after_s = float(retry) if retry is not None else None
+    except ValueError:
+        retry_after_s = None
+    return ApiCallError(code, message, request_id, response.status_code, retry_after_s)

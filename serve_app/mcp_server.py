@@ -22,30 +22,24 @@ from __future__ import annotations
 
 import argparse
 import hmac
-import mimetypes
 import os
 import sys
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, ValidationError
 
-from serve_app.client import (
-    ApiCallError,
-    ServiceClient,
-    collection_resource,
-    document_path,
-    read_answer,
-)
+from serve_app.api.models import DocumentIn, SearchResponseOut
+from serve_app.client import ServiceClient
 from serve_app.config.api import is_loopback
 from serve_app.errors import ServeAppError
-from serve_app.pipelines.answer_events import AnswerDone, AnswerMetadata
-from serve_app.schemas import DEFAULT_COLLECTION, FUSION_METHODS, STRATEGIES
+from serve_app.schemas import DEFAULT_COLLECTION, AnswerRequest, SearchRequest
 
 
 class DocumentInput(BaseModel):
@@ -59,39 +53,30 @@ class DocumentInput(BaseModel):
     metadata: dict[str, str | int | float | bool] = Field(default_factory=dict)
 
 
+T = TypeVar("T")
+
+
 class ToolClient:
-    """The service's API for the tools: an API error becomes a tool error carrying the API's
-    code, message and request id."""
+    """The service's client for the tools (``ServiceClient``): an API error, or input the
+    client refuses, becomes a tool error carrying the code, message and request id."""
 
     def __init__(self, url: str, api_key: str | None, timeout_s: float) -> None:
         self.client = ServiceClient(url, api_key, timeout_s, request_prefix="mcp")
 
-    async def call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+    async def run(self, call: Callable[[ServiceClient], Awaitable[T]]) -> T:
         try:
-            return await self.client.call(method, path, **kwargs)
-        except ApiCallError as error:
-            raise ToolError(str(error)) from None
-
-    async def answer(self, path: str, body: dict[str, Any]) -> tuple[AnswerMetadata, AnswerDone]:
-        """The answer's typed metadata and done events (``serve_app.client.read_answer``)."""
-        try:
-            return await read_answer(self.client, path, body)
-        except ApiCallError as error:
-            raise ToolError(str(error)) from None
+            return await call(self.client)
+        except ServeAppError as error:  # ApiCallError among them
+            raise ToolError(f"{error.code}: {error.message}") from None
+        except ValidationError as error:
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or 'input'}: {e['msg']}" for e in error.errors()
+            )
+            raise ToolError(f"INVALID_INPUT: {problems}") from None
 
 
-def _collection_path(collection: str) -> str:
-    try:
-        return collection_resource(collection)
-    except ServeAppError as error:
-        raise ToolError(f"{error.code}: {error.message}") from None
-
-
-def _document_path(collection: str, doc_id: str) -> str:
-    try:
-        return document_path(collection, doc_id)
-    except ServeAppError as error:
-        raise ToolError(f"{error.code}: {error.message}") from None
+def dumped(answer: BaseModel) -> dict[str, Any]:
+    return answer.model_dump(mode="json")
 
 
 @dataclass
@@ -159,7 +144,7 @@ def build_server(
     auth = None
     if token:
         url = public_url or "http://127.0.0.1"
-        auth = AuthSettings(issuer_url=url, resource_server_url=url)
+        auth = AuthSettings(issuer_url=AnyHttpUrl(url), resource_server_url=AnyHttpUrl(url))
     server = MCPServer(
         "serve-app",
         token_verifier=StaticToken(token) if token else None,
@@ -173,32 +158,32 @@ def build_server(
     @server.tool()
     async def list_collections() -> dict[str, Any]:
         """The collections of your tenant (``default`` always exists)."""
-        return await service.call("GET", "/v1/collections")
+        return dumped(await service.run(lambda api: api.collections()))
 
     @server.tool()
     async def create_collection(name: str) -> dict[str, Any]:
         """Create a named collection in your tenant (names: a-z 0-9 _ -, up to 64)."""
-        return await service.call("POST", "/v1/collections", json={"name": name})
+        return dumped(await service.run(lambda api: api.create_collection(name)))
 
     @server.tool()
     async def delete_collection(name: str) -> dict[str, Any]:
         """Delete a named collection and every chunk of it from every store."""
-        return await service.call("DELETE", _collection_path(name))
+        return dumped(await service.run(lambda api: api.delete_collection(name)))
 
     @server.tool()
     async def get_document(doc_id: str, collection: str = DEFAULT_COLLECTION) -> dict[str, Any]:
         """A document's title, metadata, content hash and chunk ids."""
-        return await service.call("GET", _document_path(collection, doc_id))
+        return dumped(await service.run(lambda api: api.document(doc_id, collection)))
 
     @server.tool()
     async def delete_document(doc_id: str, collection: str = DEFAULT_COLLECTION) -> dict[str, Any]:
         """Remove a document's chunks from every store."""
-        return await service.call("DELETE", _document_path(collection, doc_id))
+        return dumped(await service.run(lambda api: api.delete_document(doc_id, collection)))
 
     @server.tool()
     async def inspect(collection: str = DEFAULT_COLLECTION) -> dict[str, Any]:
         """A collection's state, chunk and document counts per store, and its model binding."""
-        return await service.call("GET", _collection_path(collection))
+        return dumped(await service.run(lambda api: api.describe_collection(collection)))
 
     @server.tool()
     async def search(
@@ -215,27 +200,28 @@ def build_server(
         weighted or dbsf; ``filters``: {"doc_ids": [...], "sections": [...], "metadata":
         {key: value}}; ``rerank``: the cross-encoder over the candidates (the configured
         default when unset). Each result names its document, chunk, section and character span."""
-        for strategy in strategies or []:
-            if strategy not in STRATEGIES:
-                raise ToolError(f"INVALID_INPUT: unknown strategy {strategy!r}; use {STRATEGIES}")
-        if fusion is not None and fusion not in FUSION_METHODS:
-            raise ToolError(f"INVALID_INPUT: unknown fusion {fusion!r}; use {FUSION_METHODS}")
-        body: dict[str, Any] = {"query": query, "top_k": top_k}
-        if strategies:
-            body["strategies"] = strategies
-        if fusion:
-            body["fusion"] = {"method": fusion}
-        if filters:
-            body["filters"] = filters
-        if rerank is not None:
-            body["rerank"] = rerank
-        answer = await service.call("POST", f"{_collection_path(collection)}/search", json=body)
+
+        async def searched(api: ServiceClient) -> SearchResponseOut:
+            request = SearchRequest.model_validate(
+                {
+                    "query": query,
+                    "collection": collection,
+                    "top_k": top_k,
+                    "strategies": strategies or None,
+                    "fusion": {"method": fusion} if fusion else None,
+                    "filters": filters,
+                    "rerank": rerank,
+                }
+            )
+            return await api.search(request)
+
+        answer = await service.run(searched)
         return {
             "query": query,
             "collection": collection,
-            "strategies": answer["strategies"],
-            "fusion": answer["fusion"],
-            "results": [_hit(i, hit) for i, hit in enumerate(answer["results"], 1)],
+            "strategies": answer.strategies,
+            "fusion": answer.fusion,
+            "results": [_hit(i, dumped(hit)) for i, hit in enumerate(answer.results, 1)],
         }
 
     @server.tool()
@@ -254,16 +240,20 @@ def build_server(
         ``understand``: the query-understanding step (filters, relevance); unset: the
         service's defaults. If the LLM fails (an outage, a deadline), the tool fails with the
         API's error code and message (``isError``)."""
-        body: dict[str, Any] = {"question": question}
-        for key, value in (
-            ("top_k", top_k),
-            ("multi_query", multi_query),
-            ("understand", understand),
-            ("max_tokens", max_tokens),
-        ):
-            if value is not None:
-                body[key] = value
-        metadata, done = await service.answer(f"{_collection_path(collection)}/answer", body)
+        given = {
+            "top_k": top_k,
+            "multi_query": multi_query,
+            "understand": understand,
+            "max_tokens": max_tokens,
+        }
+        fields = {k: v for k, v in given.items() if v is not None}
+        metadata, done = await service.run(
+            lambda api: api.answer(
+                AnswerRequest.model_validate(
+                    {"question": question, "collection": collection, **fields}
+                )
+            )
+        )
         return {
             "question": question,
             "collection": collection,
@@ -291,23 +281,18 @@ def build_server(
         documents is a no-op; a changed document replaces its old version."""
         if not documents and not paths:
             raise ToolError("INVALID_INPUT: give documents or paths")
-        target = f"{_collection_path(collection)}/documents"
         results = []
         if documents:
-            payload = {"documents": [d.model_dump() for d in documents]}
-            results.append(await service.call("POST", target, json=payload))
+            given = [DocumentIn.model_validate(d.model_dump()) for d in documents]
+            results.append(await service.run(lambda api: api.ingest(given, collection)))
         if paths:
-            parts = []
-            for name in paths:
-                filename, content = files.read(name)
-                kind = mimetypes.guess_type(filename)[0] or "application/octet-stream"
-                parts.append(("files", (filename, content, kind)))
-            results.append(await service.call("POST", target, files=parts))
+            uploads = [files.read(name) for name in paths]
+            results.append(await service.run(lambda api: api.upload(uploads, collection)))
         return {
             "collection": collection,
-            "written": [d for r in results for d in r["written"]],
-            "unchanged": [d for r in results for d in r["unchanged"]],
-            "chunks_written": sum(r["chunks_written"] for r in results),
+            "written": [d for r in results for d in r.written],
+            "unchanged": [d for r in results for d in r.unchanged],
+            "chunks_written": sum(r.chunks_written for r in results),
         }
 
     return server

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -222,59 +223,42 @@ def ingest_folder(
     timeout_s: float = 1000,
     stop_event: threading.Event | None = None,
 ) -> dict:
-    """POST files as multipart batches; returns summed counts. Stops between batches once
-    ``stop_event`` is set (a batch in flight ends when the service stops)."""
+    """Upload the files, ``batch_files`` a request, through the service's client
+    (``ServiceClient.upload_paths``: a 429 or 503 is waited out as its Retry-After says);
+    returns summed counts. A refused batch is reported and the next one sent: the service
+    stays up. Stops between batches once ``stop_event`` is set."""
+    from serve_app.client import ApiCallError, ServiceClient
+
     stop_event = stop_event or threading.Event()
     files = list(iter_files(paths))
-    totals = {
-        "files": len(files),
-        "written": 0,
-        "unchanged": 0,
-        "chunks_written": 0,
-        "failed_files": 0,
-    }
-    with httpx.Client(base_url=base_url, timeout=timeout_s) as client:
-        for start_index in range(0, len(files), batch_files):
-            if stop_event.is_set():
-                break
-            group = files[start_index : start_index + batch_files]
-            parts = [("files", (p.name, p.read_bytes(), "application/octet-stream")) for p in group]
-            response, problem = _post_waiting(client, parts, stop_event)
-            if stop_event.is_set():
-                break
-            if response is None or response.status_code != 200:
-                # The service stays up: report the batch and go on with the next one.
-                problem = problem if response is None else response.text
-                print(f"  ingest of {[p.name for p in group]} failed: {problem}", file=sys.stderr)
-                totals["failed_files"] += len(group)
-                continue
-            body = response.json()
-            totals["written"] += len(body["written"])
-            totals["unchanged"] += len(body["unchanged"])
-            totals["chunks_written"] += body["chunks_written"]
-            print(
-                f"  ingested {min(start_index + batch_files, len(files))}/{len(files)} files",
-                file=sys.stderr,
-                flush=True,
-            )
-    return totals
+    sent = 0
 
+    def report(group: list[Path], outcome: object) -> None:
+        nonlocal sent
+        sent += len(group)
+        if isinstance(outcome, ApiCallError):
+            print(f"  ingest of {[p.name for p in group]} failed: {outcome}", file=sys.stderr)
+        else:
+            print(f"  ingested {sent}/{len(files)} files", file=sys.stderr, flush=True)
 
-def _post_waiting(
-    client: httpx.Client, parts: list, stop_event: threading.Event, tries: int = 20
-) -> tuple[httpx.Response | None, str]:
-    """One batch's upload, sent again after each 429 or 503's ``Retry-After`` (a folder past
-    ``api.tenants.ingest_bytes_per_minute`` or ``api.max_pending_uploads`` waits its turn)."""
-    response = None
-    for _ in range(tries):
+    async def upload() -> dict:
+        client = ServiceClient(base_url, timeout_s=timeout_s, request_prefix="ingest")
         try:
-            response = client.post("/v1/documents", files=parts)
-        except httpx.HTTPError as error:
-            return None, f"{type(error).__name__}: {error}"
-        if response.status_code not in (429, 503) or stop_event.is_set():
-            break
-        stop_event.wait(min(60.0, float(response.headers.get("retry-after", "1"))))
-    return response, ""
+            totals = await client.upload_paths(
+                files, batch_files=batch_files, keep_going=True, on_batch=report,
+                stopped=stop_event.is_set,
+            )  # fmt: skip
+        finally:
+            await client.close()
+        return {
+            "files": totals.files,
+            "written": len(totals.written),
+            "unchanged": len(totals.unchanged),
+            "chunks_written": totals.chunks_written,
+            "failed_files": totals.failed_files,
+        }
+
+    return asyncio.run(upload())
 
 
 def print_examples(url: str) -> None:

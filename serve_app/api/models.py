@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from serve_app.schemas import (
+    CollectionName,
     DocumentId,
     Metadata,
     ScoredChunk,
@@ -138,3 +139,33 @@ class ReadyResponse(_Body):
     ready: bool
     checks: dict[str, Literal["ok", "failing", "timeout"]]
     instance: str | None = None  # a local run's id (two runs on one machine never share one)
+
+
+class CollectionIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: CollectionName
+
+
+class CollectionOut(BaseModel):
+    name: str
+    state: str
+    created_at: str | None = None
+
+
+class CollectionDetail(CollectionOut):
+    chunks: dict[str, int]
+    documents: dict[str, int]
+    models: dict | None = None
+
+
+class CollectionList(BaseModel):
+    collections: list[CollectionOut]
+    tenant: str = Field(description="the tenant these collections belong to: the caller's")
+    principal: str = Field(description="who the credential names: key:<name>, jwt:<sub>, anonymous")
+    scopes: list[str] = Field(description="what the credential may do: read, write, admin")
+
+
+class CollectionDeleted(BaseModel):
+    deleted: str
+    chunks_removed: int

@@ -8,8 +8,7 @@ import json
 import sys
 from typing import Any
 
-from serve_app.cli.common import client, retrieval_service, service_arguments
-from serve_app.client import collection_path
+from serve_app.cli.common import connected, retrieval_service, service_arguments
 from serve_app.config import AppConfig
 from serve_app.pipelines.answer_events import (
     AnswerDelta,
@@ -98,18 +97,12 @@ async def run(config: AppConfig, args: argparse.Namespace) -> int:
 
 
 async def through_url(args: argparse.Namespace) -> int:
-    api = client(args)
-    path = f"{collection_path(args.collection)}/answer"
-    try:
+    async with connected(args) as api:
         if args.json:
-            body = answer_request(args, stream=False).model_dump(exclude_none=True)
-            print(json.dumps(await api.call("POST", path, json=body), indent=2))
+            print(json.dumps(await api.answer_json(answer_request(args, stream=False)), indent=2))
             return 0
-        body = answer_request(args, stream=True).model_dump(exclude_none=True)
         failed = False
-        async for event in api.events(path, body):
+        async for event in api.answer_events(answer_request(args, stream=True)):
             print_event(event)
             failed = failed or isinstance(event, AnswerError)
-    finally:
-        await api.close()
     return 1 if failed else 0

@@ -4,10 +4,8 @@ model loaded) or through ``--url``."""
 from __future__ import annotations
 
 import argparse
-import json
 
-from serve_app.cli.common import collection_service, service_arguments, through
-from serve_app.client import collection_resource
+from serve_app.cli.common import collection_service, connected, printable, service_arguments
 from serve_app.config import AppConfig
 from serve_app.errors import InvalidInputError
 from serve_app.stores.base import ScopeKey
@@ -24,13 +22,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 async def run(config: AppConfig, args: argparse.Namespace) -> int:
     if args.action != "list" and not args.name:
         raise InvalidInputError(f"collections {args.action} needs a NAME")
+    answer: object
     if args.url:
-        calls = {
-            "list": ("GET", "/v1/collections", None),
-            "create": ("POST", "/v1/collections", {"name": args.name}),
-            "delete": ("DELETE", collection_resource(args.name), None),
-        }
-        answer = await through(args, *calls[args.action])
+        async with connected(args) as api:
+            if args.action == "list":
+                answer = await api.collections()
+            elif args.action == "create":
+                answer = await api.create_collection(args.name)
+            else:
+                answer = await api.delete_collection(args.name)
     else:
         async with collection_service(config) as service:
             if args.action == "list":
@@ -40,5 +40,5 @@ async def run(config: AppConfig, args: argparse.Namespace) -> int:
             else:
                 removed = await service.delete_collection(ScopeKey(args.tenant, args.name))
                 answer = {"deleted": args.name, "chunks_removed": removed}
-    print(json.dumps(answer, indent=2, default=str))
+    print(printable(answer))
     return 0

@@ -58,15 +58,30 @@ def client(args: argparse.Namespace):
     return ServiceClient(args.url, os.environ.get(args.api_key_env), args.timeout_s)
 
 
-async def through(
-    args: argparse.Namespace, method: str, path: str, body: dict | None
-) -> dict[str, Any]:
-    """One call of the ``--url`` service's HTTP API."""
-    api = client(args)
+@contextlib.asynccontextmanager
+async def connected(args: argparse.Namespace, tenant_scoped: bool = True) -> AsyncIterator[Any]:
+    """The ``--url`` service's client (``serve_app.client.ServiceClient``), closed after use;
+    ``tenant_scoped``: ``--tenant`` would name a scope, which the credential decides."""
+    from serve_app.client import ServiceClient
+
+    api = (
+        client(args)
+        if tenant_scoped
+        else ServiceClient(args.url, os.environ.get(args.api_key_env), args.timeout_s)
+    )
     try:
-        return await api.call(method, path, **({"json": body} if body is not None else {}))
+        yield api
     finally:
         await api.close()
+
+
+def printable(answer: Any) -> str:
+    """An answer (a response model or plain data) as indented JSON."""
+    import json
+
+    if hasattr(answer, "model_dump"):
+        answer = answer.model_dump(mode="json")
+    return json.dumps(answer, indent=2, default=str)
 
 
 @contextlib.asynccontextmanager

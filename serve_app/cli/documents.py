@@ -4,10 +4,8 @@ stores here (no model loaded) or through ``--url``."""
 from __future__ import annotations
 
 import argparse
-import json
 
-from serve_app.cli.common import collection_service, service_arguments, through
-from serve_app.client import document_path
+from serve_app.cli.common import collection_service, connected, printable, service_arguments
 from serve_app.config import AppConfig
 from serve_app.stores.base import ScopeKey
 
@@ -22,9 +20,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 async def run(config: AppConfig, args: argparse.Namespace) -> int:
+    answer: object
     if args.url:
-        path = document_path(args.collection, args.doc_id)
-        answer = await through(args, "GET" if args.action == "get" else "DELETE", path, None)
+        async with connected(args) as api:
+            if args.action == "get":
+                answer = await api.document(args.doc_id, args.collection)
+            else:
+                answer = await api.delete_document(args.doc_id, args.collection)
     else:
         async with collection_service(config) as service:
             key = await service.existing(ScopeKey(args.tenant, args.collection))
@@ -34,5 +36,5 @@ async def run(config: AppConfig, args: argparse.Namespace) -> int:
             else:
                 removed = await service.delete_document(key, args.doc_id)
                 answer = {"deleted": args.doc_id, "chunks_removed": removed}
-    print(json.dumps(answer, indent=2, default=str))
+    print(printable(answer))
     return 0

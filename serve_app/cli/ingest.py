@@ -6,8 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from serve_app.cli.common import client, progress, retrieval_service, service_arguments
-from serve_app.client import collection_path
+from serve_app.cli.common import connected, progress, retrieval_service, service_arguments
 from serve_app.config import AppConfig
 from serve_app.errors import ServeAppError
 from serve_app.stores.base import ScopeKey
@@ -74,25 +73,13 @@ async def run(config: AppConfig, args: argparse.Namespace) -> int:
 async def upload(args: argparse.Namespace, files: list[Path]) -> int:
     """Upload the files to the running service at ``--url`` (it loads, chunks and encodes
     them), ``--batch-size`` files a request; the tenant is the credential's."""
-    api = client(args)
-    path = f"{collection_path(args.collection)}/documents"
-    totals = {"written": 0, "unchanged": 0, "chunks": 0}
-    try:
+    async with connected(args) as api:
         with progress(len(files), "upload", "file") as bar:
-            for start in range(0, len(files), args.batch_size):
-                group = files[start : start + args.batch_size]
-                parts = [
-                    ("files", (p.name, p.read_bytes(), "application/octet-stream")) for p in group
-                ]
-                answer = await api.call("POST", path, files=parts)
-                totals["written"] += len(answer["written"])
-                totals["unchanged"] += len(answer["unchanged"])
-                totals["chunks"] += answer["chunks_written"]
-                bar.update(len(group))
-    finally:
-        await api.close()
+            totals = await api.upload_paths(
+                files, args.collection, args.batch_size, on_batch=lambda g, _: bar.update(len(g))
+            )
     print(
-        f"files: {len(files)} uploaded to {args.url} ({totals['written']} written, "
-        f"{totals['unchanged']} unchanged); chunks written: {totals['chunks']}"
+        f"files: {len(files)} uploaded to {args.url} ({len(totals.written)} written, "
+        f"{len(totals.unchanged)} unchanged); chunks written: {totals.chunks_written}"
     )
     return 0

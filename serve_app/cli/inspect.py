@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from typing import Any
 
-from serve_app.cli.common import collection_service, service_arguments
+from serve_app.cli.common import collection_service, connected, service_arguments
 from serve_app.config import AppConfig
 from serve_app.errors import InvalidInputError
 from serve_app.stores.base import ScopeKey
@@ -28,15 +27,9 @@ async def run(config: AppConfig, args: argparse.Namespace) -> int:
     if args.collection and not args.tenant:
         raise InvalidInputError("--collection needs --tenant")
     if args.url:
-        # Not common.client: --tenant is a filter of the report here, not a scope.
-        from serve_app.client import ServiceClient
-
-        api = ServiceClient(args.url, os.environ.get(args.api_key_env), args.timeout_s)
-        query = {k: v for k, v in (("tenant", args.tenant), ("collection", args.collection)) if v}
-        try:
-            report = await api.call("GET", "/v1/admin/inspect", params=query)
-        finally:
-            await api.close()
+        # --tenant is a filter of the report here, not a scope.
+        async with connected(args, tenant_scoped=False) as api:
+            report = await api.inspect(args.tenant, args.collection)
     else:
         async with collection_service(config) as service:
             selector = ScopeKey(args.tenant, args.collection) if args.tenant else None

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from serve_app.cli.common import retrieval_service, service_arguments, through
-from serve_app.client import collection_path
+from serve_app.cli.common import connected, retrieval_service, service_arguments
 from serve_app.config import AppConfig
 from serve_app.schemas import FUSION_METHODS, STRATEGIES, FusionSpec, SearchRequest
 from serve_app.stores.base import ScopeKey
@@ -63,14 +62,13 @@ async def run(config: AppConfig, args: argparse.Namespace) -> int:
         strategies=args.strategies.split(",") if args.strategies else None,
         fusion=FusionSpec(method=args.fusion) if args.fusion else None,
         rerank=True if args.rerank else None,
+        collection=args.collection,
     )
     if args.url:
-        body = request.model_dump(exclude_none=True)
-        path = f"{collection_path(args.collection)}/search"
-        answer = SearchResponseOut.model_validate(await through(args, "POST", path, body))
+        async with connected(args) as api:
+            answer = await api.search(request)
         print(answer.model_dump_json(indent=2) if args.json else format_results(answer))
         return 0
-    request.collection = args.collection
     async with retrieval_service(config) as service:
         response = await service.search(request, ScopeKey(args.tenant, request.collection))
     if args.json:

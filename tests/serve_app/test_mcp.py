@@ -283,6 +283,86 @@ async def test_search_and_answer_agree_across_http_cli_and_mcp(service_url):
     assert passages == [p["doc_id"] for p in mcp_answered["passages"]]
 
 
+async def test_collections_and_uploads_agree_across_http_cli_and_mcp(service_url, tmp_path):
+    """Every door goes through the one client (``serve_app.client.ServiceClient``): the same
+    file uploaded into a collection each door created gives the same record (hash, chunks,
+    title) and the same search, whichever door wrote it, read it or deleted it."""
+    import subprocess
+
+    import httpx
+
+    note = tmp_path / "conjugation.md"
+    note.write_text("# Conjugation\n\nPlasmids move resistance genes between bacteria.\n")
+    headers = {"X-API-Key": "key-a"}
+    env = {"SERVE_APP_API_KEY": "key-a", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+
+    def cli(*args: str) -> str:
+        command = [sys.executable, "-m", "serve_app.cli", *args, "--url", service_url]
+        done = subprocess.run(
+            command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=180
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    async with httpx.AsyncClient(base_url=service_url, headers=headers, timeout=120) as http:
+        assert (await http.post("/v1/collections", json={"name": "door-http"})).status_code == 201
+        files = {"files": (note.name, note.read_bytes(), "text/markdown")}
+        uploaded = await http.post("/v1/collections/door-http/documents", files=files)
+        assert uploaded.status_code == 200, uploaded.text
+        cli("collections", "create", "door-cli")
+        cli("ingest", str(note), "--collection", "door-cli")
+        searched = {
+            name: [
+                (r["doc_id"], r["text"])
+                for r in (
+                    await http.post(
+                        f"/v1/collections/{name}/search", json={"query": "plasmids genes"}
+                    )
+                ).json()["results"]
+            ]
+            for name in ("door-http", "door-cli")
+        }
+        async with asyncio.timeout(240):
+            async with (
+                stdio_client(server_params(service_url, "key-a", "--ingest-root", str(tmp_path)))
+                as (read, write),
+                ClientSession(read, write) as session,
+            ):  # fmt: skip
+                await session.initialize()
+                await session.call_tool("create_collection", {"name": "door-mcp"})
+                written = payload(
+                    await session.call_tool(
+                        "ingest", {"collection": "door-mcp", "paths": [str(note)]}
+                    )
+                )
+                doc_id = written["written"][0]
+                by_http = (await http.get(f"/v1/collections/door-cli/documents/{doc_id}")).json()
+                by_mcp = payload(
+                    await session.call_tool(
+                        "get_document", {"doc_id": doc_id, "collection": "door-http"}
+                    )
+                )
+                listed = payload(await session.call_tool("list_collections", {}))
+                dropped = payload(
+                    await session.call_tool("delete_collection", {"name": "door-cli"})
+                )
+        by_cli = json.loads(cli("documents", "get", doc_id, "--collection", "door-mcp"))
+        cli("collections", "delete", "door-mcp")
+        await http.delete("/v1/collections/door-http")
+        left = [c["name"] for c in (await http.get("/v1/collections")).json()["collections"]]
+
+    def record(info: dict) -> tuple:
+        return info["id"], info["title"], info["content_hash"], len(info["chunk_ids"])
+
+    assert {"door-http", "door-cli", "door-mcp"} <= {c["name"] for c in listed["collections"]}
+    assert listed["tenant"] == "tenant-a" and listed["principal"] == "key:a"
+    assert by_mcp["collection"] == "door-http" and by_cli["collection"] == "door-mcp"
+    assert record(by_mcp) == record(by_cli) == record(by_http)
+    assert searched["door-http"] and searched["door-http"] == searched["door-cli"]
+    assert dropped["deleted"] == "door-cli" and dropped["chunks_removed"] >= 1
+    assert not {"door-http", "door-cli", "door-mcp"} & set(left)
+
+
 async def test_an_agent_reaches_no_other_route_and_no_file_outside_its_roots(service_url, tmp_path):
     """What a prompt-injected agent could make the tools do, through the official client: a
     ``doc_id`` of ``../../victim`` deleted the collection ``victim`` (httpx resolves dot

@@ -8,45 +8,23 @@ collection of the same name is simply not found (404), for reads, writes and sea
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends
-from pydantic import BaseModel, ConfigDict
 
 from serve_app.api import deps
 from serve_app.api.auth import Principal
+from serve_app.api.models import (
+    CollectionDeleted,
+    CollectionDetail,
+    CollectionIn,
+    CollectionList,
+    CollectionOut,
+)
 from serve_app.api.routers.answer import add_answer_routes
 from serve_app.api.routers.documents import add_document_routes
 from serve_app.api.routers.openai_compat import add_openai_routes
 from serve_app.api.routers.search import add_search_routes
-from serve_app.schemas import CollectionName
 from serve_app.service import RetrievalService
 
 router = APIRouter(prefix="/v1/collections")
-
-
-class CollectionIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    name: CollectionName
-
-
-class CollectionOut(BaseModel):
-    name: str
-    state: str
-    created_at: str | None = None
-
-
-class CollectionDetail(CollectionOut):
-    chunks: dict[str, int]
-    documents: dict[str, int]
-    models: dict | None = None
-
-
-class CollectionList(BaseModel):
-    collections: list[CollectionOut]
-
-
-class CollectionDeleted(BaseModel):
-    deleted: str
-    chunks_removed: int
 
 
 @router.post("", response_model=CollectionOut, status_code=201)
@@ -68,7 +46,12 @@ async def list_collections(
 ) -> dict:
     who.require("read")
     found = await deps.within(seconds, service.list_collections(who.scope(None)))
-    return {"collections": found}
+    return {
+        "collections": found,
+        "tenant": who.tenant_id,
+        "principal": who.subject,
+        "scopes": sorted(who.scopes),
+    }
 
 
 @router.get("/{name}", response_model=CollectionDetail)

@@ -31,7 +31,10 @@ async def test_a_429_is_waited_out_and_the_batch_sent_again(tmp_path):
             refusal = {"error": {"code": "TENANT_LIMIT", "message": "past its rate"}}
             return JSONResponse(refusal, status_code=429, headers={"Retry-After": "1"})
         names = [f.filename for f in form.getlist("files")]
-        return JSONResponse({"written": names, "unchanged": [], "chunks_written": 2})
+        return JSONResponse({
+            "documents": len(names), "chunks_written": 2, "written": names, "unchanged": [],
+            "stale_chunks_removed": 0, "timings_ms": {},
+        })  # fmt: skip
 
     app = Starlette(routes=[Route("/v1/documents", documents, methods=["POST"])])
     async with served(app) as url:

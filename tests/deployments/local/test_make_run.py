@@ -72,6 +72,52 @@ def test_make_run_serves_the_starter_articles_as_they_arrive(tmp_path):
             time.sleep(1)
         assert found_while_indexing is True, "\n".join(output.lines[-30:])
         output.wait_for("ingested 9 files", 600)
+        page_url = next(x for x in output.lines if "in a browser" in x).split()[1]
+        assert page_url == f"http://127.0.0.1:{port}/"
+        search_and_upload_from_the_page(page_url, title, first)
     finally:
         process.send_signal(2)
         process.wait(60)
+
+
+def search_and_upload_from_the_page(url: str, title: str, doc_suffix: str) -> None:
+    """What a new user does in the playground of the run `make run` printed: a search shows
+    the article with each strategy's rank and share; an upload is written and found."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.support.browser import CHROMIUM
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page()
+        requests: list[str] = []
+        page.on("request", lambda r: requests.append(r.url))
+        page.goto(url)
+        page.wait_for_function(
+            "() => document.querySelector('#readiness').textContent.startsWith('ready')"
+        )
+        page.fill("#query", title)
+        page.click("#search-form button[type=submit]")
+        first = page.locator("#results > li").first
+        first.locator(".breakdown").wait_for()
+        assert doc_suffix in first.locator(".where").inner_text()
+        assert first.locator(".breakdown tbody tr").count() == 3
+        assert all(first.locator(".breakdown .rank").all_inner_texts())
+        page.set_input_files("#files", files=[{
+            "name": "field-notes.txt", "mimeType": "text/plain",
+            "buffer": b"Axolotls regrow whole limbs, spinal cord and parts of the heart.",
+        }])  # fmt: skip
+        row = page.locator("#uploads li").first
+        page.wait_for_function(
+            "() => document.querySelector('#uploads li').dataset.outcome", timeout=120_000
+        )
+        assert row.get_attribute("data-outcome") == "written"
+        assert row.locator("progress").get_attribute("value") == "100"
+        page.fill("#query", "axolotls regrow limbs")
+        page.click("#search-form button[type=submit]")  # resets the message before it awaits
+        page.wait_for_function(
+            "() => document.querySelector('#search-message').className.includes('ok')"
+        )
+        assert "field-notes" in page.locator("#results > li .where").first.inner_text()
+        assert all(r.startswith(url) for r in requests), requests
+        browser.close()

@@ -265,7 +265,12 @@ async def test_hostile_documents_stay_text_and_nothing_leaves_the_origin(site, b
 
 async def test_a_wrong_key_shows_401_and_the_right_one_works(app_config_factory, browser):
     config = app_config_factory(
-        api={"auth": {"mode": "required", "api_keys": [{"sha256": hash_api_key(KEY), "tenant_id": "lab"}]}}
+        api={
+            "auth": {
+                "mode": "required",
+                "api_keys": [{"sha256": hash_api_key(KEY), "tenant_id": "lab"}],
+            }
+        }
     )
     components = await build_components(config)
     application = create_app(RetrievalService(components))
@@ -284,6 +289,8 @@ async def test_a_wrong_key_shows_401_and_the_right_one_works(app_config_factory,
         await page.click("#credentials button[type=submit]")
         await search(page, "anything")
         assert "fused candidates" in await page.locator("#search-message").inner_text()
+        who = await page.locator("#principal").inner_text()
+        assert who.startswith("key:") and "tenant lab" in who and "read" in who
         # The key stays in the tab (sessionStorage), in a header, never in a URL.
         assert await page.evaluate("sessionStorage.getItem('serve-app.credential')") == KEY
         assert not [u for u in recorded.requests if KEY in u]

@@ -121,13 +121,13 @@ function setupCredentials() {
     const value = input.value.trim();
     if (value) sessionStorage.setItem(CREDENTIAL, value);
     else sessionStorage.removeItem(CREDENTIAL);
-    $("principal").textContent = value ? "credential set for this tab" : "";
     loadCollections();
   });
   $("forget").addEventListener("click", () => {
     sessionStorage.removeItem(CREDENTIAL);
     input.value = "";
-    $("principal").textContent = "credential forgotten";
+    $("principal").textContent = "";
+    loadCollections();
   });
 }
 
@@ -137,7 +137,8 @@ async function loadCollections() {
   const select = $("collection");
   const chosen = select.value;
   try {
-    const { collections } = await call("GET", "v1/collections");
+    const { collections, tenant, principal, scopes } = await call("GET", "v1/collections");
+    $("principal").textContent = `${principal} · tenant ${tenant} · ${scopes.join(", ")}`;
     select.replaceChildren(el("option", { value: "", text: "default" }));
     for (const c of collections) {
       if (c.name === "default") continue;
@@ -147,6 +148,7 @@ async function loadCollections() {
     select.value = [...select.options].some((o) => o.value === chosen) ? chosen : "";
     say("collection-message", "");
   } catch (error) {
+    $("principal").textContent = "";
     say("collection-message", describe(error), "error");
   }
 }
