@@ -69,7 +69,7 @@ from benchmarks import contradictions, injection
 from benchmarks.gate import gate
 from benchmarks.report import default_stem, table, write_report
 from benchmarks.service import add_run_arguments
-from serve_app.stores.base import ScopeKey
+from serve_app.schemas import ScopeKey
 
 TENANT = "bench"
 

@@ -16,7 +16,7 @@ import math
 import statistics
 from typing import Any
 
-from serve_app.stores.base import ScopeKey
+from serve_app.schemas import ScopeKey
 
 # Questions no collection of scientific articles answers: chat, trivia, code, errands.
 OFF_TOPIC = [

@@ -321,8 +321,7 @@ def _order_words(order: str) -> str:
 
 
 async def ask(service: Any, tenant: str, case: dict[str, Any], max_tokens: int | None) -> dict:
-    from serve_app.schemas import AnswerRequest
-    from serve_app.stores.base import ScopeKey
+    from serve_app.schemas import AnswerRequest, ScopeKey
 
     name = collection(case["attack"], case["phrasing"])
     return await service.answer_pipeline.answer(
@@ -345,8 +344,7 @@ async def injection(
 ) -> dict[str, Any]:
     """Hit rates per row and condition, with intervals (module docstring)."""
     from serve_app.errors import ConflictError
-    from serve_app.schemas import Document
-    from serve_app.stores.base import ScopeKey
+    from serve_app.schemas import Document, ScopeKey
 
     selected = cases(phrasings, topics, attacks)
     for attack, phrasing in sorted({(c["attack"], c["phrasing"]) for c in selected}):

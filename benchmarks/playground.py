@@ -123,7 +123,7 @@ async def measure_served(args: argparse.Namespace, service: Any) -> dict[str, An
     from playwright.async_api import async_playwright
 
     from serve_app.api.app import create_app
-    from serve_app.stores.base import ScopeKey
+    from serve_app.schemas import ScopeKey
 
     documents = load_corpus(args.corpus, args.docs)
     await service.ingest(ScopeKey(TENANT), documents)

@@ -55,8 +55,7 @@ def unit(rng: np.random.Generator, n: int) -> np.ndarray:
 
 
 async def build(index: StoreIndex, size: int, batch: int, rng: np.random.Generator) -> float:
-    from serve_app.schemas import Chunk
-    from serve_app.stores.scope import ScopeKey
+    from serve_app.schemas import Chunk, ScopeKey
     from serve_app.stores.values import DocumentWrite, EncodedChunk
 
     start = time.perf_counter()
@@ -82,7 +81,7 @@ async def build(index: StoreIndex, size: int, batch: int, rng: np.random.Generat
 async def time_queries(
     index: IndexMaintenance, queries: int, rng: np.random.Generator
 ) -> dict[str, dict]:
-    from serve_app.stores.scope import ScopeKey
+    from serve_app.schemas import ScopeKey
     from serve_app.stores.values import QueryVectors
 
     samples: dict[str, list[float]] = {name: [] for name in (*STRATEGIES, "all three")}

@@ -87,7 +87,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 async def index_corpus(config: Any, docs: int) -> dict:
     from serve_app.pipelines.components import build_components
     from serve_app.pipelines.ingest import IngestPipeline
-    from serve_app.stores.base import ScopeKey
+    from serve_app.schemas import ScopeKey
 
     corpus = load_corpus(SCIFACT, docs)
     components = await build_components(config)
@@ -151,7 +151,7 @@ async def measure(
 async def in_process_path(config: Any, args: argparse.Namespace, queries: list[str]) -> dict:
     from serve_app.pipelines.components import build_components
     from serve_app.pipelines.search import SearchPipeline
-    from serve_app.stores.base import ScopeKey
+    from serve_app.schemas import ScopeKey
 
     components = await build_components(config)
     try:

@@ -6,6 +6,9 @@ class here."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from typing import Any
+
 
 class ServeAppError(Exception):
     """Base of every error the library raises on purpose."""
@@ -223,7 +226,7 @@ class MissingExtraError(ConfigError):
     code = "MISSING_EXTRA"
 
 
-def describe_validation_errors(errors: list[dict]) -> str:
+def describe_validation_errors(errors: Iterable[Mapping[str, Any]]) -> str:
     """One line per pydantic error: ``field.path: message (got 'value')``."""
     parts = []
     for error in errors:

@@ -25,10 +25,6 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "gpu": ("vllm",),
 }
 
-# Commands that can go through a running service's HTTP API (``--url``): they then need no
-# store, model or engine of their own.
-THROUGH_SERVICE = {"ingest", "search", "answer", "inspect", "collections", "documents"}
-
 
 def installed(module: str) -> bool:
     try:
@@ -60,8 +56,8 @@ def _llm_extras(config: AppConfig) -> list[str]:
 
 def command_extras(command: str, config: AppConfig, args: Namespace) -> list[str]:
     """The extras ``command`` needs with this configuration and these arguments."""
-    if command in THROUGH_SERVICE and getattr(args, "url", None):
-        return []
+    if getattr(args, "through_service", False) and getattr(args, "url", None):
+        return []  # a command with --url (cli.common.service_arguments) needs only the client
     needs: list[str]
     if command == "serve":
         needs = ["serve", *_store_extras(config), *_model_extras(config), *_llm_extras(config)]

@@ -6,6 +6,7 @@ import json
 import re
 import unicodedata
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -301,6 +302,43 @@ class IngestResult(_Strict):
     unchanged: list[str] = Field(default_factory=list)
     stale_chunks_removed: int = 0
     timings_ms: dict[str, float] = Field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeKey:
+    """What every store call is scoped by: one tenant and one of its collections, or every
+    collection of the tenant (``collection`` None; inspection only).
+
+    A structured value, not a string convention: both parts are checked on construction
+    (``valid_tenant_id``, ``valid_collection_name``), and nothing parses a string into a scope,
+    so no string (a token claim ``tenA/proj``, say) can address another tenant's collection.
+    """
+
+    tenant: str
+    collection: str | None = DEFAULT_COLLECTION
+
+    def __post_init__(self) -> None:
+        valid_tenant_id(self.tenant)
+        if self.collection is not None:
+            valid_collection_name(self.collection)
+
+    @property
+    def is_default(self) -> bool:
+        """Whether this is the tenant's ``default`` collection, which every tenant has (the
+        one place that rule is written)."""
+        return self.collection == DEFAULT_COLLECTION
+
+    @property
+    def every_collection(self) -> bool:
+        return self.collection is None
+
+    def __str__(self) -> str:
+        """For logs and the chunk-id owner (``chunking.base.chunk_id``): the tenant for its
+        ``default`` collection, ``tenant/collection`` otherwise, ``tenant/*`` for all. Neither
+        part can hold a ``/``, so the text is unambiguous; it is never parsed back."""
+        if self.is_default:
+            return self.tenant
+        return f"{self.tenant}/{self.collection or '*'}"
 
 
 class DocumentInfo(_Strict):

@@ -70,8 +70,7 @@ async def measure(args: argparse.Namespace) -> dict:
     from serve_app.pipelines.ingest import IngestPipeline
     from serve_app.pipelines.retrieval import IndexRetriever, RetrieveSpec
     from serve_app.pipelines.search import SearchPipeline
-    from serve_app.schemas import FusionSpec
-    from serve_app.stores.base import ScopeKey
+    from serve_app.schemas import FusionSpec, ScopeKey
 
     config = app_config(config_data(args.config), str(args.config))
     scope = ScopeKey(config.api.auth.anonymous_tenant)

@@ -27,18 +27,12 @@ from serve_app.schemas import (
     Chunk,
     Document,
     DocumentInfo,
+    ScopeKey,
     SearchFilters,
     SparseVector,
     Strategy,
 )
-from serve_app.stores.base import (
-    DocumentWrite,
-    Hit,
-    IndexModels,
-    QueryVectors,
-    ScopeKey,
-    SearchQuery,
-)
+from serve_app.stores.base import DocumentWrite, Hit, IndexModels, QueryVectors, SearchQuery
 
 T = TypeVar("T")
 BatchObserver = Callable[[str, dict[str, Any]], None]

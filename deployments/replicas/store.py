@@ -22,7 +22,7 @@ from serve_app.errors import ModelMismatchError, ServiceUnavailableError
 from serve_app.model_info import DenseInfo, StoreInfo
 from serve_app.pipelines.components import index_models
 from serve_app.pipelines.retrieval import IndexRetriever, Retrieved, RetrieveSpec
-from serve_app.schemas import Chunk, DocumentInfo, SearchFilters, Strategy
+from serve_app.schemas import Chunk, DocumentInfo, ScopeKey, SearchFilters, Strategy
 from serve_app.stores.base import (
     TOPOLOGIES,
     ChunkIndex,
@@ -30,7 +30,6 @@ from serve_app.stores.base import (
     Hit,
     IndexModels,
     QueryVectors,
-    ScopeKey,
     SearchQuery,
 )
 

@@ -183,7 +183,7 @@ def _hand_added_schemas(app: FastAPI) -> None:
         "OpenAIErrorEnvelope": openai_compat.OpenAIErrorEnvelope,
     }
 
-    def openapi() -> dict:
+    def openapi() -> dict[str, Any]:
         if app.openapi_schema:
             return app.openapi_schema
         schema = build()

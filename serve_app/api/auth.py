@@ -14,8 +14,7 @@ import jwt
 from serve_app.config import AuthConfig, check_bind, is_loopback
 from serve_app.config.api import MIN_HS256_SECRET_BYTES
 from serve_app.errors import ConfigError, ForbiddenError, UnauthenticatedError
-from serve_app.schemas import DEFAULT_COLLECTION, valid_tenant_id
-from serve_app.stores.base import ScopeKey
+from serve_app.schemas import DEFAULT_COLLECTION, ScopeKey, valid_tenant_id
 
 __all__ = [
     "Authenticator",
@@ -131,6 +130,8 @@ class Authenticator:
             if algorithm not in settings.algorithms:
                 raise UnauthenticatedError(f"token algorithm {algorithm!r} is not accepted")
             key = self._hs_secret if algorithm == "HS256" else settings.public_key
+            if key is None:  # the configuration check refuses this; never decode without one
+                raise UnauthenticatedError(f"no key is configured for {algorithm}")
             claims = jwt.decode(
                 token,
                 key,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 from fastapi import Depends, Header, Path, Request
 from starlette.requests import ClientDisconnect
@@ -15,10 +15,14 @@ from serve_app.api.auth import Principal
 from serve_app.api.observability import Metrics
 from serve_app.errors import TimeoutExceededError, UnauthenticatedError
 from serve_app.loaders.pool import LoaderPool
-from serve_app.schemas import COLLECTION_MAX_LENGTH, COLLECTION_PATTERN, DEFAULT_COLLECTION
+from serve_app.schemas import (
+    COLLECTION_MAX_LENGTH,
+    COLLECTION_PATTERN,
+    DEFAULT_COLLECTION,
+    ScopeKey,
+)
 from serve_app.service import RetrievalService
 from serve_app.service.tenant_limits import TenantRates
-from serve_app.stores.base import ScopeKey
 
 T = TypeVar("T")
 
@@ -36,19 +40,19 @@ async def named_collection(name: str = COLLECTION_NAME) -> str:
 
 
 async def service(request: Request) -> RetrievalService:
-    return request.app.state.service
+    return cast(RetrievalService, request.app.state.service)
 
 
 async def metrics(request: Request) -> Metrics:
-    return request.app.state.metrics
+    return cast(Metrics, request.app.state.metrics)
 
 
 async def loaders(request: Request) -> LoaderPool:
-    return request.app.state.loaders
+    return cast(LoaderPool, request.app.state.loaders)
 
 
 async def tenant_rates(request: Request) -> TenantRates:
-    return request.app.state.tenant_rates
+    return cast(TenantRates, request.app.state.tenant_rates)
 
 
 async def principal(request: Request) -> Principal:
@@ -56,7 +60,7 @@ async def principal(request: Request) -> Principal:
     found = request.scope.get("state", {}).get("principal")
     if found is None:  # only if a route escaped the middleware's prefixes
         raise UnauthenticatedError("missing credentials")
-    return found
+    return cast(Principal, found)
 
 
 def _bounded(configured: float, header: int | None) -> float:

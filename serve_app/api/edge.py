@@ -118,7 +118,8 @@ def request_record(scope: Scope) -> RequestRecord | None:
 def undecodable_header(scope: Scope) -> str | None:
     """The name of the first header whose value is not UTF-8 text without control characters
     (tab aside), None when every one is."""
-    for key, value in scope.get("headers", ()):
+    headers: list[tuple[bytes, bytes]] = scope.get("headers", [])
+    for key, value in headers:
         try:
             text = value.decode("utf-8")
         except UnicodeDecodeError:
@@ -142,7 +143,9 @@ SERVE_CONTROL_HEADERS = frozenset(
 )
 
 
-def _with_request_id(headers: list[tuple[bytes, bytes]], request_id: str) -> list:
+def _with_request_id(
+    headers: list[tuple[bytes, bytes]], request_id: str
+) -> list[tuple[bytes, bytes]]:
     kept = [
         (k, v)
         for k, v in headers
@@ -247,9 +250,9 @@ class Edge:
         record = RequestRecord()
         scope[EDGE_MARK] = _Mark(record)
         if self.client_header is not None:
-            record.client = _named_client(_raw_header(scope, self.client_header))
+            record.client = _named_client(raw_header(scope, self.client_header))
         bad_header = undecodable_header(scope)
-        sent_id = None if bad_header else _raw_header(scope, b"x-request-id")
+        sent_id = None if bad_header else raw_header(scope, b"x-request-id")
         request_id = request_id_from(sent_id)
         scope["headers"] = _with_request_id(list(scope.get("headers", ())), request_id)
         id_token = REQUEST_ID.set(request_id)
@@ -356,13 +359,14 @@ class Edge:
             nonlocal body_done, client_left, timed_out
             if refused is not None:
                 return {"type": "http.disconnect"}
+            message: Message | None
             if body_done:
                 message = await receive()  # waiting for a disconnect: no budget applies
             else:
                 message = await timer.receive(receive)
                 if message is None:
                     timed_out = True
-                    error = RequestTooSlowError(timer.describe())
+                    error: ServeAppError = RequestTooSlowError(timer.describe())
                     if not started:
                         await send_error(error, close=True)
                     else:  # already answered: the app stops reading; the server closes
@@ -385,7 +389,7 @@ class Edge:
 
         failed = False
         try:
-            declared = _raw_header(scope, b"content-length")
+            declared = raw_header(scope, b"content-length")
             if bad_header is not None:
                 await send_error(
                     InvalidHeaderError(
@@ -437,10 +441,10 @@ def _route_path(scope: Scope) -> str:
 
 def _declares_body(scope: Scope) -> bool:
     """Whether the request says a body follows (a Content-Length over 0, or chunked)."""
-    length = _raw_header(scope, b"content-length")
+    length = raw_header(scope, b"content-length")
     if length is not None:
         return length.strip() not in ("", "0")
-    return _raw_header(scope, b"transfer-encoding") is not None
+    return raw_header(scope, b"transfer-encoding") is not None
 
 
 def _with_close(headers: Any) -> list[tuple[bytes, bytes]]:
@@ -448,8 +452,10 @@ def _with_close(headers: Any) -> list[tuple[bytes, bytes]]:
     return [*kept, (b"connection", b"close")]
 
 
-def _raw_header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope.get("headers", ()):
+def raw_header(scope: Scope, name: bytes) -> str | None:
+    """The first value of the header ``name`` (lower case) as latin-1 text, or None."""
+    headers: list[tuple[bytes, bytes]] = scope.get("headers", [])
+    for key, value in headers:
         if key.lower() == name:
             return value.decode("latin-1")
     return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import math
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -75,7 +76,7 @@ def for_status(status: int) -> type[ServeAppError]:
     return InvalidInputError if status < 500 else ServeAppError
 
 
-def openapi_responses() -> dict[int | str, dict]:
+def openapi_responses() -> dict[int | str, dict[str, Any]]:
     return {
         status: {"model": ErrorEnvelope, "description": " or ".join(codes)}
         for status, codes in table().items()
@@ -107,7 +108,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _request_invalid(_: Request, error: RequestValidationError) -> JSONResponse:
-        return error_response(RequestSchemaError(describe_validation_errors(list(error.errors()))))
+        return error_response(RequestSchemaError(describe_validation_errors(error.errors())))
 
     @app.exception_handler(ValidationError)
     async def _model_invalid(_: Request, error: ValidationError) -> JSONResponse:

@@ -16,9 +16,16 @@ from starlette.requests import ClientDisconnect
 
 from serve_app.api.auth import Authenticator, Principal
 from serve_app.api.browser import BrowserRules
-from serve_app.api.edge import CLIENT_CLOSED, CLIENT_CLOSED_STATUS, request_record
+from serve_app.api.edge import raw_header, request_record
 from serve_app.api.errors import ERROR_CODE, error_response, for_status
-from serve_app.api.observability import REQUEST_ID, Metrics, Stopwatch, request_id_from
+from serve_app.api.observability import (
+    CLIENT_CLOSED,
+    CLIENT_CLOSED_STATUS,
+    REQUEST_ID,
+    Metrics,
+    Stopwatch,
+    request_id_from,
+)
 from serve_app.errors import PayloadTooLargeError, RequestTooSlowError, ServeAppError
 from serve_app.service.tenant_limits import TenantRates
 
@@ -31,16 +38,10 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 log = logging.getLogger("serve_app.api")
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope.get("headers", ()):
-        if key.lower() == name:
-            return value.decode("latin-1")
-    return None
-
-
 def route_path(scope: Scope) -> str:
     """The path below the app's mount point (Serve's route prefix, a ``root_path``)."""
-    path, root = scope.get("path", ""), scope.get("root_path", "")
+    path: str = scope.get("path", "")
+    root: str = scope.get("root_path", "")
     return path[len(root) :] if root and path.startswith(root) else path
 
 
@@ -76,7 +77,7 @@ class RequestEnvelope:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        request_id = request_id_from(_header(scope, b"x-request-id"))
+        request_id = request_id_from(raw_header(scope, b"x-request-id"))
         token = REQUEST_ID.set(request_id)
         box: dict[str, str] = {}
         code_token = ERROR_CODE.set(box)
@@ -151,9 +152,9 @@ class BrowserGuard:
             try:
                 self.rules.check(
                     str(scope.get("method", "")),
-                    _header(scope, b"host"),
-                    _header(scope, b"origin"),
-                    _header(scope, b"sec-fetch-site"),
+                    raw_header(scope, b"host"),
+                    raw_header(scope, b"origin"),
+                    raw_header(scope, b"sec-fetch-site"),
                 )
             except ServeAppError as error:
                 await _send_error(send, error)
@@ -184,7 +185,7 @@ class Authenticate:
             return
         try:
             principal = self.authenticator.authenticate(
-                _header(scope, b"authorization"), _header(scope, b"x-api-key")
+                raw_header(scope, b"authorization"), raw_header(scope, b"x-api-key")
             )
             scope["state"] = {**scope.get("state", {}), "principal": principal}
             if self.rates is not None:

@@ -156,7 +156,7 @@ class CollectionOut(BaseModel):
 class CollectionDetail(CollectionOut):
     chunks: dict[str, int]
     documents: dict[str, int]
-    models: dict | None = None
+    models: dict[str, Any] | None = None
 
 
 class CollectionList(BaseModel):

@@ -237,7 +237,7 @@ class Metrics:
         for stage, ms in timings_ms.items():
             self.stage_latency.labels(operation, stage).observe(ms / 1000)
 
-    def observe_batch(self, model: str, stats: dict) -> None:
+    def observe_batch(self, model: str, stats: dict[str, Any]) -> None:
         self.batch_size.labels(model).observe(stats.get("batch_size", 0))
         self.padding_ratio.labels(model).observe(stats.get("padding_ratio", 0.0))
         if "tokens" in stats:

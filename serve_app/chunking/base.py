@@ -12,7 +12,7 @@ from serve_app.registry import Registry
 from serve_app.schemas import Chunk, Document
 
 if TYPE_CHECKING:
-    from serve_app.stores.base import ScopeKey
+    from serve_app.schemas import ScopeKey
 
 BLOCK_SEPARATOR = "\n\n"
 _CHUNK_NAMESPACE = uuid.UUID("6f1f5b9e-3c1a-4f59-9a53-0d6c8f6f2a10")

@@ -33,7 +33,7 @@ from serve_app.cli import (
 )
 from serve_app.cli.common import quiet_libraries
 from serve_app.cli.terminal import neutral_output
-from serve_app.config import load_config
+from serve_app.config import AppConfig, load_config
 from serve_app.errors import ServeAppError, describe_validation_errors
 from serve_app.extras import require_extras
 
@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(
     argv: list[str] | None = None,
     parser: argparse.ArgumentParser | None = None,
-    commands: dict | None = None,
+    commands: dict[str, Any] | None = None,
 ) -> int:
     """Entry point; ``parser``/``commands`` let the Serve layer add its own subcommands."""
     commands = commands or COMMANDS
@@ -82,16 +82,16 @@ def main(
         return _run((parser or build_parser()).parse_args(argv), commands)
 
 
-def _run(args: argparse.Namespace, commands: dict) -> int:
+def _run(args: argparse.Namespace, commands: dict[str, Any]) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     quiet_libraries()
     try:
-        config = load_config(args.config)
+        config: AppConfig = load_config(args.config)
         require_extras(args.command, config, args)
         handler = commands[args.command]
         if asyncio.iscoroutinefunction(handler):
-            return asyncio.run(handler(config, args))
-        return handler(config, args)
+            return int(asyncio.run(handler(config, args)))
+        return int(handler(config, args))
     except ServeAppError as error:
         print(f"error [{error.code}]: {error.message}", file=sys.stderr)
         return 2

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from serve_app.cli.common import connected, retrieval_service, service_arguments
 from serve_app.config import AppConfig
@@ -16,10 +16,13 @@ from serve_app.pipelines.answer_events import (
     AnswerEvent,
     AnswerMetadata,
 )
-from serve_app.stores.base import ScopeKey
+from serve_app.schemas import ScopeKey
+
+if TYPE_CHECKING:
+    from serve_app.schemas import AnswerRequest
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     answer = sub.add_parser("answer", help="a cited answer from the documents (needs llm:)")
     answer.add_argument("question")
     answer.add_argument("--collection", default="default", help="a named collection")
@@ -32,7 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     service_arguments(answer)
 
 
-def answer_request(args: argparse.Namespace, stream: bool):
+def answer_request(args: argparse.Namespace, stream: bool) -> AnswerRequest:
     from serve_app.schemas import AnswerRequest
 
     return AnswerRequest(

@@ -10,7 +10,7 @@ from serve_app.config import AppConfig
 from serve_app.errors import ConfigError
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     backup = sub.add_parser(
         "backup", help="write the embedded index to a tar file (the index must not be open)"
     )

@@ -8,10 +8,10 @@ import argparse
 from serve_app.cli.common import collection_service, connected, printable, service_arguments
 from serve_app.config import AppConfig
 from serve_app.errors import InvalidInputError
-from serve_app.stores.base import ScopeKey
+from serve_app.schemas import ScopeKey
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     collections = sub.add_parser("collections", help="list, create or delete named collections")
     collections.add_argument("action", choices=["list", "create", "delete"])
     collections.add_argument("name", nargs="?")

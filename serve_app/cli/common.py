@@ -9,10 +9,14 @@ import logging
 import os
 import sys
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from serve_app.config import AppConfig
 from serve_app.errors import InvalidInputError
+
+if TYPE_CHECKING:
+    from serve_app.client import ServiceClient
+    from serve_app.stores.index import StoreIndex
 
 
 def quiet_libraries() -> None:
@@ -20,13 +24,13 @@ def quiet_libraries() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import transformers
 
-    transformers.utils.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()  # type: ignore[no-untyped-call,unused-ignore]
+    transformers.utils.logging.disable_progress_bar()  # type: ignore[no-untyped-call,unused-ignore]
     # opensearch-py logs every non-2xx answer, including the expected 404 of an alias lookup.
     logging.getLogger("opensearch").setLevel(logging.ERROR)
 
 
-def progress(total: int, desc: str, unit: str):
+def progress(total: int, desc: str, unit: str) -> Any:
     from tqdm import tqdm
 
     return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, disable=None)
@@ -44,9 +48,10 @@ def service_arguments(parser: argparse.ArgumentParser) -> None:
         help="environment variable holding the API key sent with --url",
     )
     parser.add_argument("--timeout-s", type=float, default=900.0, help="bound of each request")
+    parser.set_defaults(through_service=True)  # what serve_app.extras reads: no extra with --url
 
 
-def client(args: argparse.Namespace):
+def client(args: argparse.Namespace) -> ServiceClient:
     """The ``--url`` service's HTTP API; the tenant is the credential's, never a flag."""
     from serve_app.client import ServiceClient
 
@@ -91,7 +96,7 @@ async def collection_service(config: AppConfig) -> AsyncIterator[Any]:
     from serve_app.service.collections import CollectionService
     from serve_app.stores.base import TOPOLOGIES
 
-    index = TOPOLOGIES.create(config.stores.topology, config)
+    index = cast("StoreIndex", TOPOLOGIES.create(config.stores.topology, config))
     try:
         await index.attach()
         yield CollectionService(index, config)

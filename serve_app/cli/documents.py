@@ -7,10 +7,10 @@ import argparse
 
 from serve_app.cli.common import collection_service, connected, printable, service_arguments
 from serve_app.config import AppConfig
-from serve_app.stores.base import ScopeKey
+from serve_app.schemas import ScopeKey
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     documents = sub.add_parser("documents", help="a document's record, or delete it")
     documents.add_argument("action", choices=["get", "delete"])
     documents.add_argument("doc_id")

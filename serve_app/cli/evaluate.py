@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 from serve_app.cli.common import progress
 from serve_app.config import AppConfig
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     evaluate = sub.add_parser("eval", help="nDCG@10, Recall@100, MRR@10 on a BEIR folder")
     evaluate.add_argument("--beir", required=True, help="BEIR-layout folder")
     evaluate.add_argument("--split", default="test")
@@ -34,7 +35,7 @@ def eval_config(config: AppConfig, dataset: str) -> AppConfig:
     """The eval index lives apart from the service's, one per dataset (reused across runs)."""
     stores = config.stores
     eval_name = f"eval-{dataset}"
-    qdrant_update: dict = {"collection": eval_name}
+    qdrant_update: dict[str, Any] = {"collection": eval_name}
     if stores.qdrant.local_path and stores.qdrant.local_path != ":memory:":
         qdrant_update["local_path"] = f"eval/{dataset}-qdrant"
     stores = stores.model_copy(
@@ -59,7 +60,7 @@ async def run(config: AppConfig, args: argparse.Namespace) -> int:
     from serve_app.pipelines.components import build_components
     from serve_app.pipelines.ingest import IngestPipeline
     from serve_app.pipelines.search import SearchPipeline
-    from serve_app.stores.base import ScopeKey
+    from serve_app.schemas import ScopeKey
 
     tenant = ScopeKey("eval")
     dataset = load_beir(args.beir, args.split, max_docs=args.max_docs)
@@ -70,7 +71,7 @@ async def run(config: AppConfig, args: argparse.Namespace) -> int:
     config = eval_config(config, dataset.name)
     components = await build_components(config)
     try:
-        reused = ()
+        reused: tuple[Any, ...] = ()
         if args.reuse_encodings:
             from serve_app.evaluation.encodings import reuse_document_encodings
 

@@ -9,10 +9,10 @@ from pathlib import Path
 from serve_app.cli.common import connected, progress, retrieval_service, service_arguments
 from serve_app.config import AppConfig
 from serve_app.errors import ServeAppError
-from serve_app.stores.base import ScopeKey
+from serve_app.schemas import ScopeKey
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     ingest = sub.add_parser("ingest", help="index files or folders (txt, md, html, JATS xml, pdf)")
     ingest.add_argument("paths", nargs="+")
     ingest.add_argument("--tenant", default="default")

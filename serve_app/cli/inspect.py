@@ -10,10 +10,10 @@ from typing import Any
 from serve_app.cli.common import collection_service, connected, service_arguments
 from serve_app.config import AppConfig
 from serve_app.errors import InvalidInputError
-from serve_app.stores.base import ScopeKey
+from serve_app.schemas import ScopeKey
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     inspect = sub.add_parser(
         "inspect", help="what the stores hold: sizes, models, versions, payload, per collection"
     )

@@ -9,7 +9,7 @@ import os
 from serve_app.config import AppConfig
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     arguments(
         sub.add_parser(
             "mcp", help="MCP server (stdio or streamable HTTP) over a running service's API"

@@ -10,7 +10,7 @@ from serve_app.cli.backup import embedded_path
 from serve_app.config import AppConfig
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     restore = sub.add_parser(
         "restore", help="restore the embedded index from a backup (the index must not be open)"
     )

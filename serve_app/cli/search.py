@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from serve_app.cli.common import connected, retrieval_service, service_arguments
 from serve_app.config import AppConfig
-from serve_app.schemas import FUSION_METHODS, STRATEGIES, FusionSpec, SearchRequest
-from serve_app.stores.base import ScopeKey
+from serve_app.schemas import FUSION_METHODS, STRATEGIES, FusionSpec, ScopeKey, SearchRequest
+
+if TYPE_CHECKING:
+    from serve_app.api.models import SearchResponseOut
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     search = sub.add_parser("search", help="hybrid search")
     search.add_argument("query")
     search.add_argument("--top-k", type=int, default=10)
@@ -23,7 +26,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     service_arguments(search)
 
 
-def format_results(response) -> str:
+def format_results(response: SearchResponseOut) -> str:
     """A table of the results (``SearchResponseOut``: the HTTP API's shape)."""
     strategies = response.strategies
     header = (

@@ -34,7 +34,7 @@ class NeutralStream:
 @contextmanager
 def neutral_output() -> Iterator[None]:
     saved = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = NeutralStream(saved[0]), NeutralStream(saved[1])  # type: ignore[assignment]
+    sys.stdout, sys.stderr = NeutralStream(saved[0]), NeutralStream(saved[1])  # type: ignore[assignment,unused-ignore]
     try:
         yield
     finally:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 from pathlib import Path
+from typing import Any
 
 from serve_app.config import AppConfig
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     tune = sub.add_parser(
         "tune",
         help="search retrieval parameters on a BEIR split (train), exact and in memory; "
@@ -45,7 +46,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 async def run(config: AppConfig, args: argparse.Namespace) -> int:
-    import yaml
+    import yaml  # type: ignore[import-untyped,unused-ignore]
 
     from serve_app.evaluation.beir import load_beir
     from serve_app.evaluation.tuning import (
@@ -67,7 +68,7 @@ async def run(config: AppConfig, args: argparse.Namespace) -> int:
     cache = config.data_path / "tune" / "cache"
     tuner = Tuner(config, dataset, chunkings, cache, GRIDS[args.grid], not args.cached_only)
     chosen = await asyncio.to_thread(tuner.run)
-    payload: dict = {
+    payload: dict[str, Any] = {
         "dataset": dataset.name,
         "split": args.split,
         "grid": args.grid,

@@ -8,7 +8,7 @@ import json
 from serve_app.config import AppConfig
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     validate = sub.add_parser(
         "validate",
         help="check the configuration against reality (devices, models, tokenizer, stores); "

@@ -95,7 +95,9 @@ class AnswerConfig(Section):
     multi_query: MultiQueryConfig = Field(default_factory=MultiQueryConfig)
     deadlines: AnswerDeadlines = Field(default_factory=AnswerDeadlines)
 
-    def worst_prompt_tokens(self, top_k: int | None = None, max_tokens: int | None = None) -> dict:
+    def worst_prompt_tokens(
+        self, top_k: int | None = None, max_tokens: int | None = None
+    ) -> dict[str, int]:
         """The largest prompt a request can make with ``top_k`` passages and ``max_tokens``
         (the defaults when None), part by part, in tokens; ``total`` must fit the context."""
         parts = {

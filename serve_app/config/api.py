@@ -11,6 +11,9 @@ from serve_app.config.base import Section
 from serve_app.errors import ConfigError
 from serve_app.schemas import TenantId
 
+Scope = Literal["read", "write", "admin"]
+JwtAlgorithm = Literal["HS256", "RS256"]
+
 
 class LimitsConfig(Section):
     max_document_chars: int = Field(default=5_000_000, ge=1)
@@ -43,9 +46,7 @@ class ApiKeyConfig(Section):
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     tenant_id: TenantId
     # ``admin``: operator reads across tenants (GET /v1/admin/inspect); never a default.
-    scopes: list[Literal["read", "write", "admin"]] = Field(
-        default_factory=lambda: ["read", "write"]
-    )
+    scopes: list[Scope] = Field(default_factory=lambda: list[Scope](["read", "write"]))
 
 
 MIN_HS256_SECRET_BYTES = 32  # a key as long as the hash (RFC 7518 section 3.2)
@@ -53,7 +54,7 @@ MIN_HS256_SECRET_BYTES = 32  # a key as long as the hash (RFC 7518 section 3.2)
 
 class JwtConfig(Section):
     enabled: bool = False
-    algorithms: list[Literal["HS256", "RS256"]] = Field(default_factory=lambda: ["HS256"])
+    algorithms: list[JwtAlgorithm] = Field(default_factory=lambda: list[JwtAlgorithm](["HS256"]))
     secret: str | None = None  # HS256 shared secret; prefer secret_env over a literal
     secret_env: str | None = None  # name of the environment variable holding the secret
     public_key: str | None = None  # RS256 PEM

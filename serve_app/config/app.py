@@ -79,6 +79,10 @@ class AppConfig(Section):
         TOPOLOGIES.check(self.stores.topology)
         if self.reranker.enabled:
             RERANKER_BACKENDS.check(self.reranker.backend)
+        if self.llm.enabled:
+            from serve_app.generation import LLM_BACKENDS
+
+            LLM_BACKENDS.check(self.llm.backend)
 
     def chunker_tokenizer(self) -> tuple[str, str | None]:
         """The model reference whose tokenizer the chunker counts with, and its revision

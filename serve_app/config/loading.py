@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
+import yaml  # type: ignore[import-untyped,unused-ignore]
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_settings import EnvSettingsSource
@@ -85,7 +85,7 @@ def _format_validation_error(error: ValidationError, origin: str) -> str:
 def config_from_dict(
     data: Mapping[str, Any] | BaseModel,
     origin: str = "<dict>",
-    model: type[ConfigT] = AppConfig,
+    model: type[ConfigT] = AppConfig,  # type: ignore[assignment]  # mypy#3737
 ) -> ConfigT:
     """``data`` validated as ``model`` (ConfigError naming each field that is wrong)."""
     if isinstance(data, BaseModel):
@@ -99,7 +99,7 @@ def config_from_dict(
 def load_config(
     path: str | Path | None = None,
     environ: Mapping[str, str] | None = None,
-    model: type[ConfigT] = AppConfig,
+    model: type[ConfigT] = AppConfig,  # type: ignore[assignment]  # mypy#3737
 ) -> ConfigT:
     """Load YAML (``path``, else ``$SERVE_APP_CONFIG``, else defaults) with the environment's
     overrides on top, as ``model`` (the library's AppConfig, or a layer's extension of it)."""

@@ -28,10 +28,10 @@ from serve_app.schemas import (
     FUSION_METHODS,
     STRATEGIES,
     FusionSpec,
+    ScopeKey,
     SearchRequest,
     Strategy,
 )
-from serve_app.stores.scope import ScopeKey
 from serve_app.stores.values import Hit
 
 log = logging.getLogger(__name__)

@@ -77,11 +77,11 @@ from serve_app.schemas import (
     DEFAULT_COLLECTION,
     QUERY_CHARS,
     AnswerRequest,
+    ScopeKey,
     ScoredChunk,
     SearchFilters,
     SearchRequest,
 )
-from serve_app.stores.base import ScopeKey
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from serve_app.chunking.base import contextual_header, document_hash, stored_chu
 from serve_app.errors import InvalidInputError, PayloadTooLargeError
 from serve_app.pipelines.components import Components
 from serve_app.pipelines.timing import StageTimer
-from serve_app.schemas import Chunk, Document, IngestResult
-from serve_app.stores.base import DocumentWrite, EncodedChunk, ScopeKey
+from serve_app.schemas import Chunk, Document, IngestResult, ScopeKey
+from serve_app.stores.base import DocumentWrite, EncodedChunk
 
 
 def encoding_text(chunk: Chunk, with_header: bool) -> str:

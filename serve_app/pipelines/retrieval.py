@@ -19,8 +19,8 @@ from typing import Protocol, cast, runtime_checkable
 
 from serve_app.batching import Coalescer
 from serve_app.fusion.strategies import contributions, fuse
-from serve_app.schemas import Chunk, FusionSpec, SearchFilters, Strategy
-from serve_app.stores.base import Hit, QueryVectors, ScopeKey, SearchQuery, ServingIndex
+from serve_app.schemas import Chunk, FusionSpec, ScopeKey, SearchFilters, Strategy
+from serve_app.stores.base import Hit, QueryVectors, SearchQuery, ServingIndex
 
 
 @dataclass

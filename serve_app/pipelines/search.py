@@ -17,13 +17,14 @@ from serve_app.pipelines.retrieval import RetrieveSpec
 from serve_app.pipelines.timing import StageTimer
 from serve_app.schemas import (
     FusionSpec,
+    ScopeKey,
     ScoredChunk,
     SearchFilters,
     SearchRequest,
     SearchResponse,
     Strategy,
 )
-from serve_app.stores.base import Hit, QueryVectors, ScopeKey, SearchQuery
+from serve_app.stores.base import Hit, QueryVectors, SearchQuery
 
 
 class SearchPipeline:

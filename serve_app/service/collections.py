@@ -8,8 +8,8 @@ from typing import Any
 
 from serve_app.config import AppConfig
 from serve_app.errors import NotFoundError, TenantQuotaError, collection_not_found
-from serve_app.schemas import DEFAULT_COLLECTION, DocumentInfo
-from serve_app.stores.base import ChunkIndex, ScopeKey
+from serve_app.schemas import DEFAULT_COLLECTION, DocumentInfo, ScopeKey
+from serve_app.stores.base import ChunkIndex
 
 
 class CollectionService:
@@ -63,7 +63,7 @@ class CollectionService:
         report = await self.index.inspect(key)
         name = key.collection
         listed = {c["name"]: c for c in await self.list_collections(key)}
-        counts = next(
+        counts: dict[str, Any] = next(
             (c for c in report["collections"] if c["collection"] == name),
             {"chunks": {}, "documents": {}, "models": None},
         )

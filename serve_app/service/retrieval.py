@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -24,6 +24,7 @@ from serve_app.schemas import (
     AnswerRequest,
     Document,
     IngestResult,
+    ScopeKey,
     SearchRequest,
     SearchResponse,
 )
@@ -31,7 +32,6 @@ from serve_app.service.collections import CollectionService
 from serve_app.service.tenant_limits import TenantSlots
 from serve_app.service.uploads import partial_failure, sub_batches
 from serve_app.single_flight import SingleFlight
-from serve_app.stores.base import ScopeKey
 
 log = logging.getLogger("serve_app.api")
 
@@ -48,7 +48,7 @@ class Readiness(BaseModel):
 # A readiness check returns normally when its dependency works and raises otherwise.
 ReadinessCheck = Callable[[], Awaitable[None]]
 # Called with (model name, batch stats) for batches that model deployments report.
-BatchObserver = Callable[[str, dict], None]
+BatchObserver = Callable[[str, dict[str, Any]], None]
 
 
 class RetrievalService(CollectionService):
@@ -160,7 +160,7 @@ class RetrievalService(CollectionService):
 
     async def answer_stream(
         self, checked: CheckedAnswer, bound_s: float | None = None
-    ) -> AsyncIterator[AnswerEvent]:
+    ) -> AsyncGenerator[AnswerEvent, None]:
         """The events of a checked answer, preparation included (``AnswerPipeline.stream``),
         within its tenant's answers in flight: past them, one ``TENANT_LIMIT`` error event
         (answered 429 before any byte)."""

@@ -1,8 +1,9 @@
-"""The store names other packages import: the scope (``stores/scope.py``), the value types
-(``stores/values.py``), the protocols (``stores/protocols.py``) and the topologies
-(``stores/topologies.py``), re-exported. Modules under ``serve_app/stores`` import each name
-from the module that defines it."""
+"""The store names other packages import, re-exported: the scope (``ScopeKey``, a domain value
+of ``serve_app/schemas.py``), the value types (``stores/values.py``), the protocols
+(``stores/protocols.py``) and the topologies (``stores/topologies.py``). Modules under
+``serve_app/stores`` import each name from the module that defines it."""
 
+from serve_app.schemas import ScopeKey
 from serve_app.stores.protocols import (
     Backend,
     ChunkIndex,
@@ -11,7 +12,7 @@ from serve_app.stores.protocols import (
     ServingIndex,
     Snapshots,
 )
-from serve_app.stores.scope import ScopeKey, in_scope
+from serve_app.stores.scope import in_scope
 from serve_app.stores.topologies import TOPOLOGIES
 from serve_app.stores.values import (
     PAYLOAD_INDEXES,

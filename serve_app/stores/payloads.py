@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from serve_app.schemas import DEFAULT_COLLECTION, DocumentInfo
-from serve_app.stores.scope import ScopeKey
+from serve_app.schemas import DEFAULT_COLLECTION, DocumentInfo, ScopeKey
 from serve_app.stores.values import DocumentStates
 
 

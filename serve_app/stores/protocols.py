@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-from serve_app.schemas import Chunk, DocumentInfo, SearchFilters, Strategy
-from serve_app.stores.scope import ScopeKey
+from serve_app.schemas import Chunk, DocumentInfo, ScopeKey, SearchFilters, Strategy
 from serve_app.stores.values import (
     DocumentStates,
     DocumentWrite,

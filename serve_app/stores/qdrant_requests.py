@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from serve_app.schemas import Chunk, SearchFilters, Strategy
-from serve_app.stores.scope import SCOPE_FIELDS, ScopeKey, scope_payload
+from serve_app.schemas import Chunk, ScopeKey, SearchFilters, Strategy
+from serve_app.stores.scope import SCOPE_FIELDS, scope_payload
 from serve_app.stores.values import DocumentWrite, EncodedChunk, StrategyQuery
 
 STORE_ONLY = (*SCOPE_FIELDS, "content_hash", "chunk_count")

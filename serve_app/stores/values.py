@@ -9,8 +9,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from serve_app.schemas import Chunk, SearchFilters, SparseVector, Strategy
-from serve_app.stores.scope import ScopeKey
+from serve_app.schemas import Chunk, ScopeKey, SearchFilters, SparseVector, Strategy
 
 PAYLOAD_SCHEMA = 2
 """Version of the chunk payload layout (2: every chunk carries its ``collection``); recorded

@@ -23,9 +23,8 @@ import uuid
 import numpy as np
 import pytest
 
-from serve_app.schemas import Chunk, SearchFilters, SparseVector
+from serve_app.schemas import Chunk, ScopeKey, SearchFilters, SparseVector
 from serve_app.stores.protocols import ChunkIndex, IndexMaintenance
-from serve_app.stores.scope import ScopeKey
 from serve_app.stores.values import (
     DocumentWrite,
     EncodedChunk,

@@ -15,8 +15,7 @@ from deployments.settings import service_config
 from serve_app.pipelines.components import build_components
 from serve_app.pipelines.ingest import IngestPipeline
 from serve_app.pipelines.search import SearchPipeline
-from serve_app.schemas import Document, SearchRequest
-from serve_app.stores.base import ScopeKey
+from serve_app.schemas import Document, ScopeKey, SearchRequest
 from tests.e2e.ray_metrics import metric_lines, ray_metrics
 from tests.helm.test_chart import CHART, HELM, objects
 from tests.helm.test_monitoring import MONITORING, rule_metric_names

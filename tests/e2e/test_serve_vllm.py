@@ -81,8 +81,7 @@ async def test_search_graph_end_to_end_on_vllm(
     from serve_app.pipelines.components import build_components
     from serve_app.pipelines.ingest import IngestPipeline
     from serve_app.pipelines.search import SearchPipeline
-    from serve_app.schemas import Document, SearchRequest
-    from serve_app.stores.base import ScopeKey
+    from serve_app.schemas import Document, ScopeKey, SearchRequest
 
     with httpx.Client(base_url=vllm_app, timeout=300) as http:
         ingested = http.post("/v1/documents", json={"documents": corpus})

@@ -18,7 +18,7 @@ import pytest
 from ray_metrics import metric_lines, ray_metrics
 
 from serve_app.errors import ConflictError
-from serve_app.stores.base import ScopeKey
+from serve_app.schemas import ScopeKey
 from serve_app.stores.versioning import versioned_names
 from serve_app.testing.store_contract import MODELS, corpus, query
 from tests.support.qdrant_rest_double import QdrantRestDouble

@@ -10,8 +10,7 @@ from serve_app.loaders import load_file
 from serve_app.pipelines.components import build_components
 from serve_app.pipelines.ingest import IngestPipeline
 from serve_app.pipelines.search import SearchPipeline
-from serve_app.schemas import SearchFilters, SearchRequest
-from serve_app.stores.base import ScopeKey
+from serve_app.schemas import ScopeKey, SearchFilters, SearchRequest
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTICLES = ("pbio.0020188", "pntd.0000149", "pone.0008519")

@@ -24,7 +24,7 @@ from serve_app.evaluation.beir import load_beir
 from serve_app.pipelines.components import build_components
 from serve_app.pipelines.ingest import IngestPipeline
 from serve_app.pipelines.search import SearchPipeline
-from serve_app.stores.base import ScopeKey
+from serve_app.schemas import ScopeKey
 
 pytestmark = pytest.mark.slow
 TENANT = ScopeKey("t")

@@ -14,8 +14,8 @@ from store_helpers import FlakyConnection
 
 from serve_app.api.app import create_app
 from serve_app.pipelines.components import build_components
+from serve_app.schemas import ScopeKey
 from serve_app.service import RetrievalService
-from serve_app.stores.base import ScopeKey
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="session")]
 

@@ -94,10 +94,14 @@ NEEDS_AN_EXTRA = {
     ("eval", "--beir", "{beir}", "--max-queries", "2"): "bench",
     ("tune", "--beir", "{beir}", "--grid", "smoke"): "bench",
     ("mcp",): "mcp",
+    ("mcp", "--url", "http://127.0.0.1:9"): "mcp",  # its --url is the service it serves
     ("cluster", "status"): "k8s",
     ("answer", "why?"): "llm",
 }
 RUNS = [("collections", "list"), ("inspect", "--json"), ("documents", "get", "nothing")]
+# With --url a command needs only the client: no refusal for the llm extra, the service is
+# called (nothing listens on port 9 here).
+THROUGH = [("answer", "why?", "--url", "http://127.0.0.1:9")]
 
 
 def test_every_command_runs_or_names_its_extra_before_working(tmp_path):
@@ -106,7 +110,9 @@ def test_every_command_runs_or_names_its_extra_before_working(tmp_path):
     config_path = tmp_path / "config.yaml"
     config_path.write_text(yaml.safe_dump(config))
     beir = tmp_path / "beir"  # never read: the refusal comes first
-    argvs = [[part.format(beir=beir) for part in argv] for argv in [*NEEDS_AN_EXTRA, *RUNS]]
+    argvs = [
+        [part.format(beir=beir) for part in argv] for argv in [*NEEDS_AN_EXTRA, *RUNS, *THROUGH]
+    ]
     blocked = set(EXTRAS) | {"ir_measures", "mcp", "kubernetes", "xllamacpp", "psutil"}
     done = subprocess.run(
         [
@@ -133,6 +139,9 @@ def test_every_command_runs_or_names_its_extra_before_working(tmp_path):
     for argv in RUNS:  # they reach the (empty) store: no index yet, said as such
         code, stderr = results[" ".join(argv)]
         assert code == 2 and "NOT_FOUND" in stderr and "embedded index" in stderr, (argv, stderr)
+    for argv in THROUGH:
+        code, stderr = results[" ".join(argv)]
+        assert code == 2 and "SERVICE_UNAVAILABLE" in stderr, (argv, stderr)
     # eval and tune were refused before they indexed or cached anything
     assert not (tmp_path / "data" / "eval").exists()
     assert not (tmp_path / "data" / "tune").exists()

@@ -99,6 +99,7 @@ def test_invalid_config_names_the_field(tmp_path, yaml_text, field):
         ("chunker", {"name": "paragraphs"}, "chunker.name"),
         ("dense", {"backend": "onnx"}, "dense.backend"),
         ("stores", {"topology": "pinecone"}, "stores.topology"),
+        ("llm", {"enabled": True, "backend": "llamacpp", "model": "x.gguf"}, "llm.backend"),
     ],
 )
 def test_unknown_component_names_fail_at_start(field, value, message):

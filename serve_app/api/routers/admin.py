@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Depends, Query
 
 from serve_app.api import deps
 from serve_app.api.auth import Principal
 from serve_app.errors import RequestSchemaError
-from serve_app.schemas import COLLECTION_PATTERN, TENANT_PATTERN
+from serve_app.schemas import COLLECTION_PATTERN, TENANT_PATTERN, ScopeKey
 from serve_app.service import RetrievalService
-from serve_app.stores.base import ScopeKey
 
 router = APIRouter(prefix="/v1/admin")
 
@@ -21,7 +22,7 @@ async def inspect(
     who: Principal = Depends(deps.principal),
     seconds: float = Depends(deps.deadline_s),
     service: RetrievalService = Depends(deps.service),
-) -> dict:
+) -> dict[str, Any]:
     """Per store: its own report (alias and versions, model binding, payload indexes, a
     payload sample, size on disk where reported); per (tenant, collection): the chunks and
     documents each store holds. ``collection`` needs ``tenant`` (else 422 INVALID_INPUT: an

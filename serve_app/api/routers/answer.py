@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any, Generic, TypeVar
 
 from fastapi import APIRouter, Depends, Header, Request
@@ -139,10 +139,9 @@ class EventStreamResponse(Response, Generic[T]):
                 task.cancel()
             await asyncio.gather(sending, watching, return_exceptions=True)
             await self.events.aclose()  # type: ignore[attr-defined]
-        if sending.done() and not sending.cancelled() and sending.exception() is not None:
-            error = sending.exception()
-            if not isinstance(error, OSError):  # a write to a closed connection: disconnect
-                raise error
+        error = None if sending.cancelled() or not sending.done() else sending.exception()
+        if error is not None and not isinstance(error, OSError):  # OSError: a disconnect
+            raise error
 
 
 async def run_answer(
@@ -185,7 +184,8 @@ async def run_answer(
     if isinstance(events, AnswerError):
         return error_response(reported_error(events.code, events.message, events.retry_after_s))
     if not resumable:
-        return event_stream(events, config, encode)
+        stream: EventStreamResponse[AnswerEvent] = event_stream(events, config, encode)
+        return stream
     assert replays is not None
     recording = replays.start(owner, request.model_dump(mode="json"), events, encode)
     return event_stream(replays.follow(recording, 0, config.answer.heartbeat_s), config, _sent)
@@ -300,7 +300,7 @@ async def observed_answer(
     checked: CheckedAnswer,
     seconds: float,
     metrics: Metrics,
-) -> AsyncIterator[AnswerEvent]:
+) -> AsyncGenerator[AnswerEvent, None]:
     """The answer's events (both doors), its stage timings and outcome recorded when it is
     done."""
     events = service.answer_stream(checked, seconds)
@@ -324,7 +324,7 @@ async def observed_answer(
         metrics.observe_answer(outcome, True, watch.seconds(), data, first_token_s)
 
 
-def observe_whole_answer(answer: dict, seconds: float, metrics: Metrics) -> None:
+def observe_whole_answer(answer: dict[str, Any], seconds: float, metrics: Metrics) -> None:
     """A non-streamed answer's stage timings and outcome (``service.answer``'s object)."""
     metrics.observe_stages("answer", answer.get("timings_ms", {}))
     error = answer.get("error")

@@ -7,6 +7,8 @@ collection of the same name is simply not found (404), for reads, writes and sea
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Depends
 
 from serve_app.api import deps
@@ -33,7 +35,7 @@ async def create_collection(
     who: Principal = Depends(deps.principal),
     seconds: float = Depends(deps.deadline_s),
     service: RetrievalService = Depends(deps.service),
-) -> dict:
+) -> dict[str, Any]:
     who.require("write")
     return await deps.within(seconds, service.create_collection(who.scope(body.name)))
 
@@ -43,7 +45,7 @@ async def list_collections(
     who: Principal = Depends(deps.principal),
     seconds: float = Depends(deps.deadline_s),
     service: RetrievalService = Depends(deps.service),
-) -> dict:
+) -> dict[str, Any]:
     who.require("read")
     found = await deps.within(seconds, service.list_collections(who.scope(None)))
     return {
@@ -60,7 +62,7 @@ async def get_collection(
     who: Principal = Depends(deps.principal),
     seconds: float = Depends(deps.deadline_s),
     service: RetrievalService = Depends(deps.service),
-) -> dict:
+) -> dict[str, Any]:
     who.require("read")
     return await deps.within(seconds, service.describe_collection(who.scope(name)))
 

@@ -19,10 +19,9 @@ from serve_app.api.models import DeleteResponse, IngestResponse
 from serve_app.api.observability import Metrics
 from serve_app.api.uploads import read_documents
 from serve_app.loaders.pool import LoaderPool
-from serve_app.schemas import DocumentInfo
+from serve_app.schemas import DocumentInfo, ScopeKey
 from serve_app.service import RetrievalService
 from serve_app.service.tenant_limits import TenantRates
-from serve_app.stores.base import ScopeKey
 
 UPLOAD_BODY = {
     "requestBody": {

@@ -467,7 +467,7 @@ async def run_chat_completion(
             )
             request = chat.answer_request(named)
         except ValidationError as invalid:
-            raise RequestSchemaError(describe_validation_errors(list(invalid.errors()))) from None
+            raise RequestSchemaError(describe_validation_errors(invalid.errors())) from None
         checked = await deps.within(
             seconds, service.check_answer(request, who.scope(request.collection))
         )

@@ -13,7 +13,7 @@ from serve_app.api import deps
 from serve_app.api.auth import Principal
 from serve_app.api.models import SearchResponseOut
 from serve_app.api.observability import Metrics
-from serve_app.schemas import FUSION_METHODS, FusionSpec, SearchRequest, SearchResponse
+from serve_app.schemas import FUSION_METHODS, SearchRequest, SearchResponse
 from serve_app.service import RetrievalService
 
 
@@ -68,7 +68,7 @@ def add_search_routes(router: APIRouter, collection: Callable[..., Any]) -> None
                 "query": q,
                 "top_k": top_k,
                 "strategies": strategies.split(",") if strategies else None,
-                "fusion": FusionSpec(method=fusion).model_dump() if fusion else None,
+                "fusion": {"method": fusion} if fusion else None,
                 "rerank": rerank,
                 **({"collection": name} if name is not None else {}),
             }

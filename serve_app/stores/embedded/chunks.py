@@ -10,12 +10,12 @@ from typing import Any
 
 import qdrant_edge as edge
 
-from serve_app.schemas import Chunk
+from serve_app.schemas import Chunk, ScopeKey
 from serve_app.stores import qdrant_requests as qr
 from serve_app.stores.embedded.filters import sparse_vector, to_edge_filter
 from serve_app.stores.embedded.shard import EdgeShardOwner
 from serve_app.stores.payloads import states_from_payloads
-from serve_app.stores.scope import SCOPE_FIELDS, ScopeKey, in_scope
+from serve_app.stores.scope import SCOPE_FIELDS, in_scope
 from serve_app.stores.values import DocumentStates, DocumentWrite
 
 _SCROLL_PAGE = 1000
@@ -141,7 +141,7 @@ class EdgeChunks(EdgeShardOwner):
         ]
 
     async def present(self, requests: list[tuple[ScopeKey, list[str]]]) -> list[set[str]]:
-        found = self._retrieve_sync(requests, SCOPE_FIELDS)  # inline, as queries are (embedded/queries.py)
+        found = self._retrieve_sync(requests, SCOPE_FIELDS)  # inline, as queries are
         return [set(f) for f in found]
 
     async def chunks(self, requests: list[tuple[ScopeKey, list[str]]]) -> list[dict[str, Chunk]]:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from serve_app.schemas import ScopeKey
 from serve_app.stores.embedded.layout import REGISTRY_FILE
 from serve_app.stores.embedded.shard import EdgeShardOwner
 from serve_app.stores.registry import registry_fields, registry_key
-from serve_app.stores.scope import ScopeKey
 
 
 class EdgeRegistry(EdgeShardOwner):

@@ -9,10 +9,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from serve_app.errors import ConflictError, InvalidInputError, NotFoundError
-from serve_app.schemas import DEFAULT_COLLECTION
+from serve_app.schemas import DEFAULT_COLLECTION, ScopeKey
 from serve_app.stores.index.topology import Topology
 from serve_app.stores.registry import registry_key
-from serve_app.stores.scope import ScopeKey
 
 log = logging.getLogger(__name__)
 

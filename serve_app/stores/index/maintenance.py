@@ -7,12 +7,12 @@ import asyncio
 from typing import Any
 
 from serve_app.errors import ConfigError
-from serve_app.schemas import Chunk, SearchFilters, Strategy
+from serve_app.schemas import Chunk, ScopeKey, SearchFilters, Strategy
 from serve_app.stores.index.collections import StoreCollections
 from serve_app.stores.index.reads import StoreReads
 from serve_app.stores.payloads import sample_payload
 from serve_app.stores.protocols import Backend, Snapshots
-from serve_app.stores.scope import SCOPE_FIELDS, ScopeKey, payload_scope
+from serve_app.stores.scope import SCOPE_FIELDS, payload_scope
 from serve_app.stores.values import Hit, QueryVectors, SearchQuery
 
 _COUNT_PAGE = 1000

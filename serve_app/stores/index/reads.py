@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import asyncio
 
-from serve_app.schemas import Chunk, DocumentInfo
+from serve_app.schemas import Chunk, DocumentInfo, ScopeKey
 from serve_app.stores.index.topology import Topology
 from serve_app.stores.payloads import document_info_from
 from serve_app.stores.protocols import Backend
-from serve_app.stores.scope import ScopeKey
 from serve_app.stores.values import Hit, SearchQuery, StrategyQuery
 
 

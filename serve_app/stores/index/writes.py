@@ -24,8 +24,8 @@ from collections.abc import Awaitable
 from typing import Any
 
 from serve_app.errors import ServeAppError
+from serve_app.schemas import ScopeKey
 from serve_app.stores.index.topology import Topology
-from serve_app.stores.scope import ScopeKey
 from serve_app.stores.values import DocumentWrite
 
 log = logging.getLogger(__name__)

@@ -12,9 +12,9 @@ from typing import Any
 
 from serve_app.chunking.base import contextual_header
 from serve_app.config import OpenSearchConfig
-from serve_app.schemas import SearchFilters, SparseVector
+from serve_app.schemas import ScopeKey, SearchFilters, SparseVector
 from serve_app.stores.registry import REGISTRY_RECORD_FIELDS
-from serve_app.stores.scope import ScopeKey, scope_payload
+from serve_app.stores.scope import scope_payload
 from serve_app.stores.values import DocumentWrite, IndexModels
 
 MAPPING_VERSION = 3

@@ -7,10 +7,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from serve_app.schemas import Chunk
+from serve_app.schemas import Chunk, ScopeKey
 from serve_app.stores.opensearch import bodies
 from serve_app.stores.opensearch.connection import OpenSearchConnection, OpenSearchStoreError
-from serve_app.stores.scope import SCOPE_FIELDS, ScopeKey, in_scope
+from serve_app.stores.scope import SCOPE_FIELDS, in_scope
 from serve_app.stores.values import DocumentStates, DocumentWrite
 
 _RETRYABLE = {429, 500, 502, 503, 504}

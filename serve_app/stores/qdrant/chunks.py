@@ -7,12 +7,12 @@ from typing import Any
 
 from qdrant_client import models as qm
 
-from serve_app.schemas import Chunk
+from serve_app.schemas import Chunk, ScopeKey
 from serve_app.stores import qdrant_requests as qr
 from serve_app.stores.payloads import states_from_payloads
 from serve_app.stores.qdrant.connection import QdrantConnection
 from serve_app.stores.qdrant.filters import to_client_filter
-from serve_app.stores.scope import SCOPE_FIELDS, ScopeKey, in_scope
+from serve_app.stores.scope import SCOPE_FIELDS, in_scope
 from serve_app.stores.values import DocumentStates, DocumentWrite
 
 _SCROLL_PAGE = 1000

@@ -11,8 +11,7 @@ import pytest
 from deployments.replicas.store import StoreDeployment
 from deployments.settings import service_config
 from serve_app.pipelines.retrieval import RetrieveSpec
-from serve_app.schemas import FusionSpec
-from serve_app.stores.base import ScopeKey
+from serve_app.schemas import FusionSpec, ScopeKey
 from serve_app.testing.store_contract import MODELS, corpus, query
 
 

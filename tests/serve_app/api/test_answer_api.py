@@ -90,8 +90,7 @@ DOCS = [
 
 async def make_service(config, llm):
     from serve_app.api.models import IngestRequest
-    from serve_app.schemas import Document
-    from serve_app.stores.base import ScopeKey
+    from serve_app.schemas import Document, ScopeKey
 
     components = await build_components(config)
     service = RetrievalService(components, llm=llm)
@@ -176,7 +175,7 @@ async def test_events_come_in_order_with_results_deltas_and_checked_citations(cl
 async def test_a_hostile_document_stays_inside_its_delimiters(service):
     from serve_app.generation.orders import REMOVED
     from serve_app.generation.prompts import Passage, answer_messages
-    from serve_app.stores.base import ScopeKey
+    from serve_app.schemas import ScopeKey
 
     info = await service.get_document(ScopeKey("default"), "hostile")
     hostile = await service.components.index.fetch_batch(
@@ -193,8 +192,7 @@ async def test_control_text_in_a_passage_is_shown_as_the_model_read_it(service, 
     """A chunk holding the chat template's control tokens reaches the model as the guard's
     marker; its result (and so its citations) shows that text, not the chunk's."""
     from serve_app.generation.special_tokens import MARKER
-    from serve_app.schemas import AnswerRequest, Document
-    from serve_app.stores.base import ScopeKey
+    from serve_app.schemas import AnswerRequest, Document, ScopeKey
 
     key = ScopeKey("default", "control")
     await service.create_collection(key)
@@ -259,8 +257,7 @@ async def test_a_relevance_floor_checks_the_models_refusal_against_the_index(
     refused by SmolLM2 every time (the test above); its best passage's cosine is low but
     above 0, so a floor of 0 overrules the refusal and 0.99 keeps it."""
     from serve_app.pipelines.answer import AnswerPipeline
-    from serve_app.schemas import AnswerRequest
-    from serve_app.stores.base import ScopeKey
+    from serve_app.schemas import AnswerRequest, ScopeKey
 
     config = service.config.model_copy(deep=True)
     config.answer.understanding.relevance_floor = floor

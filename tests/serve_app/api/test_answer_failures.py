@@ -17,8 +17,7 @@ import pytest
 from serve_app.api.app import create_app
 from serve_app.generation import build_llm
 from serve_app.generation.base import GenerationParams, Message
-from serve_app.schemas import AnswerRequest
-from serve_app.stores.base import ScopeKey
+from serve_app.schemas import AnswerRequest, ScopeKey
 from tests.serve_app.api.test_answer_api import ANSWER, make_service, parse_sse
 from tests.support.data import SMOLLM2
 

@@ -13,8 +13,8 @@ import pytest
 from serve_app.api.app import create_app
 from serve_app.api.auth import hash_api_key
 from serve_app.pipelines.components import build_components
+from serve_app.schemas import ScopeKey
 from serve_app.service import RetrievalService
-from serve_app.stores.base import ScopeKey
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

@@ -21,9 +21,9 @@ from serve_app.api.app import create_app
 from serve_app.api.auth import Authenticator, Principal, UnauthenticatedError
 from serve_app.config import AuthConfig
 from serve_app.pipelines.components import build_components
-from serve_app.schemas import valid_tenant_id
+from serve_app.schemas import ScopeKey, valid_tenant_id
 from serve_app.service import RetrievalService
-from serve_app.stores.base import ScopeKey, in_scope
+from serve_app.stores.base import in_scope
 
 on_session_loop = pytest.mark.asyncio(loop_scope="session")
 

@@ -30,10 +30,9 @@ from serve_app.api.auth import hash_api_key
 from serve_app.generation import build_llm
 from serve_app.generation.base import Completion, Usage
 from serve_app.pipelines.components import build_components
-from serve_app.schemas import Document
+from serve_app.schemas import Document, ScopeKey
 from serve_app.service import RetrievalService
 from serve_app.service.tenant_limits import TenantRate
-from serve_app.stores.base import ScopeKey
 from tests.serve_app.api.test_answer_api import ANSWER, DOCS
 from tests.serve_app.api.test_answer_failures import Slowed
 from tests.support.data import SMOLLM2

@@ -11,9 +11,8 @@ import pytest
 
 from serve_app.errors import ServiceUnavailableError
 from serve_app.pipelines.components import build_components
-from serve_app.schemas import Document
+from serve_app.schemas import Document, ScopeKey
 from serve_app.service import RetrievalService
-from serve_app.stores.base import ScopeKey
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

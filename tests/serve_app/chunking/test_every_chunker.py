@@ -3,8 +3,7 @@
 import pytest
 
 from serve_app.chunking.base import canonical_text, contextual_header, stored_chunk_id
-from serve_app.schemas import Document
-from serve_app.stores.base import ScopeKey
+from serve_app.schemas import Document, ScopeKey
 
 NAMES = ["sliding_window", "sections", "imrad"]
 

@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 
 from serve_app.pipelines.answer import AnswerPipeline
-from serve_app.schemas import AnswerRequest
-from serve_app.stores.base import ScopeKey
+from serve_app.schemas import AnswerRequest, ScopeKey
 
 pytestmark = pytest.mark.asyncio
 

@@ -7,8 +7,7 @@ import pytest
 from serve_app.errors import InvalidInputError, PayloadTooLargeError
 from serve_app.pipelines.ingest import IngestPipeline, encoding_text
 from serve_app.pipelines.timing import StageTimer
-from serve_app.schemas import Chunk, Document, Section
-from serve_app.stores.base import ScopeKey
+from serve_app.schemas import Chunk, Document, ScopeKey, Section
 
 DEFAULT = ScopeKey("default")
 

@@ -7,8 +7,8 @@ from serve_app.errors import InvalidInputError
 from serve_app.pipelines.components import build_components
 from serve_app.pipelines.ingest import IngestPipeline
 from serve_app.pipelines.search import SearchPipeline
-from serve_app.schemas import Document, SearchFilters, SearchRequest
-from serve_app.stores.base import ScopeKey, ServingIndex
+from serve_app.schemas import Document, ScopeKey, SearchFilters, SearchRequest
+from serve_app.stores.base import ServingIndex
 
 DEFAULT = ScopeKey("default")
 

@@ -15,7 +15,7 @@ import pytest
 from store_helpers import make_store, opensearch_config, write
 
 from serve_app.errors import ModelMismatchError
-from serve_app.stores.scope import ScopeKey
+from serve_app.schemas import ScopeKey
 from serve_app.stores.versioning import versioned_names
 from serve_app.testing.store_contract import MODELS, encoded, query
 from tests.support.qdrant_rest_double import QdrantRestDouble

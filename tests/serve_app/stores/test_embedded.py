@@ -8,8 +8,8 @@ from store_helpers import MODELS, encoded, query, write
 
 from serve_app.config import EmbeddedStoreConfig
 from serve_app.errors import ModelMismatchError
+from serve_app.schemas import ScopeKey
 from serve_app.stores.embedded import REGISTRY_FILE, EdgeBackend, embedded_index
-from serve_app.stores.scope import ScopeKey
 from serve_app.stores.values import IndexModels
 
 

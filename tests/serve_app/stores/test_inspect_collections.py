@@ -16,7 +16,7 @@ from serve_app.errors import (
     NotFoundError,
     ServiceUnavailableError,
 )
-from serve_app.stores.scope import ScopeKey
+from serve_app.schemas import ScopeKey
 from serve_app.stores.values import PAYLOAD_INDEXES
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")

@@ -10,9 +10,8 @@ import asyncio
 import pytest
 from store_helpers import TOPOLOGY_NAMES, make_store
 
-from serve_app.schemas import SearchFilters
+from serve_app.schemas import ScopeKey, SearchFilters
 from serve_app.stores.index import StoreIndex
-from serve_app.stores.scope import ScopeKey
 from serve_app.testing.store_contract import MODELS, encoded, query, write
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")

@@ -14,10 +14,9 @@ from opensearchpy import AIOHttpConnection, AsyncOpenSearch
 from store_helpers import MODELS, encoded, opensearch_config, query, write
 
 from serve_app.errors import ServeAppError
-from serve_app.schemas import SearchFilters
+from serve_app.schemas import ScopeKey, SearchFilters
 from serve_app.stores.index import StoreIndex
 from serve_app.stores.opensearch import OpenSearchBackend, bodies
-from serve_app.stores.scope import ScopeKey
 from serve_app.stores.values import IndexModels
 
 

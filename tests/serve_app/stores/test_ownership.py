@@ -15,9 +15,9 @@ from store_helpers import MODELS, encoded, write
 
 from serve_app.config import EmbeddedStoreConfig
 from serve_app.errors import IndexInUseError, StoreUnavailableError
+from serve_app.schemas import ScopeKey
 from serve_app.stores.embedded import embedded_index
 from serve_app.stores.ownership import OWNER_URL_ENV
-from serve_app.stores.scope import ScopeKey
 
 HOLDER = textwrap.dedent(
     """

@@ -17,8 +17,8 @@ import pytest
 from store_helpers import make_store, opensearch_config, write
 
 from serve_app.errors import ConfigError, ConflictError, NotFoundError
+from serve_app.schemas import ScopeKey
 from serve_app.stores.registry import registry_key
-from serve_app.stores.scope import ScopeKey
 from serve_app.testing.store_contract import MODELS, encoded
 from tests.support.qdrant_rest_double import QdrantRestDouble
 

@@ -9,11 +9,10 @@ import pytest
 from store_helpers import MODELS, encoded, make_store, query, write
 
 from serve_app.errors import ModelMismatchError
-from serve_app.schemas import SearchFilters
+from serve_app.schemas import ScopeKey, SearchFilters
 from serve_app.stores.opensearch import OpenSearchBackend
 from serve_app.stores.opensearch.bodies import MAPPING_VERSION
 from serve_app.stores.qdrant import QdrantBackend
-from serve_app.stores.scope import ScopeKey
 from serve_app.stores.values import IndexModels
 
 # The stores hold async HTTP clients: fixtures and tests share the session's event loop.

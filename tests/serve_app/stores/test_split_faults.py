@@ -12,10 +12,10 @@ from store_helpers import MODELS, FlakyConnection, encoded, opensearch_config, q
 
 from serve_app.config import QdrantConfig
 from serve_app.errors import ServiceUnavailableError
+from serve_app.schemas import ScopeKey
 from serve_app.stores.index import StoreIndex
 from serve_app.stores.opensearch import OpenSearchBackend
 from serve_app.stores.qdrant import QdrantBackend
-from serve_app.stores.scope import ScopeKey
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
