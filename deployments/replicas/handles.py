@@ -21,18 +21,13 @@ from serve_app.batching import Coalescer, concatenating
 from serve_app.encoders.queue import Lane
 from serve_app.errors import OverloadedError, ServeAppError, ServiceUnavailableError
 from serve_app.generation.base import Completion, GenerationParams, Message, Usage
-from serve_app.model_info import DenseInfo, LLMInfo, ModelInfo, StoreInfo
+from serve_app.model_info import DenseInfo, LLMInfo, ModelInfo
 from serve_app.pipelines.retrieval import Retrieved, RetrieveSpec
 from serve_app.schemas import (
     Chunk,
     Document,
-    DocumentInfo,
-    ScopeKey,
-    SearchFilters,
     SparseVector,
-    Strategy,
 )
-from serve_app.stores.base import DocumentWrite, Hit, IndexModels, QueryVectors, SearchQuery
 
 T = TypeVar("T")
 BatchObserver = Callable[[str, dict[str, Any]], None]
@@ -226,102 +221,6 @@ class RemoteChunker:
 
     async def chunk_many(self, documents: list[Document]) -> list[list[Chunk]]:
         return await call("chunker", self.handle.chunk_many.remote(documents))
-
-
-class RemoteIndex:
-    """The ChunkIndex protocol over the store deployment: each method is a typed call of
-    the deployment's method of the same name (``deployments.replicas.store.StoreDeployment``)."""
-
-    def __init__(self, handle: DeploymentHandle[Any], info: StoreInfo) -> None:
-        self.handle = handle
-        self.strategies: tuple[Strategy, ...] = tuple(info.strategies)
-
-    async def open(self, models: IndexModels) -> None:
-        """Replicas open themselves at start; this checks they did so for ``models``."""
-        await call("store", self.handle.open.remote(models))
-
-    async def close(self) -> None:
-        """The store deployment owns the index and closes it itself."""
-
-    async def healthy(self) -> bool:
-        return cast(bool, await call("store", self.handle.healthy.remote()))
-
-    async def write_documents(self, scope: ScopeKey, writes: list[DocumentWrite]) -> int:
-        return cast(int, await call("store", self.handle.write_documents.remote(scope, writes)))
-
-    async def delete_document(self, scope: ScopeKey, doc_id: str) -> int:
-        return cast(int, await call("store", self.handle.delete_document.remote(scope, doc_id)))
-
-    async def document_hashes(self, scope: ScopeKey, doc_ids: list[str]) -> dict[str, str]:
-        return cast(
-            dict[str, str], await call("store", self.handle.document_hashes.remote(scope, doc_ids))
-        )
-
-    async def document_info(self, scope: ScopeKey, doc_id: str) -> DocumentInfo | None:
-        return cast(
-            DocumentInfo | None,
-            await call("store", self.handle.document_info.remote(scope, doc_id)),
-        )
-
-    async def search_batch(self, queries: list[SearchQuery]) -> list[dict[str, list[Hit]]]:
-        return cast(
-            list[dict[str, list[Hit]]],
-            await call("store", self.handle.search_batch.remote(queries)),
-        )
-
-    async def fetch_batch(self, requests: list[tuple[ScopeKey, list[str]]]) -> list[list[Chunk]]:
-        return cast(
-            list[list[Chunk]], await call("store", self.handle.fetch_batch.remote(requests))
-        )
-
-    async def has_collection(self, key: ScopeKey) -> bool:
-        return cast(bool, await call("store", self.handle.has_collection.remote(key)))
-
-    async def list_collections(self, tenant: ScopeKey) -> list[dict[str, Any]]:
-        return cast(
-            list[dict[str, Any]], await call("store", self.handle.list_collections.remote(tenant))
-        )
-
-    async def create_collection(self, key: ScopeKey) -> dict[str, Any]:
-        return cast(dict[str, Any], await call("store", self.handle.create_collection.remote(key)))
-
-    async def delete_collection(self, key: ScopeKey) -> int:
-        return cast(int, await call("store", self.handle.delete_collection.remote(key)))
-
-    async def search(
-        self,
-        strategy: Strategy,
-        query: QueryVectors,
-        limit: int,
-        scope: ScopeKey,
-        filters: SearchFilters | None = None,
-    ) -> list[Hit]:
-        return cast(
-            list[Hit],
-            await call("store", self.handle.search.remote(strategy, query, limit, scope, filters)),
-        )
-
-    async def search_many(
-        self,
-        strategies: list[Strategy],
-        query: QueryVectors,
-        limit: int,
-        scope: ScopeKey,
-        filters: SearchFilters | None = None,
-    ) -> dict[str, list[Hit]]:
-        hits = await call(
-            "store", self.handle.search_many.remote(strategies, query, limit, scope, filters)
-        )
-        return cast(dict[str, list[Hit]], hits)
-
-    async def fetch(self, scope: ScopeKey, chunk_ids: list[str]) -> list[Chunk]:
-        return cast(list[Chunk], await call("store", self.handle.fetch.remote(scope, chunk_ids)))
-
-    async def count(self, scope: ScopeKey | None = None) -> int:
-        return cast(int, await call("store", self.handle.count.remote(scope)))
-
-    async def inspect(self, selector: ScopeKey | None = None) -> dict[str, Any]:
-        return cast(dict[str, Any], await call("store", self.handle.inspect.remote(selector)))
 
 
 class RemoteTokenStream:

@@ -12,7 +12,6 @@ from deployments.replicas.edge import use_api
 from deployments.replicas.handles import (
     RemoteChunker,
     RemoteDenseEncoder,
-    RemoteIndex,
     RemoteLLM,
     RemoteReranker,
     RemoteRetriever,
@@ -24,6 +23,7 @@ from deployments.replicas.handles import (
 from deployments.replicas.logs import configure_replica_logging
 from deployments.replicas.metrics import RayInstruments
 from deployments.replicas.options import ConfiguredDeployment
+from deployments.replicas.store_seam import RemoteIndex
 from deployments.settings import ServiceConfig
 from serve_app.api.app import create_app
 from serve_app.api.observability import Metrics

@@ -18,7 +18,7 @@ from serve_app.encoders.base import (
 )
 from serve_app.model_manifest import loaded_revision
 from serve_app.pipelines.retrieval import IndexRetriever, Retriever
-from serve_app.stores.base import TOPOLOGIES, ChunkIndex, IndexModels
+from serve_app.stores.base import TOPOLOGIES, IndexModels, ServedIndex
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ class Components:
     dense: DenseEncoder
     sparse: dict[str, SparseEncoder]
     reranker: Reranker | None
-    index: ChunkIndex
+    index: ServedIndex  # in process, a whole topology; on Ray, the store deployment's seam
     # Search, fusion and fetch in one call; by default next to ``index`` (in process).
     retriever: Retriever | None = None
 
@@ -120,7 +120,7 @@ async def build_components(
     dense: DenseEncoder | None = None,
     sparse: dict[str, SparseEncoder] | None = None,
     reranker: Reranker | None = None,
-    index: ChunkIndex | None = None,
+    index: ServedIndex | None = None,
     retriever: Retriever | None = None,
 ) -> Components:
     """The components ``config`` names, with the index opened for their models (the model

@@ -9,14 +9,14 @@ from typing import Any
 from serve_app.config import AppConfig
 from serve_app.errors import NotFoundError, TenantQuotaError, collection_not_found
 from serve_app.schemas import DEFAULT_COLLECTION, DocumentInfo, ScopeKey
-from serve_app.stores.base import ChunkIndex
+from serve_app.stores.base import ServedIndex
 
 
 class CollectionService:
     """Every method takes the ``ScopeKey`` its caller resolved (a tenant's: ``collection``
     None; one collection's: ``existing`` confirms a named one)."""
 
-    def __init__(self, index: ChunkIndex, config: AppConfig) -> None:
+    def __init__(self, index: ServedIndex, config: AppConfig) -> None:
         self.index = index
         self.config = config
 

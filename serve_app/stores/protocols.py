@@ -1,6 +1,6 @@
 """The store protocols: what the pipelines and the other callers see (``ServingIndex``,
-``CollectionRegistry``, ``IndexMaintenance``, ``Snapshots``; ``ChunkIndex`` is all of the
-first three), and the primitives a store backend implements (``Backend``, ``ChunkBackend``).
+``CollectionRegistry``, ``IndexReport``, which together are ``ServedIndex``, what the service
+calls; ``IndexMaintenance``; ``ChunkIndex``, all of them; ``Snapshots``), and the primitives a store backend implements (``Backend``, ``ChunkBackend``).
 
 Every topology is one ``StoreIndex`` (``stores/index/``: the write, delete and read algorithm,
 once) over one or more ``Backend``\\ s: qdrant-edge in process, Qdrant, OpenSearch. A backend
@@ -89,9 +89,8 @@ class CollectionRegistry(Protocol):
 
 
 @runtime_checkable
-class IndexMaintenance(Protocol):
-    """Inspection, counts and the one-query reads that evaluation, benchmarks and tests use
-    (the serving path batches its queries: ``ServingIndex``)."""
+class IndexReport(Protocol):
+    """What the stores hold, as the API and the CLI report it."""
 
     async def count(self, scope: ScopeKey | None = None) -> int: ...
 
@@ -100,6 +99,18 @@ class IndexMaintenance(Protocol):
         each store holds (every tenant when ``selector`` is None, every collection of its
         tenant when its collection is None)."""
         ...
+
+
+@runtime_checkable
+class ServedIndex(ServingIndex, CollectionRegistry, IndexReport, Protocol):
+    """Everything the application service calls: what crosses the Ray seam between the
+    ingress and the store deployment (``deployments/replicas/store_seam.py``)."""
+
+
+@runtime_checkable
+class IndexMaintenance(Protocol):
+    """The one-query reads that evaluation, benchmarks and tests use, in process only (the
+    serving path batches its queries: ``ServingIndex``)."""
 
     async def search(
         self,
@@ -125,9 +136,9 @@ class IndexMaintenance(Protocol):
 
 
 @runtime_checkable
-class ChunkIndex(ServingIndex, CollectionRegistry, IndexMaintenance, Protocol):
-    """A whole store topology (``StoreIndex``, or ``RemoteIndex`` over the store
-    deployment): every protocol above. Callers take the narrowest one they need."""
+class ChunkIndex(ServedIndex, IndexMaintenance, Protocol):
+    """A whole store topology in process (``StoreIndex``): every protocol above. Callers
+    take the narrowest one they need; across the Ray seam only ``ServedIndex`` goes."""
 
 
 @runtime_checkable

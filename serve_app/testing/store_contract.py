@@ -1,4 +1,4 @@
-"""The ``ChunkIndex`` contract as pytest mixins (Haystack's document-store test mixins are
+"""The ``ServedIndex`` contract as pytest mixins (Haystack's document-store test mixins are
 the model): subclass ``StoreContract`` in a test module and give it a ``store`` fixture, an
 opened index (``MODELS``) that tests may share: each test writes under tenants of its own.
 
@@ -24,7 +24,8 @@ import numpy as np
 import pytest
 
 from serve_app.schemas import Chunk, ScopeKey, SearchFilters, SparseVector
-from serve_app.stores.protocols import ChunkIndex, IndexMaintenance
+from serve_app.stores.one_query import fetch, search, search_many
+from serve_app.stores.protocols import ServedIndex
 from serve_app.stores.values import (
     DocumentWrite,
     EncodedChunk,
@@ -34,6 +35,7 @@ from serve_app.stores.values import (
 )
 
 MODELS = IndexModels(dense_model="m", dense_dim=4, splade_model="s", bm25_model="b")
+
 
 
 def chunk_uuid(*parts: object) -> str:
@@ -120,7 +122,8 @@ def corpus(t1: ScopeKey, t2: ScopeKey) -> list[tuple[ScopeKey, list[DocumentWrit
 
 @pytest.mark.asyncio(loop_scope="session")
 class StoreContract:
-    """Every behaviour a ``ChunkIndex`` promises, on tenants of each test's own."""
+    """Every behaviour a ``ServedIndex`` promises, on tenants of each test's own (the
+    one-query reads go through the batched ones, as the serving path's do)."""
 
     @pytest.fixture
     def tenants(self) -> tuple[ScopeKey, ScopeKey]:
@@ -128,14 +131,14 @@ class StoreContract:
         return ScopeKey(f"t1-{tag}"), ScopeKey(f"t2-{tag}")
 
     @pytest.fixture
-    async def filled(self, store, tenants) -> tuple[ChunkIndex, ScopeKey, ScopeKey]:
+    async def filled(self, store, tenants) -> tuple[ServedIndex, ScopeKey, ScopeKey]:
         for tenant, writes in corpus(*tenants):
             await store.write_documents(tenant, writes)
         return store, *tenants
 
     @staticmethod
-    async def texts(store: IndexMaintenance, tenant: ScopeKey, hits) -> list[str]:
-        return [c.text for c in await store.fetch(tenant, [h.chunk_id for h in hits])]
+    async def texts(store: ServedIndex, tenant: ScopeKey, hits) -> list[str]:
+        return [c.text for c in await fetch(store, tenant, [h.chunk_id for h in hits])]
 
     async def test_a_collection_created_again_starts_empty(self, store, tenants):
         """A write admitted just before a collection was deleted can land after the
@@ -151,26 +154,26 @@ class StoreContract:
         created = await store.create_collection(key)
         assert created["state"] == "ready" and await store.has_collection(key)
         assert await store.count(key) == 0
-        assert await store.search("dense", query(), 5, key) == []
+        assert await search(store, "dense", query(), 5, key) == []
         await store.delete_collection(key)
 
     async def test_protocol_health_and_counts(self, filled):
         store, t1, t2 = filled
-        assert isinstance(store, ChunkIndex) and await store.healthy()
+        assert isinstance(store, ServedIndex) and await store.healthy()
         assert (await store.count(t1), await store.count(t2)) == (3, 1)
 
     @pytest.mark.parametrize("strategy", ["dense", "splade"])
     async def test_search_is_tenant_scoped_and_ordered(self, filled, strategy):
         store, t1, _ = filled
-        hits = await store.search(strategy, query(), 10, t1)
-        chunks = await store.fetch(t1, [h.chunk_id for h in hits])
+        hits = await search(store, strategy, query(), 10, t1)
+        chunks = await fetch(store, t1, [h.chunk_id for h in hits])
         assert hits and len(chunks) == len(hits)
         assert [c.doc_id for c in chunks] == [h.doc_id for h in hits]
         assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
 
     async def test_dense_ranking_is_exact(self, filled):
         store, t1, _ = filled
-        hits = await store.search("dense", query(), 10, t1)
+        hits = await search(store, "dense", query(), 10, t1)
         assert await self.texts(store, t1, hits) == [
             "alpha particles decay",
             "gamma rays",
@@ -180,7 +183,7 @@ class StoreContract:
 
     async def test_splade_is_the_dot_product(self, filled):
         store, t1, _ = filled
-        hits = await store.search("splade", query(terms={1: 1.0, 2: 1.0}), 10, t1)
+        hits = await search(store, "splade", query(terms={1: 1.0, 2: 1.0}), 10, t1)
         got = dict(zip(await self.texts(store, t1, hits), (h.score for h in hits), strict=True))
         # rank_features keep about 9 significant bits in Lucene: allow 1 % relative.
         assert got == pytest.approx(
@@ -190,17 +193,17 @@ class StoreContract:
 
     async def test_filters_apply_inside_each_strategy(self, filled):
         store, t1, _ = filled
-        by_doc = await store.search("dense", query(), 10, t1, SearchFilters(doc_ids=["d2"]))
+        by_doc = await search(store, "dense", query(), 10, t1, SearchFilters(doc_ids=["d2"]))
         assert [h.doc_id for h in by_doc] == ["d2"]
-        by_section = await store.search(
+        by_section = await search(store, 
             "splade", query(terms={2: 1.0}), 10, t1, SearchFilters(sections=["Methods"])
         )
         assert await self.texts(store, t1, by_section) == ["beta decay of neutrons"]
-        by_meta = await store.search(
+        by_meta = await search(store, 
             "dense", query(), 10, t1, SearchFilters(metadata={"year": 2020})
         )
         assert await self.texts(store, t1, by_meta) == ["gamma rays"]
-        none = await store.search("splade", query(), 10, t1, SearchFilters(metadata={"year": 1999}))
+        none = await search(store, "splade", query(), 10, t1, SearchFilters(metadata={"year": 1999}))
         assert none == []
 
     async def test_a_replace_removes_the_old_chunks_and_keeps_other_documents(self, filled):
@@ -213,7 +216,7 @@ class StoreContract:
         assert info is not None and info.content_hash == "h2" and len(info.chunk_ids) == 1
         assert (await store.count(t1), await store.count(t2)) == (2, 1)
         assert await store.document_hashes(t1, ["d1"]) == {"d1": "h2"}
-        hits = await store.search("dense", query(), 10, t1, SearchFilters(doc_ids=["d1"]))
+        hits = await search(store, "dense", query(), 10, t1, SearchFilters(doc_ids=["d1"]))
         assert await self.texts(store, t1, hits) == ["alpha v2"]
 
     async def test_reingest_is_idempotent(self, filled):
@@ -221,7 +224,7 @@ class StoreContract:
         (_, writes), _ = corpus(t1, t2)
         assert await store.write_documents(t1, writes) == 0
         assert await store.count(t1) == 3
-        hits = await store.search("dense", query(), 10, t1)
+        hits = await search(store, "dense", query(), 10, t1)
         assert len({h.chunk_id for h in hits}) == len(hits) == 3
 
     async def test_hashes_info_and_delete(self, filled):
@@ -234,27 +237,27 @@ class StoreContract:
         assert await store.delete_document(t1, "d1") == 2
         assert await store.delete_document(t1, "d1") == 0
         assert (await store.count(t1), await store.count(t2)) == (1, 1)
-        assert await store.search("dense", query(), 10, t1, SearchFilters(doc_ids=["d1"])) == []
+        assert await search(store, "dense", query(), 10, t1, SearchFilters(doc_ids=["d1"])) == []
         assert await store.document_info(t1, "d1") is None
 
     async def test_an_empty_sparse_query_returns_nothing(self, filled):
         store, t1, _ = filled
         empty = QueryVectors(text="", splade=SparseVector(indices=[], values=[]))
-        assert await store.search("splade", empty, 10, t1) == []
+        assert await search(store, "splade", empty, 10, t1) == []
 
     async def test_fetch_keeps_order_and_tenant(self, filled):
         store, t1, t2 = filled
-        ids = [h.chunk_id for h in await store.search("dense", query(), 10, t1)]
-        assert [c.id for c in await store.fetch(t1, list(reversed(ids)))] == list(reversed(ids))
-        assert await store.fetch(t2, ids) == []
-        assert await store.fetch(t1, []) == []
-        assert await store.fetch(t1, ["00000000-0000-0000-0000-000000000000"]) == []
+        ids = [h.chunk_id for h in await search(store, "dense", query(), 10, t1)]
+        assert [c.id for c in await fetch(store, t1, list(reversed(ids)))] == list(reversed(ids))
+        assert await fetch(store, t2, ids) == []
+        assert await fetch(store, t1, []) == []
+        assert await fetch(store, t1, ["00000000-0000-0000-0000-000000000000"]) == []
 
     async def test_search_many_answers_every_strategy(self, filled):
         store, t1, _ = filled
-        results = await store.search_many(["dense", "splade"], query(), 10, t1)
+        results = await search_many(store, ["dense", "splade"], query(), 10, t1)
         assert set(results) == {"dense", "splade"} and all(results.values())
-        assert results["dense"] == await store.search("dense", query(), 10, t1)
+        assert results["dense"] == await search(store, "dense", query(), 10, t1)
 
     async def test_a_batch_answers_each_query_as_alone(self, filled):
         store, t1, t2 = filled
@@ -268,7 +271,7 @@ class StoreContract:
         ]
         batch = await store.search_batch(queries)
         alone = [
-            await store.search_many(q.strategies, q.query, q.limit, q.scope, q.filters)
+            await search_many(store, q.strategies, q.query, q.limit, q.scope, q.filters)
             for q in queries
         ]
         assert batch == alone
@@ -290,8 +293,9 @@ class StoreContract:
 
     async def test_a_fetch_batch_keeps_each_tenant_apart(self, filled):
         store, t1, t2 = filled
-        ids1 = [h.chunk_id for h in await store.search("dense", query(), 10, t1)]
-        ids2 = [h.chunk_id for h in await store.search("dense", query(), 10, t2)]
+        ids1 = [h.chunk_id for h in await search(store, "dense", query(), 10, t1)]
+        ids2 = [h.chunk_id for h in await search(store, "dense", query(), 10, t2)]
         first, second, crossed = await store.fetch_batch([(t1, ids1), (t2, ids2), (t2, ids1)])
         assert [c.id for c in first] == ids1 and [c.id for c in second] == ids2
         assert crossed == []
+

@@ -1,6 +1,6 @@
-"""The ChunkIndex contract through Ray Serve: a real store deployment (its own Serve
+"""The ServedIndex contract through Ray Serve: a real store deployment (its own Serve
 application beside the e2e app, embedded topology in a fresh directory) behind the generic
-forwarder the ingress uses (deployments.replicas.handles.RemoteIndex)."""
+typed seam the ingress uses (deployments.replicas.store_seam.RemoteIndex)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def store_app(serve_url, app_config_factory):
 class TestThroughServe(StoreContract):
     @pytest.fixture(scope="class")
     async def store(self, store_app):
-        from deployments.replicas.handles import RemoteIndex
+        from deployments.replicas.store_seam import RemoteIndex
 
         index = RemoteIndex(store_app, await store_app.info.remote())
         await index.open(MODELS)
@@ -36,9 +36,9 @@ class TestThroughServe(StoreContract):
 
 
 @pytest.mark.asyncio(loop_scope="session")  # the handle is bound to the fixtures' loop
-async def test_the_forwarder_implements_the_whole_protocol(store_app):
-    from deployments.replicas.handles import RemoteIndex
-    from serve_app.stores.base import ChunkIndex
+async def test_the_seam_implements_the_served_protocol(store_app):
+    from deployments.replicas.store_seam import RemoteIndex
+    from serve_app.stores.base import ServedIndex
 
     index = RemoteIndex(store_app, await store_app.info.remote())
-    assert isinstance(index, ChunkIndex)
+    assert isinstance(index, ServedIndex)

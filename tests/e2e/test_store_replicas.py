@@ -19,6 +19,7 @@ from ray_metrics import metric_lines, ray_metrics
 
 from serve_app.errors import ConflictError
 from serve_app.schemas import ScopeKey
+from serve_app.stores.one_query import search
 from serve_app.stores.versioning import versioned_names
 from serve_app.testing.store_contract import MODELS, corpus, query
 from tests.support.qdrant_rest_double import QdrantRestDouble
@@ -71,7 +72,7 @@ async def test_two_store_replicas_open_themselves_and_share_one_index(
     from ray import serve
     from ray._private import state as ray_state
 
-    from deployments.replicas.handles import RemoteIndex
+    from deployments.replicas.store_seam import RemoteIndex
     from serve_app.config import OpenSearchConfig, QdrantConfig
     from serve_app.stores.opensearch import OpenSearchBackend
     from serve_app.stores.qdrant import QdrantBackend
@@ -109,7 +110,7 @@ async def test_two_store_replicas_open_themselves_and_share_one_index(
         await index.write_documents(tenant, writes)
 
     async def read() -> tuple[int, list[str]]:
-        hits = await index.search("dense", query(), 10, t1)
+        hits = await search(index, "dense", query(), 10, t1)
         return await index.count(t1), [h.chunk_id for h in hits]
 
     answers = await asyncio.gather(*(read() for _ in range(24)))

@@ -8,12 +8,13 @@ from typing import Any
 
 from serve_app.errors import ConfigError
 from serve_app.schemas import Chunk, ScopeKey, SearchFilters, Strategy
+from serve_app.stores import one_query
 from serve_app.stores.index.collections import StoreCollections
 from serve_app.stores.index.reads import StoreReads
 from serve_app.stores.payloads import sample_payload
 from serve_app.stores.protocols import Backend, Snapshots
 from serve_app.stores.scope import SCOPE_FIELDS, payload_scope
-from serve_app.stores.values import Hit, QueryVectors, SearchQuery
+from serve_app.stores.values import Hit, QueryVectors
 
 _COUNT_PAGE = 1000
 
@@ -29,7 +30,7 @@ class StoreMaintenance(StoreReads, StoreCollections):
         scope: ScopeKey,
         filters: SearchFilters | None = None,
     ) -> list[Hit]:
-        return (await self.search_many([strategy], query, limit, scope, filters))[strategy]
+        return await one_query.search(self, strategy, query, limit, scope, filters)
 
     async def search_many(
         self,
@@ -39,11 +40,10 @@ class StoreMaintenance(StoreReads, StoreCollections):
         scope: ScopeKey,
         filters: SearchFilters | None = None,
     ) -> dict[str, list[Hit]]:
-        (result,) = await self.search_batch([SearchQuery(strategies, query, limit, scope, filters)])
-        return result
+        return await one_query.search_many(self, strategies, query, limit, scope, filters)
 
     async def fetch(self, scope: ScopeKey, chunk_ids: list[str]) -> list[Chunk]:
-        return (await self.fetch_batch([(scope, chunk_ids)]))[0]
+        return await one_query.fetch(self, scope, chunk_ids)
 
     async def count(self, scope: ScopeKey | None = None) -> int:
         if len(self.backends) == 1:
