@@ -352,6 +352,35 @@ class DocumentInfo(_Strict):
     chunk_ids: list[str]
 
 
+
+class DocumentSummary(_Strict):
+    """One line of a collection's document list."""
+
+    id: DocumentId
+    title: str
+    source: str | None
+    metadata: Metadata
+    content_hash: str
+    chunk_count: int
+
+
+DOCUMENT_PAGE_MAX = 1000
+
+# A page's cursor is a stored chunk id (``chunking.base.stored_chunk_id``: a UUID); each
+# store reads it as its own position.
+DocumentCursor = Annotated[
+    str, Field(pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+]
+
+
+class DocumentPage(_Strict):
+    """Documents of a collection in the stores' order, and where the next page starts
+    (None after the last). A page may hold fewer than asked while more follow: a document
+    being written or replaced right then is listed once it is whole."""
+
+    documents: list[DocumentSummary]
+    next_cursor: DocumentCursor | None
+
 # A question or an earlier turn may be long (a client may put its own context there): the
 # prompt's token budget (answer.max_question_tokens, answer.history_tokens) decides what fits;
 # these bound only what is parsed and counted.

@@ -18,7 +18,7 @@ from ray.serve.handle import DeploymentHandle
 
 from deployments.replicas.handles import call
 from serve_app.model_info import StoreInfo
-from serve_app.schemas import Chunk, DocumentInfo, ScopeKey, Strategy
+from serve_app.schemas import Chunk, DocumentInfo, DocumentPage, ScopeKey, Strategy
 from serve_app.stores.base import DocumentWrite, Hit, IndexModels, SearchQuery, ServedIndex
 
 
@@ -42,6 +42,11 @@ class ServedOnReplica:
 
     async def document_info(self, scope: ScopeKey, doc_id: str) -> DocumentInfo | None:
         return await self.index.document_info(scope, doc_id)
+
+    async def list_documents(
+        self, scope: ScopeKey, cursor: str | None, limit: int
+    ) -> DocumentPage:
+        return await self.index.list_documents(scope, cursor, limit)
 
     async def search_batch(self, queries: list[SearchQuery]) -> list[dict[str, list[Hit]]]:
         return await self.index.search_batch(queries)
@@ -102,6 +107,12 @@ class RemoteIndex:
             DocumentInfo | None,
             await call("store", self.handle.document_info.remote(scope, doc_id)),
         )
+
+    async def list_documents(
+        self, scope: ScopeKey, cursor: str | None, limit: int
+    ) -> DocumentPage:
+        page = await call("store", self.handle.list_documents.remote(scope, cursor, limit))
+        return cast(DocumentPage, page)
 
     async def search_batch(self, queries: list[SearchQuery]) -> list[dict[str, list[Hit]]]:
         return cast(

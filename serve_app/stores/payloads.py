@@ -5,8 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from serve_app.schemas import DEFAULT_COLLECTION, DocumentInfo, ScopeKey
+from serve_app.schemas import DEFAULT_COLLECTION, DocumentInfo, DocumentSummary, ScopeKey
 from serve_app.stores.values import DocumentStates
+
+
+def document_metadata(payload: dict[str, Any]) -> dict[str, Any]:
+    # imrad labels are per chunk (set by the chunker), not document metadata.
+    return {k: v for k, v in payload.get("metadata", {}).items() if k != "imrad"}
 
 
 def document_info_from(
@@ -22,11 +27,26 @@ def document_info_from(
         tenant_id=scope.tenant,
         collection=scope.collection or DEFAULT_COLLECTION,
         title=first.get("title", ""),
-        # imrad labels are per chunk (set by the chunker), not document metadata.
-        metadata={k: v for k, v in first.get("metadata", {}).items() if k != "imrad"},
+        metadata=document_metadata(first),
         source=first.get("source"),
         content_hash=first["content_hash"],
         chunk_ids=[p["id"] for p in ordered],
+    )
+
+
+HEAD_FIELDS = ["doc_id", "title", "source", "metadata", "content_hash", "chunk_count"]
+"""What a document's list line reads from its first chunk's payload."""
+
+
+def summary_from(head: dict[str, Any]) -> DocumentSummary:
+    """A document's list line from its first chunk's payload (``HEAD_FIELDS``)."""
+    return DocumentSummary(
+        id=head["doc_id"],
+        title=head.get("title", ""),
+        source=head.get("source"),
+        metadata=document_metadata(head),
+        content_hash=head["content_hash"],
+        chunk_count=int(head["chunk_count"]),
     )
 
 

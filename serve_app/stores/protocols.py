@@ -13,7 +13,14 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-from serve_app.schemas import Chunk, DocumentInfo, ScopeKey, SearchFilters, Strategy
+from serve_app.schemas import (
+    Chunk,
+    DocumentInfo,
+    DocumentPage,
+    ScopeKey,
+    SearchFilters,
+    Strategy,
+)
 from serve_app.stores.values import (
     DocumentStates,
     DocumentWrite,
@@ -56,6 +63,12 @@ class ServingIndex(Protocol):
     async def document_hashes(self, scope: ScopeKey, doc_ids: list[str]) -> dict[str, str]: ...
 
     async def document_info(self, scope: ScopeKey, doc_id: str) -> DocumentInfo | None: ...
+
+    async def list_documents(
+        self, scope: ScopeKey, cursor: str | None, limit: int
+    ) -> DocumentPage:
+        """Up to ``limit`` of the scope's stored documents from ``cursor`` (None: the first)."""
+        ...
 
     async def search_batch(self, queries: list[SearchQuery]) -> list[dict[str, list[Hit]]]:
         """Many queries (a coalesced batch) in one call per store."""
@@ -224,6 +237,14 @@ class ChunkBackend(Backend, Protocol):
 
     async def document_payloads(self, scope: ScopeKey, doc_id: str) -> list[dict[str, Any]]:
         """The payloads of a document's chunks (id, order, title, metadata, source, hash)."""
+        ...
+
+    async def document_heads(
+        self, scope: ScopeKey, cursor: str | None, limit: int
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """Up to ``limit`` payloads (``payloads.HEAD_FIELDS``) of the first chunks (order 0)
+        of the scope's documents, in chunk-id order from ``cursor`` (None: the start), and
+        the cursor of the next page (None after the last)."""
         ...
 
     # The registry of named collections: one record per (tenant, collection) under

@@ -34,8 +34,9 @@ def chunk_filter(
     filters: SearchFilters | None = None,
     doc_ids: list[str] | None = None,
     exclude_ids: list[str] | None = None,
+    heads: bool = False,
 ) -> Filter:
-    """Chunks of ``scope`` (None: all)."""
+    """Chunks of ``scope`` (None: all); with ``heads``, each document's first chunk only."""
     must: list[Condition] = []
     if scope is not None:
         must.append(Condition("tenant_id", scope.tenant))
@@ -43,6 +44,8 @@ def chunk_filter(
             must.append(Condition("collection", scope.collection))
     if doc_ids is not None:
         must.append(Condition("doc_id", list(doc_ids)))
+    if heads:
+        must.append(Condition("order", 0))
     if filters is not None:
         if filters.doc_ids:
             must.append(Condition("doc_id", list(filters.doc_ids)))

@@ -299,3 +299,29 @@ class StoreContract:
         assert [c.id for c in first] == ids1 and [c.id for c in second] == ids2
         assert crossed == []
 
+    async def test_documents_are_listed_page_by_page_in_their_scope(self, store, tenants):
+        t1, t2 = tenants
+        metadata = {"year": 2020, "imrad": "methods"}  # imrad labels chunks, not documents
+        writes = [
+            write(f"doc{n}", [encoded(f"doc{n}", o, f"{n} {o}", [1, 0, 0, 0], {1: 1.0}, t1,
+                                      metadata=metadata) for o in range(n % 3 + 1)],
+                  content_hash=f"h{n}")
+            for n in range(7)
+        ]  # fmt: skip
+        await store.write_documents(t1, writes)
+        await store.write_documents(t2, [write("other", [encoded("other", 0, "x", [1, 0, 0, 0], {}, t2)])])
+        await store.delete_document(t1, "doc3")
+        pages, cursor, listed = 0, None, []
+        while pages == 0 or cursor is not None:
+            page = await store.list_documents(t1, cursor, 2)
+            assert len(page.documents) <= 2
+            listed += page.documents
+            cursor, pages = page.next_cursor, pages + 1
+            assert pages <= 5, "the cursor must move on"
+        assert pages >= 3  # six documents, two a page
+        assert sorted(d.id for d in listed) == ["doc0", "doc1", "doc2", "doc4", "doc5", "doc6"]
+        by_id = {d.id: d for d in listed}
+        assert by_id["doc5"].chunk_count == 3 and by_id["doc5"].content_hash == "h5"
+        assert by_id["doc4"].title == "title doc4" and by_id["doc4"].metadata == {"year": 2020}
+        assert [d.id for d in (await store.list_documents(t2, None, 10)).documents] == ["other"]
+        assert (await store.list_documents(ScopeKey(t1.tenant, "none"), None, 10)).documents == []

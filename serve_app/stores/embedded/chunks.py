@@ -14,7 +14,7 @@ from serve_app.schemas import Chunk, ScopeKey
 from serve_app.stores import qdrant_requests as qr
 from serve_app.stores.embedded.filters import sparse_vector, to_edge_filter
 from serve_app.stores.embedded.shard import EdgeShardOwner
-from serve_app.stores.payloads import states_from_payloads
+from serve_app.stores.payloads import HEAD_FIELDS, states_from_payloads
 from serve_app.stores.scope import SCOPE_FIELDS, in_scope
 from serve_app.stores.values import DocumentStates, DocumentWrite
 
@@ -125,6 +125,14 @@ class EdgeChunks(EdgeShardOwner):
             self._scroll, qr.chunk_filter(scope, doc_ids=[doc_id]), None
         )
         return [payload for _, payload in records]
+
+    async def document_heads(
+        self, scope: ScopeKey, cursor: str | None, limit: int
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        records, after = await asyncio.to_thread(
+            self._scroll, qr.chunk_filter(scope, heads=True), HEAD_FIELDS, cursor, 1, limit
+        )
+        return [payload for _, payload in records], None if after is None else str(after)
 
     def _retrieve_sync(
         self, requests: list[tuple[ScopeKey, list[str]]], fields: list[str] | bool

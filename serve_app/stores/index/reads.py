@@ -1,14 +1,15 @@
 """The serving path's reads of every topology, once: batched search, batched fetch, document
-hashes and info. A chunk is served only when every store holds it (the final fetch asks every
+hashes, info and list (a document is listed once all its chunks are in every store under one
+hash, as ``document_hashes`` counts it). A chunk is served only when every store holds it (the final fetch asks every
 store)."""
 
 from __future__ import annotations
 
 import asyncio
 
-from serve_app.schemas import Chunk, DocumentInfo, ScopeKey
+from serve_app.schemas import Chunk, DocumentInfo, DocumentPage, ScopeKey
 from serve_app.stores.index.topology import Topology
-from serve_app.stores.payloads import document_info_from
+from serve_app.stores.payloads import document_info_from, summary_from
 from serve_app.stores.protocols import Backend
 from serve_app.stores.values import Hit, SearchQuery, StrategyQuery
 
@@ -35,6 +36,14 @@ class StoreReads(Topology):
             present = await self._present_everywhere([(scope, ids)], skip=self.chunk_store)
             payloads = [p for p in payloads if p["id"] in present[0]]
         return document_info_from(scope, doc_id, payloads)
+
+    async def list_documents(
+        self, scope: ScopeKey, cursor: str | None, limit: int
+    ) -> DocumentPage:
+        heads, after = await self.chunk_store.document_heads(scope, cursor, limit)
+        whole = await self.document_hashes(scope, [h["doc_id"] for h in heads])
+        listed = [summary_from(h) for h in heads if whole.get(h["doc_id"]) == h["content_hash"]]
+        return DocumentPage(documents=listed, next_cursor=after)
 
     async def search_batch(self, queries: list[SearchQuery]) -> list[dict[str, list[Hit]]]:
         per_backend: dict[int, list[tuple[int, StrategyQuery]]] = {}

@@ -13,6 +13,7 @@ from typing import Any
 from serve_app.chunking.base import contextual_header
 from serve_app.config import OpenSearchConfig
 from serve_app.schemas import ScopeKey, SearchFilters, SparseVector
+from serve_app.stores.payloads import HEAD_FIELDS
 from serve_app.stores.registry import REGISTRY_RECORD_FIELDS
 from serve_app.stores.scope import scope_payload
 from serve_app.stores.values import DocumentWrite, IndexModels
@@ -249,6 +250,19 @@ def document_query(scope: ScopeKey, doc_id: str, size: int) -> dict[str, Any]:
         "sort": ["order"],  # ascending, the default for a field sort
         "query": {"bool": {"filter": filter_clauses(scope, None, doc_ids=[doc_id])}},
     }
+
+
+def heads_query(scope: ScopeKey, cursor: str | None, limit: int) -> dict[str, Any]:
+    """The first chunk of each of the scope's documents, by chunk id after ``cursor``."""
+    body: dict[str, Any] = {
+        "size": limit,
+        "_source": HEAD_FIELDS,
+        "sort": ["id"],
+        "query": {"bool": {"filter": [*scope_clauses(scope), {"term": {"order": 0}}]}},
+    }
+    if cursor is not None:
+        body["search_after"] = [cursor]
+    return body
 
 
 def count_query(scope: ScopeKey | None) -> dict[str, Any]:

@@ -140,6 +140,17 @@ class OpenSearchChunks(OpenSearchConnection):
         )
         return [h["_source"] for h in response["hits"]["hits"]]
 
+    async def document_heads(
+        self, scope: ScopeKey, cursor: str | None, limit: int
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        response = await self._call(
+            "listing",
+            self.client.search(index=self.alias, body=bodies.heads_query(scope, cursor, limit)),
+        )
+        hits = response["hits"]["hits"]
+        after = hits[-1]["_id"] if len(hits) == limit else None
+        return [h["_source"] for h in hits], after
+
     async def _mget(
         self, requests: list[tuple[ScopeKey, list[str]]], source: Any
     ) -> list[dict[str, dict[str, Any]]]:

@@ -9,7 +9,7 @@ from qdrant_client import models as qm
 
 from serve_app.schemas import Chunk, ScopeKey
 from serve_app.stores import qdrant_requests as qr
-from serve_app.stores.payloads import states_from_payloads
+from serve_app.stores.payloads import HEAD_FIELDS, states_from_payloads
 from serve_app.stores.qdrant.connection import QdrantConnection
 from serve_app.stores.qdrant.filters import to_client_filter
 from serve_app.stores.scope import SCOPE_FIELDS, in_scope
@@ -116,6 +116,14 @@ class QdrantChunks(QdrantConnection):
     async def document_payloads(self, scope: ScopeKey, doc_id: str) -> list[dict[str, Any]]:
         records, _ = await self._scroll(qr.chunk_filter(scope, doc_ids=[doc_id]), True)
         return [{**(r.payload or {}), "id": str(r.id)} for r in records]
+
+    async def document_heads(
+        self, scope: ScopeKey, cursor: str | None, limit: int
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        records, after = await self._scroll(
+            qr.chunk_filter(scope, heads=True), HEAD_FIELDS, cursor, 1, limit
+        )
+        return [r.payload or {} for r in records], None if after is None else str(after)
 
     async def _retrieve(
         self, requests: list[tuple[ScopeKey, list[str]]], fields: list[str] | bool
