@@ -44,7 +44,7 @@ if TYPE_CHECKING:
         IngestResponse,
         SearchResponseOut,
     )
-    from serve_app.schemas import DocumentInfo
+    from serve_app.schemas import DocumentInfo, DocumentPage
 
 FileUpload = tuple[str, bytes]
 """A file as uploaded: its name (the loader picks by its suffix) and its bytes."""
@@ -214,6 +214,18 @@ class ServiceClient:
 
         answer = await self.call("GET", document_path(collection, doc_id))
         return DocumentInfo.model_validate(answer)
+
+    async def documents(
+        self, collection: str = DEFAULT_COLLECTION, cursor: str | None = None, limit: int = 100
+    ) -> DocumentPage:
+        """One page of the collection's documents; pass its ``next_cursor`` for the next."""
+        from serve_app.schemas import DocumentPage
+
+        params: dict[str, str | int] = {"limit": limit}
+        if cursor is not None:
+            params["cursor"] = cursor
+        path = f"{collection_path(collection)}/documents"
+        return DocumentPage.model_validate(await self.call("GET", path, params=params))
 
     async def delete_document(
         self, doc_id: str, collection: str = DEFAULT_COLLECTION

@@ -4,8 +4,8 @@ agents, over a running service's HTTP API.
 It holds no index and loads no model: every tool is one or two HTTP calls to the service
 (``--url``, in a cluster or on this machine) with the API key from ``--api-key-env``, so the
 tenant is the key's, as for any client. Tools: ``ingest``, ``search``, ``inspect``,
-``list_collections``, ``create_collection``, ``delete_collection``, ``get_document``,
-``delete_document``, ``answer``: the HTTP API's operations. An API error becomes a tool error carrying the API's code, message and
+``list_collections``, ``create_collection``, ``delete_collection``, ``list_documents``,
+``get_document``, ``delete_document``, ``answer``: the HTTP API's operations. An API error becomes a tool error carrying the API's code, message and
 request id (each call sends its own ``X-Request-ID``); every call is bounded in time
 (``--timeout-s``, also sent as ``X-Request-Timeout-Ms`` so the service gives up too).
 Transports: stdio (editors start it as a subprocess) and streamable HTTP (remote agents).
@@ -169,6 +169,14 @@ def build_server(
     async def delete_collection(name: str) -> dict[str, Any]:
         """Delete a named collection and every chunk of it from every store."""
         return dumped(await service.run(lambda api: api.delete_collection(name)))
+
+    @server.tool()
+    async def list_documents(
+        collection: str = DEFAULT_COLLECTION, cursor: str | None = None, limit: int = 100
+    ) -> dict[str, Any]:
+        """A page of the collection's documents (id, title, source, chunk count); pass the
+        page's ``next_cursor`` as ``cursor`` for the next one."""
+        return dumped(await service.run(lambda api: api.documents(collection, cursor, limit)))
 
     @server.tool()
     async def get_document(doc_id: str, collection: str = DEFAULT_COLLECTION) -> dict[str, Any]:

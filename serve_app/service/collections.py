@@ -6,9 +6,23 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import TypeAdapter, ValidationError
+
 from serve_app.config import AppConfig
-from serve_app.errors import NotFoundError, TenantQuotaError, collection_not_found
-from serve_app.schemas import DEFAULT_COLLECTION, DocumentInfo, ScopeKey
+from serve_app.errors import (
+    InvalidInputError,
+    NotFoundError,
+    TenantQuotaError,
+    collection_not_found,
+)
+from serve_app.schemas import (
+    DEFAULT_COLLECTION,
+    DOCUMENT_PAGE_MAX,
+    DocumentCursor,
+    DocumentInfo,
+    DocumentPage,
+    ScopeKey,
+)
 from serve_app.stores.base import ServedIndex
 
 
@@ -33,6 +47,20 @@ class CollectionService:
         if info is None:
             raise NotFoundError(f"document {doc_id!r} not found")
         return info
+
+    async def list_documents(
+        self, key: ScopeKey, cursor: str | None = None, limit: int = 100
+    ) -> DocumentPage:
+        """A page of the collection's documents; the cursor and the page size are checked
+        here for every door (the HTTP route declares the same types)."""
+        if not 1 <= limit <= DOCUMENT_PAGE_MAX:
+            raise InvalidInputError(f"limit must be 1 to {DOCUMENT_PAGE_MAX}, not {limit}")
+        if cursor is not None:
+            try:
+                TypeAdapter(DocumentCursor).validate_python(cursor)
+            except ValidationError:
+                raise InvalidInputError("cursor is not a next_cursor this service gave") from None
+        return await self.index.list_documents(key, cursor, limit)
 
     async def delete_document(self, key: ScopeKey, doc_id: str) -> int:
         removed = await self.index.delete_document(key, doc_id)

@@ -111,6 +111,17 @@ def test_the_cli_offers_the_apis_collection_and_document_operations(config_file,
     assert json.loads(capsys.readouterr().out)["results"] == []  # the default one is empty
     assert run(config_file, "documents", "get", "notes", "--collection", "papers") == 0
     assert json.loads(capsys.readouterr().out)["collection"] == "papers"
+    assert run(config_file, "documents", "list", "--collection", "papers", "--limit", "1") == 0
+    first = json.loads(capsys.readouterr().out)
+    assert len(first["documents"]) == 1 and first["next_cursor"]
+    cursor = first["next_cursor"]
+    assert run(config_file, "documents", "list", "--collection", "papers", "--cursor", cursor) == 0
+    rest = json.loads(capsys.readouterr().out)["documents"]
+    assert sorted(d["id"] for d in [*first["documents"], *rest]) == ["guide", "notes"]
+    assert run(config_file, "documents", "list", "--cursor", "../../x") == 2
+    assert "cursor is not a next_cursor" in capsys.readouterr().err
+    assert run(config_file, "documents", "get", "--collection", "papers") == 2
+    assert "needs a document id" in capsys.readouterr().err
     assert run(config_file, "documents", "delete", "notes", "--collection", "papers") == 0
     assert json.loads(capsys.readouterr().out)["deleted"] == "notes"
     assert run(config_file, "documents", "get", "notes", "--collection", "papers") == 2

@@ -116,6 +116,7 @@ async def test_an_mcp_session_ingests_and_searches_with_provenance(service_url):
                 "list_collections",
                 "create_collection",
                 "delete_collection",
+                "list_documents",
                 "get_document",
                 "delete_document",
                 "answer",
@@ -343,6 +344,13 @@ async def test_collections_and_uploads_agree_across_http_cli_and_mcp(service_url
                     )
                 )
                 listed = payload(await session.call_tool("list_collections", {}))
+                pages = {
+                    "mcp": payload(
+                        await session.call_tool("list_documents", {"collection": "door-cli"})
+                    ),
+                    "http": (await http.get("/v1/collections/door-cli/documents")).json(),
+                    "cli": json.loads(cli("documents", "list", "--collection", "door-cli")),
+                }
                 dropped = payload(
                     await session.call_tool("delete_collection", {"name": "door-cli"})
                 )
@@ -358,6 +366,8 @@ async def test_collections_and_uploads_agree_across_http_cli_and_mcp(service_url
     assert listed["tenant"] == "tenant-a" and listed["principal"] == "key:a"
     assert by_mcp["collection"] == "door-http" and by_cli["collection"] == "door-mcp"
     assert record(by_mcp) == record(by_cli) == record(by_http)
+    assert pages["mcp"] == pages["http"] == pages["cli"]
+    assert [d["id"] for d in pages["http"]["documents"]] == [doc_id]
     assert searched["door-http"] and searched["door-http"] == searched["door-cli"]
     assert dropped["deleted"] == "door-cli" and dropped["chunks_removed"] >= 1
     assert not {"door-http", "door-cli", "door-mcp"} & set(left)

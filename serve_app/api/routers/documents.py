@@ -1,5 +1,5 @@
-"""Documents of a collection: upload (JSON or multipart files), read and delete, each under a
-deadline. ``add_document_routes`` puts the same handlers under ``/v1/documents`` (the
+"""Documents of a collection: upload (JSON or multipart files), list, read and delete, each
+under a deadline. ``add_document_routes`` puts the same handlers under ``/v1/documents`` (the
 tenant's ``default`` collection) and ``/v1/collections/{name}/documents``: one handler per
 operation, so the two can never differ.
 
@@ -12,14 +12,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 
 from serve_app.api import deps
 from serve_app.api.models import DeleteResponse, IngestResponse
 from serve_app.api.observability import Metrics
 from serve_app.api.uploads import read_documents
 from serve_app.loaders.pool import LoaderPool
-from serve_app.schemas import DocumentInfo, ScopeKey
+from serve_app.schemas import (
+    DOCUMENT_PAGE_MAX,
+    DocumentCursor,
+    DocumentInfo,
+    DocumentPage,
+    ScopeKey,
+)
 from serve_app.service import RetrievalService
 from serve_app.service.tenant_limits import TenantRates
 
@@ -67,6 +73,18 @@ def add_document_routes(router: APIRouter, collection: Callable[..., Any]) -> No
             return IngestResponse.model_validate(result.model_dump())
 
         return await deps.within(seconds, upload())
+
+    @router.get("/documents", response_model=DocumentPage)
+    async def list_documents(
+        key: ScopeKey = Depends(readable),
+        limit: int = Query(100, ge=1, le=DOCUMENT_PAGE_MAX),
+        cursor: DocumentCursor | None = Query(None, description="a page's next_cursor"),
+        seconds: float = Depends(deps.deadline_s),
+        service: RetrievalService = Depends(deps.service),
+    ) -> DocumentPage:
+        """The collection's documents, a page at a time: pass the page's ``next_cursor`` for
+        the next one."""
+        return await deps.within(seconds, service.list_documents(key, cursor, limit))
 
     @router.get("/documents/{doc_id:path}", response_model=DocumentInfo)
     async def get_document(

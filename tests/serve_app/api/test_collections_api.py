@@ -79,6 +79,7 @@ async def test_a_collection_is_invisible_to_another_tenant(api):
     for method, path, body in [
         ("GET", "/v1/collections/papers", None),
         ("GET", "/v1/collections/papers/documents/plasmids", None),
+        ("GET", "/v1/collections/papers/documents", None),
         ("POST", "/v1/collections/papers/search", {"query": "plasmids"}),
         ("POST", "/v1/search", {"query": "plasmids", "collection": "papers"}),
         ("POST", "/v1/collections/papers/documents", {"documents": [NOTE]}),
@@ -109,6 +110,32 @@ async def test_a_collection_is_invisible_to_another_tenant(api):
     assert (await http.get("/v1/documents/plasmids", headers=a)).status_code == 404
     detail = (await http.get("/v1/collections/papers", headers=a)).json()
     assert set(detail["documents"].values()) == {1} and detail["models"]["dense_dim"] == 384
+
+
+async def test_a_collections_documents_are_listed_a_page_at_a_time(api):
+    http, _ = api
+    a = key("key-a")
+    await http.post("/v1/collections", json={"name": "listed"}, headers=a)
+    docs = [{**PAPER, "id": f"p{n}", "text": f"{PAPER['text']} {n}"} for n in range(5)]
+    put = await http.post("/v1/collections/listed/documents", json={"documents": docs}, headers=a)
+    assert put.status_code == 200, put.text
+    seen, params = [], {"limit": 2}
+    for _ in range(5):
+        page = await http.get("/v1/collections/listed/documents", params=params, headers=a)
+        assert page.status_code == 200, page.text
+        seen += page.json()["documents"]
+        if page.json()["next_cursor"] is None:
+            break
+        params = {"limit": 2, "cursor": page.json()["next_cursor"]}
+    assert sorted(d["id"] for d in seen) == [f"p{n}" for n in range(5)]
+    assert {d["title"] for d in seen} == {"Plasmids"} and all(d["chunk_count"] >= 1 for d in seen)
+    default = (await http.get("/v1/documents", headers=a)).json()["documents"]
+    assert not {d["id"] for d in default} & {f"p{n}" for n in range(5)}
+    for bad in ({"limit": 0}, {"limit": 1001}, {"cursor": "p1"}, {"cursor": "../x"}):
+        refused = await http.get("/v1/collections/listed/documents", params=bad, headers=a)
+        assert refused.status_code == 422, (bad, refused.text)
+        assert refused.json()["error"]["code"] == "INVALID_INPUT", refused.text
+    await http.delete("/v1/collections/listed", headers=a)
 
 
 async def test_deleting_a_collection_removes_its_chunks_everywhere(api):

@@ -23,6 +23,7 @@ DOC = {"documents": [{"id": "d1", "text": "a short document"}]}
 # (method, route path) -> the request sent to it
 CASES: dict[tuple[str, str], dict] = {
     ("POST", "/v1/documents"): {"url": "/v1/documents", "json": DOC},
+    ("GET", "/v1/documents"): {"url": "/v1/documents"},
     ("GET", "/v1/documents/{doc_id}"): {"url": "/v1/documents/d1"},
     ("DELETE", "/v1/documents/{doc_id}"): {"url": "/v1/documents/d1"},
     ("POST", "/v1/search"): {"url": "/v1/search", "json": {"query": "q"}},
@@ -33,6 +34,7 @@ CASES: dict[tuple[str, str], dict] = {
     ("GET", "/v1/collections/{name}"): {"url": "/v1/collections/c1"},
     ("DELETE", "/v1/collections/{name}"): {"url": "/v1/collections/c1"},
     ("POST", "/v1/collections/{name}/documents"): {"url": "/v1/collections/c1/documents", "json": DOC},
+    ("GET", "/v1/collections/{name}/documents"): {"url": "/v1/collections/c1/documents"},
     ("GET", "/v1/collections/{name}/documents/{doc_id}"): {"url": "/v1/collections/c1/documents/d1"},
     ("DELETE", "/v1/collections/{name}/documents/{doc_id}"): {"url": "/v1/collections/c1/documents/d1"},
     ("POST", "/v1/collections/{name}/search"): {"url": "/v1/collections/c1/search", "json": {"query": "q"}},

@@ -223,8 +223,23 @@ async def test_a_collection_is_created_filled_searched_and_deleted(site, browser
     ] * 3
     refused = rows.filter(has_text="empty.txt").locator(".result")
     assert "refused: 4" in await refused.inner_text()  # the status, code and reason
+    listed = page.locator("#documents tbody tr")  # the list reloads once the uploads end
+    await page.wait_for_function("() => document.querySelectorAll('#documents tbody tr').length")
+    async with httpx.AsyncClient(base_url=site) as http:
+        page_ = (await http.get("/v1/collections/lab-notes/documents")).json()
+    assert sorted(await listed.locator("td.mono").all_inner_texts()) == sorted(
+        d["id"] for d in page_["documents"]
+    ) and len(page_["documents"]) == 2
     await search(page, "otters rocks tools")
     assert "otters" in await page.locator("#results > li").first.locator(".where").inner_text()
+    ravens = listed.filter(has_text="ravens")
+    raven_id = await ravens.locator("td.mono").inner_text()
+    await ravens.get_by_role("button", name=f"delete {raven_id}").click()
+    await page.wait_for_function("() => document.querySelectorAll('#documents tbody tr').length == 1")
+    assert f"deleted {raven_id}" in await page.locator("#document").inner_text()
+    async with httpx.AsyncClient(base_url=site) as http:
+        gone = await http.get(f"/v1/collections/lab-notes/documents/{raven_id}")
+    assert gone.status_code == 404
     await page.click("#delete-collection")
     await page.wait_for_function("() => document.querySelector('#collection').value === ''")
     assert "deleted lab-notes" in await page.locator("#collection-message").inner_text()

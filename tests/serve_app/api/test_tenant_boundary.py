@@ -135,6 +135,7 @@ async def api(app_config_factory):
 
 
 ROUTES = [
+    ("GET", "/v1/documents", None),
     ("GET", "/v1/documents/plain", None),
     ("GET", "/v1/documents/secret", None),
     ("GET", "/v1/search?q=plasmids", None),
@@ -142,6 +143,7 @@ ROUTES = [
     ("POST", "/v1/search", {"query": "plasmids", "collection": "proj"}),
     ("GET", "/v1/collections", None),
     ("GET", "/v1/collections/proj", None),
+    ("GET", "/v1/collections/proj/documents", None),
     ("GET", "/v1/collections/proj/documents/secret", None),
     ("GET", "/v1/collections/proj/search?q=plasmids", None),
     ("DELETE", "/v1/documents/plain", None),
@@ -162,6 +164,8 @@ def leaked(response: httpx.Response) -> bool:
         return False
     body = response.json()
     ids = {r.get("doc_id") for r in body.get("results", [])} | {body.get("id")}
+    listed = body.get("documents", [])  # a page's summaries, or a detail's counts by id
+    ids |= {d.get("id") for d in listed} if isinstance(listed, list) else set(listed)
     names = {c.get("name") for c in body.get("collections", [])} | {body.get("name")}
     return bool(ids & {"plain", "secret"}) or "proj" in names or body.get("deleted") is not None
 

@@ -164,6 +164,7 @@ function setupCollections() {
       $("collection").value = name;
       $("new-collection").value = "";
       say("collection-message", `created ${name}`, "ok");
+      await loadDocuments();
     } catch (error) {
       say("collection-message", describe(error), "error");
     }
@@ -178,6 +179,7 @@ function setupCollections() {
       const done = await call("DELETE", `v1/collections/${encodeURIComponent(name)}`);
       await loadCollections();
       say("collection-message", `deleted ${name} (${done.chunks_removed} chunks)`, "ok");
+      await loadDocuments();
     } catch (error) {
       say("collection-message", describe(error), "error");
     }
@@ -187,6 +189,43 @@ function setupCollections() {
     await showDocument();
   });
   $("delete-document").addEventListener("click", deleteDocument);
+  $("more-documents").addEventListener("click", () => loadDocuments(true));
+  $("collection").addEventListener("change", () => loadDocuments());
+}
+
+let documentsCursor = null; // where the next page of the list starts (null: no more)
+
+async function loadDocuments(more = false) {
+  const rows = $("documents").tBodies[0];
+  const query = new URLSearchParams({ limit: "50" });
+  if (more && documentsCursor) query.set("cursor", documentsCursor);
+  try {
+    const page = await call("GET", `${collectionBase()}documents?${query}`);
+    if (!more) rows.replaceChildren();
+    rows.append(...page.documents.map(documentRow));
+    documentsCursor = page.next_cursor;
+    $("more-documents").hidden = !documentsCursor;
+    say("documents-message", rows.rows.length ? "" : "no documents in this collection yet");
+  } catch (error) {
+    if (!more) rows.replaceChildren();
+    say("documents-message", describe(error), "error");
+  }
+}
+
+function documentRow(doc) {
+  const show = el("button", { type: "button", text: "Show", "aria-label": `show ${doc.id}` });
+  const remove = el("button", { type: "button", text: "Delete", "aria-label": `delete ${doc.id}` });
+  show.addEventListener("click", () => {
+    $("document-id").value = doc.id;
+    showDocument();
+  });
+  remove.addEventListener("click", () => {
+    $("document-id").value = doc.id;
+    deleteDocument();
+  });
+  return el("tr", {},
+    el("td", { text: doc.title || "(untitled)" }), el("td", { class: "mono", text: doc.id }),
+    el("td", { text: String(doc.chunk_count) }), el("td", { class: "actions" }, show, remove));
 }
 
 function documentPath() {
@@ -214,6 +253,7 @@ async function deleteDocument() {
     const done = await call("DELETE", documentPath());
     view.replaceChildren(el("p", { class: "message ok",
       text: `deleted ${done.deleted} (${done.chunks_removed} chunks)` }));
+    await loadDocuments();
   } catch (error) {
     view.replaceChildren(el("p", { class: "message error", text: describe(error) }));
   }
@@ -287,6 +327,7 @@ async function uploadAll(files) {
     }
   };
   await Promise.all([worker(), worker()]);
+  await loadDocuments();
 }
 
 function setupUploads() {
@@ -619,4 +660,4 @@ $("search-form").addEventListener("submit", search);
 $("answer-form").addEventListener("submit", ask);
 $("stop-answer").addEventListener("click", () => answering && answering.abort());
 checkReadiness();
-loadCollections();
+loadCollections().then(() => loadDocuments());
