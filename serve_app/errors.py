@@ -6,8 +6,9 @@ class here."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Self
 
 
 class ServeAppError(Exception):
@@ -16,21 +17,28 @@ class ServeAppError(Exception):
     code: str = "INTERNAL"
     status: int = 500
 
-    def __init__(self, message: str, public: str | None = None) -> None:
+    def __init__(
+        self, message: str, public: str | None = None, details: dict | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
-        self.details: dict | None = None  # structured facts for the client (error.details)
+        self.details = details  # structured facts for the client (error.details)
         # What a client is told instead of ``message`` where that carries a backend's own
         # words (its hostnames, paths, driver text): those go to the server log only.
         self.public = public
 
-    def add_note(self, note: str) -> None:
-        """``note`` after the message (and after what a client is told): what the failure
-        did or did not leave behind."""
-        self.message = f"{self.message}{note}"
+    def noted(self, note: str, details: dict | None = None) -> Self:
+        """A new error of this kind with ``note`` after the message (and after what a client
+        is told) and ``details`` added: what the failure did or did not leave behind. This
+        one is left as it was raised (errors are created, never changed in flight)."""
+        new = copy.copy(self)
+        new.message = f"{self.message}{note}"
+        new.args = (new.message,)
         if self.public is not None:
-            self.public = f"{self.public}{note}"
-        self.args = (self.message,)
+            new.public = f"{self.public}{note}"
+        if details:
+            new.details = {**(self.details or {}), **details}
+        return new
 
     def client_message(self) -> str:
         return self.message if self.public is None else self.public
@@ -49,10 +57,8 @@ class InvalidInputError(ServeAppError):
     code = "INVALID_INPUT"
     status = 400
 
-    def __init__(self, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        if param is not None:
-            self.details = {"param": param}
+    def __init__(self, message: str, param: str | None = None, details: dict | None = None) -> None:
+        super().__init__(message, details={**(details or {}), "param": param} if param else details)
 
 
 class RequestSchemaError(InvalidInputError):

@@ -28,6 +28,7 @@ from serve_app.config import AppConfig, resolve_model_path
 from serve_app.errors import ModelMismatchError, ServeAppError
 from serve_app.model_manifest import loaded_revision
 from serve_app.stores.base import PAYLOAD_INDEXES, TOPOLOGIES, Backend, IndexModels
+from serve_app.stores.binding import judge_binding
 from serve_app.stores.index import StoreIndex
 
 log = logging.getLogger(__name__)
@@ -452,14 +453,11 @@ async def _check_store(config, backend, dense, checks, index_models, missing_ind
             checks.not_run("binding", "dense.revision", "the model cache disagrees (revision)")
             _check_payload_indexes(backend, described, alias_field, checks)
             return
-        # An index built before revisions were recorded opens and records them (the stores'
-        # model guard, stores/binding.py: unrecorded_revisions): not a difference.
-        unrecorded = [k for k in expected if k.endswith("_revision") and k not in stored]
-        differ = {
-            key: (stored.get(key), value)
-            for key, value in expected.items()
-            if key != "dense_dim" and key not in unrecorded and stored.get(key) != value
-        }
+        # The stores' own model guard: what it would refuse, with the dimension reported by
+        # the check above; revisions an older index never recorded are not a difference.
+        verdict = judge_binding(stored, expected)
+        unrecorded = verdict.unrecorded
+        differ = {k: pair for k, pair in verdict.differences.items() if k != "dense_dim"}
         fields = sorted({_BINDING_FIELDS.get(key, key) for key in differ})
         checks.add(
             "binding",

@@ -83,19 +83,23 @@ def openapi_responses() -> dict[int | str, dict[str, Any]]:
     }
 
 
-def error_response(error: ServeAppError, headers: dict[str, str] | None = None) -> JSONResponse:
-    """The envelope ``{"error": {"code", "message", "request_id"}}`` for ``error``."""
+def error_response(
+    error: ServeAppError, headers: dict[str, str] | None = None, status: int | None = None
+) -> JSONResponse:
+    """The envelope ``{"error": {"code", "message", "request_id"}}`` for ``error``, answered
+    with its status (or ``status``, for a framework status no error class has)."""
     box = ERROR_CODE.get(None)
     if box is not None:
         box["code"] = error.code
     body = {"error": {**error.to_dict(), "request_id": REQUEST_ID.get()}}
     if error.public is not None:  # the client is told less: the whole story goes to the log
         log.warning("%s (request %s): %s", error.code, body["error"]["request_id"], error.message)
-    if error.status == 401:
+    status = error.status if status is None else status
+    if status == 401:
         headers = {"WWW-Authenticate": "Bearer", **(headers or {})}
     if isinstance(error, OverloadedError):
         headers = {"Retry-After": str(max(1, math.ceil(error.retry_after_s))), **(headers or {})}
-    return JSONResponse(body, status_code=error.status, headers=headers)
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def install(app: FastAPI) -> None:
@@ -116,8 +120,6 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_: Request, error: StarletteHTTPException) -> JSONResponse:
-        cls = for_status(error.status_code)
-        mapped = cls(str(error.detail))
-        if mapped.status != error.status_code:  # a status no class has: keep it, code of its kind
-            mapped.status = error.status_code
-        return error_response(mapped, headers=dict(error.headers or {}))
+        mapped = for_status(error.status_code)(str(error.detail))
+        # A status no class has keeps its own status, with the code of its kind.
+        return error_response(mapped, dict(error.headers or {}), status=error.status_code)

@@ -73,9 +73,9 @@ class SlidingWindowChunker:
                     f"document {document.id!r}: its title and longest heading chain take "
                     f"{header} tokens of the {self.max_tokens} each chunk may have "
                     f"(chunker.max_tokens), leaving {budget} for its text (at least "
-                    f"{MIN_BODY_TOKENS} needed); shorten them"
+                    f"{MIN_BODY_TOKENS} needed); shorten them",
+                    details={"document": document.id, "header_tokens": header},
                 )
-                error.details = {"document": document.id, "header_tokens": header}
                 raise error
             budgets.append(budget)
         return budgets

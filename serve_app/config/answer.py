@@ -133,7 +133,7 @@ class AnswerConfig(Section):
             f"max_passage_tokens, +{PASSAGE_MARKUP_TOKENS} markup) and the rest of the "
             f"largest prompt ({others['total'] - others['passages']} tokens: answer."
             "history_tokens, answer.max_question_tokens, answer.max_tokens and the prompt's "
-            f"own text) fill llm.context_tokens ({context_tokens})"
+            f"own text) fill llm.context_tokens ({context_tokens})",
+            details={"field": "top_k", "limit": limit},
         )
-        error.details = {"field": "top_k", "limit": limit}
         raise error

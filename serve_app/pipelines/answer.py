@@ -37,7 +37,6 @@ from serve_app.errors import (
     ServeAppError,
     ServiceUnavailableError,
     TimeoutExceededError,
-    collection_not_found,
 )
 from serve_app.fusion.queries import aggregate_sub_queries, distinct_queries
 from serve_app.generation.base import (
@@ -72,6 +71,7 @@ from serve_app.pipelines.answer_events import (
     PassageResult,
     Usage,
 )
+from serve_app.pipelines.scopes import existing_collection
 from serve_app.pipelines.search import SearchPipeline
 from serve_app.schemas import (
     DEFAULT_COLLECTION,
@@ -431,8 +431,7 @@ class AnswerPipeline:
             )
         if key.collection != request.collection:
             raise ValueError(f"the scope {key} is not the request's collection")
-        if not key.is_default and not await self.collections.has_collection(key):
-            raise collection_not_found(request.collection)
+        await existing_collection(self.collections, key)
         history, asked_tokens = await self._history(request)
         self._check_allowance(request, asked_tokens)
         slots = getattr(self.llm, "slots", None)

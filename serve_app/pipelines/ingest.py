@@ -40,9 +40,9 @@ class ChunkBudget:
             error = PayloadTooLargeError(
                 f"this request makes more than {self.limit} chunks ({self.used + count} so "
                 f"far, up to {max_tokens} tokens each to encode), over the limit of "
-                f"{self.limit} (limits.max_chunks_per_request); send fewer documents a request"
+                f"{self.limit} (limits.max_chunks_per_request); send fewer documents a request",
+                details={"chunks": self.used + count, "limit": self.limit},
             )
-            error.details = {"chunks": self.used + count, "limit": self.limit}
             raise error
         self.used += count
 
@@ -160,13 +160,13 @@ class IngestPipeline:
                 error = PayloadTooLargeError(
                     f"document {document.id!r} makes {len(chunks)} chunks (up to {max_tokens} "
                     f"tokens each to encode), over the limit of "
-                    f"{limits.max_chunks_per_document} (limits.max_chunks_per_document)"
+                    f"{limits.max_chunks_per_document} (limits.max_chunks_per_document)",
+                    details={
+                        "document": document.id,
+                        "chunks": len(chunks),
+                        "limit": limits.max_chunks_per_document,
+                    },
                 )
-                error.details = {
-                    "document": document.id,
-                    "chunks": len(chunks),
-                    "limit": limits.max_chunks_per_document,
-                }
                 raise error
         (budget or ChunkBudget(limits.max_chunks_per_request)).draw(
             sum(len(c) for c in per_doc), max_tokens

@@ -11,7 +11,6 @@ engine call, a network round trip) is paid once per batch under load.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from typing import Protocol, cast, runtime_checkable
 
 from serve_app.batching import Coalescer
 from serve_app.fusion.strategies import contributions, fuse
+from serve_app.pipelines.scopes import missing_collections
 from serve_app.schemas import Chunk, FusionSpec, ScopeKey, SearchFilters, Strategy
 from serve_app.stores.base import Hit, QueryVectors, SearchQuery, ServingIndex
 
@@ -120,11 +120,7 @@ class IndexRetriever:
         ]
 
     async def _missing_collections(self, specs: Sequence[RetrieveSpec]) -> set[ScopeKey]:
-        named = list(
-            dict.fromkeys(s.scope for s in specs if not (s.scope.is_default or s.confirmed))
-        )
-        found = await asyncio.gather(*(self.index.has_collection(key) for key in named))
-        return {key for key, ok in zip(named, found, strict=True) if not ok}
+        return await missing_collections(self.index, (s.scope for s in specs if not s.confirmed))
 
     async def _search_and_fetch(self, specs: Sequence[RetrieveSpec]) -> list[Retrieved]:
         started = time.perf_counter()

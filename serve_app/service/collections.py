@@ -13,8 +13,8 @@ from serve_app.errors import (
     InvalidInputError,
     NotFoundError,
     TenantQuotaError,
-    collection_not_found,
 )
+from serve_app.pipelines.scopes import existing_collection
 from serve_app.schemas import (
     DEFAULT_COLLECTION,
     DOCUMENT_PAGE_MAX,
@@ -38,9 +38,7 @@ class CollectionService:
         """``key``, once its collection is known to exist; NotFoundError for one its tenant
         lacks (another tenant's collection of the same name included); only a named one is
         looked up, once. Every door resolves a request's scope here before it acts."""
-        if not key.is_default and not await self.index.has_collection(key):
-            raise collection_not_found(key.collection or DEFAULT_COLLECTION)
-        return key
+        return await existing_collection(self.index, key)
 
     async def get_document(self, key: ScopeKey, doc_id: str) -> DocumentInfo:
         info = await self.index.document_info(key, doc_id)

@@ -37,13 +37,11 @@ def partial_failure(failure: BaseExceptionGroup, done: list[IngestResult]) -> Ba
         return error
     written = [doc for part in done for doc in part.written]
     unchanged = [doc for part in done for doc in part.unchanged]
-    error.details = {**(error.details or {}), "written": written, "unchanged": unchanged}
-    if written or unchanged:
-        error.add_note(
-            f"; {len(written)} documents of this request were written and {len(unchanged)} "
-            "were unchanged before the failure (error.details); nothing else was written: "
-            "retry the request (unchanged documents are skipped)"
-        )
-    else:
-        error.add_note("; nothing of this request was written")
-    return error
+    note = (
+        f"; {len(written)} documents of this request were written and {len(unchanged)} "
+        "were unchanged before the failure (error.details); nothing else was written: "
+        "retry the request (unchanged documents are skipped)"
+        if written or unchanged
+        else "; nothing of this request was written"
+    )
+    return error.noted(note, {"written": written, "unchanged": unchanged})

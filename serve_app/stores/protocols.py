@@ -64,9 +64,7 @@ class ServingIndex(Protocol):
 
     async def document_info(self, scope: ScopeKey, doc_id: str) -> DocumentInfo | None: ...
 
-    async def list_documents(
-        self, scope: ScopeKey, cursor: str | None, limit: int
-    ) -> DocumentPage:
+    async def list_documents(self, scope: ScopeKey, cursor: str | None, limit: int) -> DocumentPage:
         """Up to ``limit`` of the scope's stored documents from ``cursor`` (None: the first)."""
         ...
 

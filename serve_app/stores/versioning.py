@@ -24,7 +24,7 @@ import re
 from typing import Any, Protocol
 
 from serve_app.errors import ModelMismatchError, NotFoundError, ServiceUnavailableError
-from serve_app.stores.binding import binding_changes, revisions_warning, unrecorded_revisions
+from serve_app.stores.binding import BindingVerdict, judge_binding
 from serve_app.stores.values import IndexModels
 
 log = logging.getLogger(__name__)
@@ -94,18 +94,16 @@ async def open_versioned(store: VersionedStore, models: IndexModels, migrate: bo
     for _ in range(OPEN_ATTEMPTS):
         target = await store.alias_target()
         if target is not None:
-            stored, wanted = await store.stored_binding(target), store.binding(models)
-            if stored == wanted:
-                return target
-            missing = unrecorded_revisions(stored, wanted)
-            if missing:
+            verdict = judge_binding(await store.stored_binding(target), store.binding(models))
+            if verdict.records_revisions:
                 log.warning(
-                    revisions_warning(f"{store.kind} {target} (alias {store.alias})", missing)
+                    verdict.unrecorded_warning(f"{store.kind} {target} (alias {store.alias})")
                 )
                 await store.record_binding(target, models)
+            if not verdict.refused:
                 return target
             if not migrate:
-                raise _mismatch(store, target, stored, wanted)
+                raise _mismatch(store, target, verdict)
             log.warning(
                 "%s %s: models changed, new version behind the alias", store.kind, store.alias
             )
@@ -128,10 +126,10 @@ async def attached_version(store: VersionedStore, setting: str) -> str:
     return target
 
 
-def _mismatch(store: VersionedStore, name: str, stored: Any, wanted: Any) -> ModelMismatchError:
+def _mismatch(store: VersionedStore, name: str, verdict: BindingVerdict) -> ModelMismatchError:
     return ModelMismatchError(
         f"{store.kind} {name} (alias {store.alias}) was built with other models or settings "
-        f"({binding_changes(stored, wanted)}); configure the models it was built with, or set "
+        f"({verdict.describe()}); configure the models it was built with, or set "
         "stores.migrate: true to create a new version behind the alias and re-ingest"
     )
 
@@ -145,8 +143,8 @@ async def _new_version(
     stored = None if newest is None else await store.stored_binding(newest)
     if newest is not None and stored == wanted and await store.version_is_empty(newest):
         name = newest  # built for these models, nothing in it, not behind the alias: adopt it
-    elif newest is not None and previous is None and not migrate:
-        raise _mismatch(store, newest, stored, wanted)  # a first version with other models
+    elif newest is not None and previous is None and not migrate:  # a first version, other models
+        raise _mismatch(store, newest, judge_binding(stored, wanted))
     else:
         name = next_version_name(store.alias, names)
         await store.create_version(name, models)

@@ -27,7 +27,7 @@ from serve_app.errors import (
     StoreUnavailableError,
 )
 from serve_app.schemas import Strategy
-from serve_app.stores.binding import binding_changes, revisions_warning, unrecorded_revisions
+from serve_app.stores.binding import judge_binding
 from serve_app.stores.embedded.ids import IdTexts
 from serve_app.stores.embedded.layout import META_FILE, RESTORE_ASIDE, SHARD_DIR
 from serve_app.stores.ownership import IndexOwnership
@@ -95,14 +95,13 @@ class EdgeShardOwner:
                 "after deleting it)"
             )
         if meta_path.exists():
-            stored = json.loads(meta_path.read_text())
-            missing = unrecorded_revisions(stored, models.as_dict())
-            if missing:  # recorded below, with the rest of the binding
-                log.warning(revisions_warning(f"the index at {self.path}", missing))
-            elif missing is None:
+            verdict = judge_binding(json.loads(meta_path.read_text()), models.as_dict())
+            if verdict.records_revisions:  # recorded below, with the rest of the binding
+                log.warning(verdict.unrecorded_warning(f"the index at {self.path}"))
+            elif verdict.refused:
                 raise ModelMismatchError(
                     f"the index at {self.path} was built with other models "
-                    f"({binding_changes(stored, models.as_dict())}); configure the models it "
+                    f"({verdict.describe()}); configure the models it "
                     "was built with, or re-index into a new stores.embedded.path (or delete "
                     "the old index to rebuild it)"
                 )

@@ -37,9 +37,7 @@ class StoreReads(Topology):
             payloads = [p for p in payloads if p["id"] in present[0]]
         return document_info_from(scope, doc_id, payloads)
 
-    async def list_documents(
-        self, scope: ScopeKey, cursor: str | None, limit: int
-    ) -> DocumentPage:
+    async def list_documents(self, scope: ScopeKey, cursor: str | None, limit: int) -> DocumentPage:
         heads, after = await self.chunk_store.document_heads(scope, cursor, limit)
         whole = await self.document_hashes(scope, [h["doc_id"] for h in heads])
         listed = [summary_from(h) for h in heads if whole.get(h["doc_id"]) == h["content_hash"]]

@@ -57,12 +57,12 @@ class StoreWrites(Topology):
                 if committed and recovered:
                     log.info("write of %s finished by its recovery after: %s", doc_ids, error)
                     return _removed(served, new_ids)
-                error.add_note(
+                raise error.noted(
                     "; the new versions are served but old chunks may remain; retry the "
                     "request to finish"
                     if committed
                     else "; the documents keep their previous version; retry the request"
-                )
+                ) from error
             raise
         return _removed(served, new_ids)
 

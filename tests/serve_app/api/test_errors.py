@@ -57,3 +57,20 @@ def test_every_class_has_its_own_code_per_status():
         assert len(codes) == len(set(codes)), status
     assert errors.table()[413] == ["PAYLOAD_TOO_LARGE"]
     assert "CONFIG_ERROR" not in [c for codes in errors.table().values() for c in codes]
+
+
+def test_a_note_makes_a_new_error_and_leaves_the_raised_one_as_it_was():
+    """An error that crosses a task (a gather, a coalesced batch) may be seen by more than one
+    waiter: a note for one must not change what another reports."""
+    from serve_app.errors import InvalidInputError, OverloadedError
+
+    raised = InvalidInputError("bad field", param="top_k")
+    noted = raised.noted("; nothing was written", {"written": []})
+    assert (raised.message, raised.details) == ("bad field", {"param": "top_k"})
+    assert noted.message == "bad field; nothing was written" and str(noted) == noted.message
+    assert noted.details == {"param": "top_k", "written": []}
+    assert type(noted) is InvalidInputError and noted is not raised
+    busy = OverloadedError("busy", retry_after_s=7).noted(".")
+    assert busy.retry_after_s == 7 and busy.code == "OVERLOADED"
+    hidden = ServeAppError("host db-3 refused", public="the store refused").noted(" (retry)")
+    assert hidden.client_message() == "the store refused (retry)"
