@@ -8,7 +8,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from serve_app.registry import Registry
+from serve_app.catalog import Catalog
 from serve_app.schemas import Chunk, Document
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ class Chunker(Protocol):
     def fingerprint(self) -> dict: ...
 
 
-CHUNKERS: Registry[Chunker] = Registry("chunker", "chunker.name")
+CHUNKERS: Catalog[Chunker] = Catalog("chunker", "chunker.name")
 CHUNKERS.register_lazy("sliding_window", "serve_app.chunking.sliding_window:build")
 CHUNKERS.register_lazy("sections", "serve_app.chunking.sections:build")
 CHUNKERS.register_lazy("imrad", "serve_app.chunking.imrad:build")

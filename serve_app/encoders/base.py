@@ -6,8 +6,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from serve_app.catalog import Catalog
 from serve_app.encoders.queue import Lane
-from serve_app.registry import Registry
 from serve_app.schemas import SparseVector
 
 
@@ -71,8 +71,8 @@ class ServedReranker(Reranker, Protocol):
     def close(self) -> None: ...
 
 
-DENSE_BACKENDS: Registry[DenseEncoder] = Registry("dense backend", "dense.backend")
-RERANKER_BACKENDS: Registry[Reranker] = Registry("reranker backend", "reranker.backend")
+DENSE_BACKENDS: Catalog[DenseEncoder] = Catalog("dense backend", "dense.backend")
+RERANKER_BACKENDS: Catalog[Reranker] = Catalog("reranker backend", "reranker.backend")
 DENSE_BACKENDS.register_lazy("transformers", "serve_app.encoders.dense_transformers:build")
 DENSE_BACKENDS.register_lazy("vllm", "serve_app.encoders.dense_vllm:build")
 DENSE_BACKENDS.register_lazy("vllm-http", "serve_app.encoders.dense_vllm_http:build")

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from serve_app.registry import Registry
+from serve_app.catalog import Catalog
 from serve_app.schemas import Sampling
 
 Role = Literal["system", "user", "assistant"]
@@ -133,4 +133,4 @@ class ServedLLM(LLM, Protocol):
     def close(self) -> None: ...
 
 
-LLM_BACKENDS: Registry[LLM] = Registry("LLM backend", "llm.backend")
+LLM_BACKENDS: Catalog[LLM] = Catalog("LLM backend", "llm.backend")

@@ -8,12 +8,12 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from serve_app.catalog import Catalog
 from serve_app.errors import (
     MalformedDocumentError,
     PayloadTooLargeError,
     UnsupportedFormatError,
 )
-from serve_app.registry import Registry
 from serve_app.schemas import Document
 
 EXTENSIONS = {
@@ -30,7 +30,7 @@ EXTENSIONS = {
 SUPPORTED_FORMATS = ("text", "markdown", "html", "jats", "pdf")
 # A loader parses raw bytes into Document fields (``loader(data, name)``; ``name`` is the file
 # name, for titles and ids). Imported on first use: pypdf and lxml serve only their formats.
-LOADERS: Registry[dict] = Registry("document format", "format")
+LOADERS: Catalog[dict] = Catalog("document format", "format")
 LOADERS.register_lazy("text", "serve_app.loaders.text:load_text")
 LOADERS.register_lazy("markdown", "serve_app.loaders.markdown:load_markdown")
 LOADERS.register_lazy("html", "serve_app.loaders.html:load_html")

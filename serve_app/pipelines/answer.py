@@ -89,8 +89,9 @@ EarlyReason = Literal["irrelevant", "no_results"]
 T = TypeVar("T")
 
 
-class CollectionRegistry(Protocol):
-    """The part of the collection registry answers read."""
+class CollectionsRead(Protocol):
+    """The part of the collection registry (``stores.protocols.CollectionRegistry``) that
+    answers read."""
 
     async def has_collection(self, key: ScopeKey) -> bool: ...
 
@@ -190,7 +191,7 @@ class AnswerPipeline:
         config: AppConfig,
         llm: LLM | None,
         search: SearchPipeline,
-        collections: CollectionRegistry,
+        collections: CollectionsRead,
     ) -> None:
         self.config = config
         self.llm = llm

@@ -3,10 +3,10 @@ the configuration names it."""
 
 from __future__ import annotations
 
-from serve_app.registry import Registry
+from serve_app.catalog import Catalog
 from serve_app.stores.protocols import ChunkIndex
 
-TOPOLOGIES: Registry[ChunkIndex] = Registry("store topology", "stores.topology")
+TOPOLOGIES: Catalog[ChunkIndex] = Catalog("store topology", "stores.topology")
 _STORES_EXTRA = "install the stores extra: pip install 'serve-app[stores]'"
 TOPOLOGIES.register_lazy("embedded", "serve_app.stores.embedded:build_embedded")
 TOPOLOGIES.register_lazy("qdrant", "serve_app.stores.qdrant:build_qdrant", _STORES_EXTRA)

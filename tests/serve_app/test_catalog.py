@@ -1,4 +1,4 @@
-"""One way to register a component: ``register_lazy`` beside its registry, so every name is
+"""One way to register a component: ``register_lazy`` beside its catalog, so every name is
 known before anything is imported (a configuration is checked as it parses) and each target
 resolves to its factory."""
 
@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
+from serve_app.catalog import Catalog
 from serve_app.errors import ConfigError
-from serve_app.registry import Registry
 
-REGISTRIES = {
+CATALOGS = {
     "serve_app.chunking.base:CHUNKERS": {"sliding_window", "sections", "imrad"},
     "serve_app.encoders.base:DENSE_BACKENDS": {"transformers", "vllm", "vllm-http"},
     "serve_app.encoders.base:RERANKER_BACKENDS": {"transformers", "vllm"},
@@ -40,29 +40,29 @@ def test_every_name_is_known_before_any_component_is_imported():
     import json
 
     out = subprocess.run(
-        [sys.executable, "-c", PROBE, *REGISTRIES],
+        [sys.executable, "-c", PROBE, *CATALOGS],
         capture_output=True, text=True, timeout=120, check=True,
     )  # fmt: skip
     seen = json.loads(out.stdout.strip().splitlines()[-1])
-    assert {k: set(v) for k, v in seen["names"].items()} == REGISTRIES
+    assert {k: set(v) for k, v in seen["names"].items()} == CATALOGS
     assert seen["imported"] == []
 
 
-@pytest.mark.parametrize("path", [p for p in REGISTRIES if "vllm" not in str(REGISTRIES[p])])
+@pytest.mark.parametrize("path", [p for p in CATALOGS if "vllm" not in str(CATALOGS[p])])
 def test_each_target_resolves_to_a_callable(path):
     import importlib
 
     module, _, attribute = path.partition(":")
-    registry: Registry = getattr(importlib.import_module(module), attribute)
-    for name in registry.names():
-        assert callable(registry.get(name)), (path, name)
+    catalog: Catalog = getattr(importlib.import_module(module), attribute)
+    for name in catalog.names():
+        assert callable(catalog.get(name)), (path, name)
 
 
 def test_an_unknown_name_is_a_config_error_naming_the_field():
-    registry: Registry[object] = Registry("widget", "widgets.kind")
-    registry.register_lazy("round", "builtins:object")
+    catalog: Catalog[object] = Catalog("widget", "widgets.kind")
+    catalog.register_lazy("round", "builtins:object")
     with pytest.raises(ConfigError, match=r"widgets\.kind: unknown widget 'square'; known: round"):
-        registry.check("square")
+        catalog.check("square")
     with pytest.raises(ValueError, match="registered twice"):
-        registry.register_lazy("round", "builtins:object")
-    assert registry.create("round") is not None
+        catalog.register_lazy("round", "builtins:object")
+    assert catalog.create("round") is not None

@@ -1,6 +1,7 @@
-"""Name -> factory registries, so configuration picks components by name.
+"""Catalogs of named components (name -> factory), so configuration picks components by name.
+("Registry" in this code base means one thing: the collection registry, ``stores/registry.py``.)
 
-One way to register: ``register_lazy(name, "module:attribute")`` beside the registry, so
+One way to register: ``register_lazy(name, "module:attribute")`` beside the catalog, so
 every name is known without importing anything (a configuration is checked at parse time)
 and a component's module, with its dependencies, is imported when it is first used."""
 
@@ -15,7 +16,7 @@ from serve_app.errors import ConfigError
 T = TypeVar("T")
 
 
-class Registry(Generic[T]):
+class Catalog(Generic[T]):
     """A named set of factories; ``field`` is the config path shown in errors."""
 
     def __init__(self, kind: str, field: str) -> None:
