@@ -102,8 +102,9 @@ async def run(config: AppConfig, args: argparse.Namespace) -> int:
 async def through_url(args: argparse.Namespace) -> int:
     async with connected(args) as api:
         if args.json:
-            print(json.dumps(await api.answer_json(answer_request(args, stream=False)), indent=2))
-            return 0
+            answer = await api.answer_json(answer_request(args, stream=False))
+            print(json.dumps(answer, indent=2))
+            return 1 if answer.get("error") is not None else 0  # as in process
         failed = False
         async for event in api.answer_events(answer_request(args, stream=True)):
             print_event(event)

@@ -40,7 +40,7 @@ async def run(config: AppConfig, args: argparse.Namespace) -> int:
             )
             documents.append(loaded)
         except ServeAppError as error:
-            errors.append(f"{error.code}: {error.message}")
+            errors.append(f"{path}: {error.code}: {error.message}")
     if errors and not args.skip_invalid:
         print("nothing was ingested; these files are invalid:", file=sys.stderr)
         for line in errors:

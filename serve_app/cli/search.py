@@ -74,8 +74,6 @@ async def run(config: AppConfig, args: argparse.Namespace) -> int:
         return 0
     async with retrieval_service(config) as service:
         response = await service.search(request, ScopeKey(args.tenant, request.collection))
-    if args.json:
-        print(response.model_dump_json(indent=2))
-    else:
-        print(format_results(SearchResponseOut.from_response(response)))
+    answer = SearchResponseOut.from_response(response)  # the HTTP API's shape, as with --url
+    print(answer.model_dump_json(indent=2) if args.json else format_results(answer))
     return 0

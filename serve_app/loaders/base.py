@@ -121,7 +121,10 @@ def load_file(
         raise PayloadTooLargeError(
             f"{path}: file is {size} bytes, over the limit of {max_bytes} (limits.max_file_bytes)"
         )
-    return load_bytes(path.read_bytes(), str(path), max_chars=max_chars)
+    # Named as an upload names it (``ServiceClient.upload_paths`` sends the file's name):
+    # the same file is the same document, with the same source and hash, whichever door
+    # read it.
+    return load_bytes(path.read_bytes(), path.name, max_chars=max_chars)
 
 
 def iter_files(paths: list[str | Path]) -> Iterator[Path]:

@@ -68,7 +68,7 @@ def test_cli_runs_the_embedded_topology_without_extras(tmp_path):
     out = done.stdout
     assert "LOADED []" in out
     response = json.loads(out[out.index("{") : out.rindex("}") + 1])
-    assert response["results"][0]["chunk"]["doc_id"].startswith("notes")
+    assert response["results"][0]["doc_id"].startswith("notes")
 
 
 # Each command on the base install: one that needs an extra is refused before it does

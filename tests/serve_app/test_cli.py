@@ -41,7 +41,7 @@ def test_ingest_search_and_reingest(config_file, docs, capsys):
     assert "0 written, 2 unchanged" in out and "chunks in index for tenant 'default': 2" in out
     assert run(config_file, "search", "where are dense vectors stored?", "--json") == 0
     response = json.loads(capsys.readouterr().out)
-    assert response["results"][0]["chunk"]["doc_id"] == "notes"
+    assert response["results"][0]["doc_id"] == "notes"
     assert run(config_file, "search", "install", "--top-k", "1") == 0
     assert "guide" in capsys.readouterr().out
 
@@ -103,7 +103,7 @@ def test_the_cli_offers_the_apis_collection_and_document_operations(config_file,
     names = [c["name"] for c in json.loads(capsys.readouterr().out)["collections"]]
     assert names == ["default", "papers"]
     assert run(config_file, "search", "dense vectors", "--collection", "papers", "--json") == 0
-    assert json.loads(capsys.readouterr().out)["results"][0]["chunk"]["doc_id"] in {
+    assert json.loads(capsys.readouterr().out)["results"][0]["doc_id"] in {
         "notes",
         "guide",
     }

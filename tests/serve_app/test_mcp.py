@@ -284,13 +284,21 @@ async def test_search_and_answer_agree_across_http_cli_and_mcp(service_url):
     assert passages == [p["doc_id"] for p in mcp_answered["passages"]]
 
 
-async def test_collections_and_uploads_agree_across_http_cli_and_mcp(service_url, tmp_path):
-    """Every door goes through the one client (``serve_app.client.ServiceClient``): the same
-    file uploaded into a collection each door created gives the same record (hash, chunks,
-    title) and the same search, whichever door wrote it, read it or deleted it."""
+async def test_collections_and_uploads_agree_across_http_cli_and_mcp(
+    service_url, app_config_factory, tmp_path
+):
+    """Every remote door goes through the one client (``serve_app.client.ServiceClient``):
+    the same file uploaded into a collection each door created gives the same record (hash,
+    chunks, title), document list and search, whichever door wrote it, read it or deleted
+    it. The CLI in process (its own index, the same models) answers in the same shapes with
+    the same values."""
     import subprocess
 
     import httpx
+    import yaml
+
+    local = tmp_path / "local.yaml"  # the service's models, an index of its own
+    local.write_text(yaml.safe_dump(app_config_factory().model_dump(mode="json")))
 
     note = tmp_path / "conjugation.md"
     note.write_text("# Conjugation\n\nPlasmids move resistance genes between bacteria.\n")
@@ -305,6 +313,25 @@ async def test_collections_and_uploads_agree_across_http_cli_and_mcp(service_url
         assert done.returncode == 0, done.stderr
         return done.stdout
 
+    def in_process(*args: str) -> dict:
+        command = [sys.executable, "-m", "serve_app.cli", "--config", str(local), *args]
+        done = subprocess.run(
+            command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=180
+        )
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout) if done.stdout.lstrip().startswith("{") else {}
+
+    scoped = ("--tenant", "tenant-a", "--collection", "door-local")
+    in_process("ingest", str(note), "--tenant", "tenant-a")  # creates the index here
+    in_process("collections", "create", "door-local", "--tenant", "tenant-a")
+    in_process("ingest", str(note), *scoped)
+    local_door = {
+        "search": in_process("search", "plasmids genes", "--json", *scoped),
+        "list": in_process("documents", "list", *scoped),
+    }
+    local_door["get"] = in_process(
+        "documents", "get", local_door["list"]["documents"][0]["id"], *scoped
+    )
     async with httpx.AsyncClient(base_url=service_url, headers=headers, timeout=120) as http:
         assert (await http.post("/v1/collections", json={"name": "door-http"})).status_code == 201
         files = {"files": (note.name, note.read_bytes(), "text/markdown")}
@@ -323,6 +350,9 @@ async def test_collections_and_uploads_agree_across_http_cli_and_mcp(service_url
             ]
             for name in ("door-http", "door-cli")
         }
+        http_search = (
+            await http.post("/v1/collections/door-http/search", json={"query": "plasmids genes"})
+        ).json()
         async with asyncio.timeout(240):
             async with (
                 stdio_client(server_params(service_url, "key-a", "--ingest-root", str(tmp_path)))
@@ -368,6 +398,13 @@ async def test_collections_and_uploads_agree_across_http_cli_and_mcp(service_url
     assert record(by_mcp) == record(by_cli) == record(by_http)
     assert pages["mcp"] == pages["http"] == pages["cli"]
     assert [d["id"] for d in pages["http"]["documents"]] == [doc_id]
+    # In process: the same shapes, and the same values where the scope is not part of them
+    # (stored chunk ids and the registry's timestamps are).
+    assert local_door["list"]["documents"] == pages["http"]["documents"]
+    assert record(local_door["get"]) == record(by_http)
+    local_hits = [(r["doc_id"], r["text"]) for r in local_door["search"]["results"]]
+    assert local_hits == searched["door-http"]
+    assert set(local_door["search"]) == set(http_search)
     assert searched["door-http"] and searched["door-http"] == searched["door-cli"]
     assert dropped["deleted"] == "door-cli" and dropped["chunks_removed"] >= 1
     assert not {"door-http", "door-cli", "door-mcp"} & set(left)

@@ -57,7 +57,7 @@ def served(config_file: Path, capsys) -> dict:
     for query in QUERIES:
         assert run(config_file, "search", query, "--json") == 0
         results = json.loads(capsys.readouterr().out)["results"]
-        answers.append([(r["chunk"]["doc_id"], r["chunk"]["id"], r["score"]) for r in results])
+        answers.append([(r["doc_id"], r["chunk_id"], r["score"]) for r in results])
     assert run(config_file, "inspect", "--json") == 0
     report = json.loads(capsys.readouterr().out)
     counts = [(c["tenant_id"], c["collection"], c["chunks"], c["documents"]) for c in report["collections"]]  # fmt: skip
