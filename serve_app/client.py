@@ -17,11 +17,12 @@ import uuid
 from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
 import anyio
 import httpx
+from pydantic import BaseModel
 
 from serve_app.errors import InvalidInputError, ServeAppError
 from serve_app.pipelines.answer_events import (
@@ -45,6 +46,16 @@ if TYPE_CHECKING:
         SearchResponseOut,
     )
     from serve_app.schemas import DocumentInfo, DocumentPage
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def read(model: type[M], answer: Any) -> M:
+    """An answer as ``model``, ignoring fields this client does not know: the service's
+    models refuse extra fields in requests, but a newer service may answer with more than
+    an older client reads, and that must not break the client."""
+    return model.model_validate(answer, extra="ignore")
+
 
 FileUpload = tuple[str, bytes]
 """A file as uploaded: its name (the loader picks by its suffix) and its bytes."""
@@ -102,8 +113,12 @@ class ServiceClient:
         api_key: str | None = None,
         timeout_s: float = 60.0,
         request_prefix: str = "cli",
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
+        """``transport``: httpx's, for a service reached other than over the network (an
+        ASGI app in this process, a test's)."""
         self.url = url.rstrip("/")
+        self.transport = transport
         self.api_key = api_key
         self.timeout_s = timeout_s
         self.request_prefix = request_prefix
@@ -114,7 +129,10 @@ class ServiceClient:
         if self._http is None:  # created on the caller's own event loop
             headers = {"X-API-Key": self.api_key} if self.api_key else {}
             self._http = httpx.AsyncClient(
-                base_url=self.url, headers=headers, timeout=self.timeout_s + 1
+                base_url=self.url,
+                headers=headers,
+                timeout=self.timeout_s + 1,
+                transport=self.transport,
             )
         return self._http
 
@@ -189,31 +207,31 @@ class ServiceClient:
     async def collections(self) -> CollectionList:
         from serve_app.api.models import CollectionList
 
-        return CollectionList.model_validate(await self.call("GET", "/v1/collections"))
+        return read(CollectionList, await self.call("GET", "/v1/collections"))
 
     async def create_collection(self, name: str) -> CollectionOut:
         from serve_app.api.models import CollectionOut
 
         body = {"name": name}
-        return CollectionOut.model_validate(await self.call("POST", "/v1/collections", json=body))
+        return read(CollectionOut, await self.call("POST", "/v1/collections", json=body))
 
     async def describe_collection(self, name: str) -> CollectionDetail:
         from serve_app.api.models import CollectionDetail
 
         answer = await self.call("GET", collection_resource(name))
-        return CollectionDetail.model_validate(answer)
+        return read(CollectionDetail, answer)
 
     async def delete_collection(self, name: str) -> CollectionDeleted:
         from serve_app.api.models import CollectionDeleted
 
         answer = await self.call("DELETE", collection_resource(name))
-        return CollectionDeleted.model_validate(answer)
+        return read(CollectionDeleted, answer)
 
     async def document(self, doc_id: str, collection: str = DEFAULT_COLLECTION) -> DocumentInfo:
         from serve_app.schemas import DocumentInfo
 
         answer = await self.call("GET", document_path(collection, doc_id))
-        return DocumentInfo.model_validate(answer)
+        return read(DocumentInfo, answer)
 
     async def documents(
         self, collection: str = DEFAULT_COLLECTION, cursor: str | None = None, limit: int = 100
@@ -225,7 +243,7 @@ class ServiceClient:
         if cursor is not None:
             params["cursor"] = cursor
         path = f"{collection_path(collection)}/documents"
-        return DocumentPage.model_validate(await self.call("GET", path, params=params))
+        return read(DocumentPage, await self.call("GET", path, params=params))
 
     async def delete_document(
         self, doc_id: str, collection: str = DEFAULT_COLLECTION
@@ -233,7 +251,7 @@ class ServiceClient:
         from serve_app.api.models import DeleteResponse
 
         answer = await self.call("DELETE", document_path(collection, doc_id))
-        return DeleteResponse.model_validate(answer)
+        return read(DeleteResponse, answer)
 
     async def search(self, request: SearchRequest) -> SearchResponseOut:
         """``request`` in its collection (``request.collection``)."""
@@ -241,7 +259,7 @@ class ServiceClient:
 
         path = f"{collection_path(request.collection)}/search"
         answer = await self.call("POST", path, json=_body(request))
-        return SearchResponseOut.model_validate(answer)
+        return read(SearchResponseOut, answer)
 
     async def ingest(
         self, documents: Sequence[DocumentIn], collection: str = DEFAULT_COLLECTION
@@ -251,7 +269,7 @@ class ServiceClient:
 
         body = {"documents": [d.model_dump(exclude_none=True) for d in documents]}
         answer = await self._retried("POST", _documents(collection), json=body)
-        return IngestResponse.model_validate(answer)
+        return read(IngestResponse, answer)
 
     async def upload(
         self, files: Sequence[FileUpload], collection: str = DEFAULT_COLLECTION
@@ -261,7 +279,7 @@ class ServiceClient:
 
         parts = [("files", (name, content, "application/octet-stream")) for name, content in files]
         answer = await self._retried("POST", _documents(collection), files=parts)
-        return IngestResponse.model_validate(answer)
+        return read(IngestResponse, answer)
 
     async def upload_paths(
         self,

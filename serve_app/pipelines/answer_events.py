@@ -170,5 +170,6 @@ ANSWER_EVENT: TypeAdapter[AnswerEvent] = TypeAdapter(AnswerEvent)
 
 
 def parse_event(event: str, data: dict[str, Any]) -> AnswerEvent:
-    """An event read off the wire (its SSE name and body) as its model."""
-    return ANSWER_EVENT.validate_python({**data, "event": event})
+    """An event read off the wire (its SSE name and body) as its model; fields a newer
+    service added are ignored (``serve_app.client.read``)."""
+    return ANSWER_EVENT.validate_python({**data, "event": event}, extra="ignore")

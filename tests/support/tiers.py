@@ -45,6 +45,7 @@ TIER_BY_PATH = {
     "tests/integration/": "service",
     "tests/serve_app/api/": "service",
     "tests/serve_app/test_mcp.py": "service",
+    "tests/serve_app/test_client.py": "service",
     "tests/serve_app/test_cli.py": "service",
     "tests/serve_app/test_cli_answer.py": "service",
     "tests/serve_app/test_cli_inspect.py": "service",
