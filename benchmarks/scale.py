@@ -74,7 +74,7 @@ async def build(index: StoreIndex, size: int, batch: int, rng: np.random.Generat
             )
             writes.append(DocumentWrite(doc_id=f"d{n}", content_hash="h", chunks=[encoded]))
         await index.write_documents(ScopeKey(TENANT), writes)
-    index.backends[0].shard.optimize()  # build HNSW and the sparse indexes before timing searches
+    index.backends[0].connection.shard.optimize()  # build HNSW and the sparse indexes before timing searches
     return time.perf_counter() - start
 
 

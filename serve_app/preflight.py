@@ -367,7 +367,8 @@ def _store_fields(config: AppConfig, backend: Backend) -> tuple[str, str]:
 
 def expected_binding(backend: Backend, models: IndexModels) -> dict[str, Any]:
     """What ``backend`` records about ``models`` when it builds an index."""
-    binding = getattr(backend, "binding", None)
+    connection = getattr(backend, "connection", backend)  # what records the binding
+    binding = getattr(connection, "binding", None)
     recorded = binding(models) if binding is not None else models.as_dict()
     return recorded.get("models", recorded)  # OpenSearch keeps its mapping version beside it
 

@@ -161,13 +161,15 @@ class Snapshots(Protocol):
     async def list_snapshots(self) -> list[dict[str, Any]]: ...
 
 
-class Backend(Protocol):
-    """The primitives of one store. ``holds_chunks``: its payloads carry the whole chunk, so
-    fetch and document info read it; other backends only confirm that they hold an id."""
+# A backend is composed of collaborators that each take the store's connection, one per part
+# below (``stores/composed.py``: ``ComposedBackend``); the parts are the protocols they meet.
+
+
+class StoreConnection(Protocol):
+    """The connection to one store and the index's lifecycle."""
 
     name: str
     strategies: tuple[Strategy, ...]
-    holds_chunks: bool
 
     async def open(self, models: IndexModels) -> None: ...
 
@@ -179,6 +181,10 @@ class Backend(Protocol):
     async def close(self) -> None: ...
 
     async def healthy(self) -> bool: ...
+
+
+class ChunkPrimitives(Protocol):
+    """Writes, deletes and reads of chunks by id, document and scope."""
 
     async def upsert(self, scope: ScopeKey, writes: list[DocumentWrite]) -> None:
         """Every chunk of ``writes`` (payload with ``content_hash`` and ``chunk_count``),
@@ -201,10 +207,6 @@ class Backend(Protocol):
 
     async def document_states(self, scope: ScopeKey, doc_ids: list[str]) -> DocumentStates: ...
 
-    async def query(self, queries: list[StrategyQuery]) -> list[list[Hit]]:
-        """Hits per query, best first, in one round trip."""
-        ...
-
     async def present(self, requests: list[tuple[ScopeKey, list[str]]]) -> list[set[str]]:
         """Per (scope, ids) request: the ids held here in that scope."""
         ...
@@ -218,16 +220,9 @@ class Backend(Protocol):
         of the next page (None after the last); ``scope`` None pages through everything."""
         ...
 
-    async def describe(self) -> dict[str, Any]:
-        """What the store itself reports: ``store``, ``location``, ``alias``, ``physical``
-        (the version behind the alias), ``versions``, ``binding`` (what it records about the
-        models), ``points``, ``payload_indexes`` (field -> type), ``disk_bytes`` (None where
-        the store does not report it)."""
-        ...
 
-
-class ChunkBackend(Backend, Protocol):
-    """A backend whose payloads are whole chunks."""
+class WholeChunks(Protocol):
+    """Reads of a store whose payloads are whole chunks."""
 
     async def chunks(self, requests: list[tuple[ScopeKey, list[str]]]) -> list[dict[str, Chunk]]:
         """Per (scope, ids) request: id -> chunk, for the ids held here in that scope."""
@@ -245,9 +240,31 @@ class ChunkBackend(Backend, Protocol):
         the cursor of the next page (None after the last)."""
         ...
 
-    # The registry of named collections: one record per (tenant, collection) under
-    # ``registry_key``, written with the store's own create-once / update-if-present / delete
-    # operations, so store replicas changing it at once cannot lose each other's changes.
+
+class StoreQueries(Protocol):
+    """The strategies' searches."""
+
+    async def query(self, queries: list[StrategyQuery]) -> list[list[Hit]]:
+        """Hits per query, best first, in one round trip."""
+        ...
+
+
+class StoreReport(Protocol):
+    """What the store reports of itself."""
+
+    async def describe(self) -> dict[str, Any]:
+        """What the store itself reports: ``store``, ``location``, ``alias``, ``physical``
+        (the version behind the alias), ``versions``, ``binding`` (what it records about the
+        models), ``points``, ``payload_indexes`` (field -> type), ``disk_bytes`` (None where
+        the store does not report it)."""
+        ...
+
+
+class StoreRegistry(Protocol):
+    """The registry of named collections: one record per (tenant, collection) under
+    ``registry_key``, written with the store's own create-once / update-if-present / delete
+    operations, so store replicas changing it at once cannot lose each other's changes."""
+
     async def open_registry(self) -> None:
         """Make sure the registry exists."""
         ...
@@ -269,3 +286,17 @@ class ChunkBackend(Backend, Protocol):
         ...
 
     async def drop_registry_record(self, key: str) -> None: ...
+
+
+class Backend(StoreConnection, ChunkPrimitives, StoreQueries, StoreReport, Protocol):
+    """The primitives of one store. ``holds_chunks``: its payloads carry the whole chunk, so
+    fetch and document info read it; other backends only confirm that they hold an id.
+    ``snapshots``: the store's own snapshot API, None where it has none."""
+
+    holds_chunks: bool
+    snapshots: Snapshots | None
+
+
+class ChunkBackend(Backend, WholeChunks, StoreRegistry, Protocol):
+    """A backend whose payloads are whole chunks; the first of a topology also holds its
+    collection registry."""

@@ -8,6 +8,7 @@ from serve_app.config import AppConfig
 from serve_app.stores.index import StoreIndex
 from serve_app.stores.opensearch import OpenSearchBackend
 from serve_app.stores.qdrant import QdrantBackend
+from serve_app.stores.qdrant.connection import QdrantConnection
 
 
 def build_split(config: AppConfig) -> StoreIndex:
@@ -16,7 +17,9 @@ def build_split(config: AppConfig) -> StoreIndex:
         [
             OpenSearchBackend(stores.opensearch, migrate=stores.migrate),
             QdrantBackend(
-                stores.qdrant, config.data_path, strategies=("dense",), migrate=stores.migrate
+                QdrantConnection(
+                    stores.qdrant, config.data_path, strategies=("dense",), migrate=stores.migrate
+                )
             ),
         ]
     )

@@ -76,6 +76,7 @@ async def test_two_store_replicas_open_themselves_and_share_one_index(
     from serve_app.config import OpenSearchConfig, QdrantConfig
     from serve_app.stores.opensearch import OpenSearchBackend
     from serve_app.stores.qdrant import QdrantBackend
+    from serve_app.stores.qdrant.connection import QdrantConnection
 
     handle, alias = store_pair
     status = serve.status().applications[APP].deployments["store"]
@@ -93,12 +94,12 @@ async def test_two_store_replicas_open_themselves_and_share_one_index(
     assert creations == REPLICAS, racing_qdrant[0].requests
     backends = [
         OpenSearchBackend(OpenSearchConfig(hosts=[opensearch_url], index=alias)),
-        QdrantBackend(QdrantConfig(url=racing_qdrant[1], collection=alias), Path(".")),
+        QdrantBackend(QdrantConnection(QdrantConfig(url=racing_qdrant[1], collection=alias), Path("."))),
     ]
     try:
         for backend in backends:
-            assert versioned_names(alias, await backend.version_names()) == [f"{alias}-v1"]
-            assert await backend.alias_target() == f"{alias}-v1"
+            assert versioned_names(alias, await backend.connection.version_names()) == [f"{alias}-v1"]
+            assert await backend.connection.alias_target() == f"{alias}-v1"
     finally:
         for backend in backends:
             await backend.close()

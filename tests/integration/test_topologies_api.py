@@ -47,8 +47,8 @@ async def api(app_config_factory, opensearch_url):
     )
     components = await build_components(config)
     text_store, _ = components.index.backends
-    await text_store.client.close()
-    text_store._client = AsyncOpenSearch(
+    await text_store.connection.client.close()
+    text_store.connection._client = AsyncOpenSearch(
         hosts=[opensearch_url], connection_class=FlakyConnection, max_retries=0
     )
     transport = httpx.ASGITransport(app=create_app(RetrievalService(components)))
@@ -153,15 +153,15 @@ async def test_a_stores_own_words_stay_in_the_server_log(api, caplog):
     request id."""
     http, components = api
     text_store, _ = components.index.backends
-    held = text_store._client
+    held = text_store.connection._client
     hidden = f"opensearch-{uuid.uuid4().hex[:8]}.internal.invalid"
-    text_store._client = AsyncOpenSearch(hosts=[f"http://{hidden}:9211"], max_retries=0)
+    text_store.connection._client = AsyncOpenSearch(hosts=[f"http://{hidden}:9211"], max_retries=0)
     try:
         with caplog.at_level("WARNING", logger="serve_app"):
             response = await http.post("/v1/documents", json={"documents": DOCS[:1]})
     finally:
-        await text_store._client.close()
-        text_store._client = held
+        await text_store.connection._client.close()
+        text_store.connection._client = held
     assert response.status_code == 503, response.text
     error = response.json()["error"]
     assert hidden not in response.text and "9211" not in response.text, error

@@ -1,7 +1,7 @@
-"""The embedded store (qdrant-edge in process), one module per concern: ``shard`` (the
+"""The embedded store (qdrant-edge in process), one collaborator per concern: ``shard`` (the
 directory's ownership, open / attach / close, the write lock), ``chunks`` (writes, deletes,
 reads), ``queries``, ``registry`` (named collections), ``maintenance`` (describe), composed
-in ``backend``; ``layout`` names the files of the index directory."""
+in ``backend`` (each takes the shard's owner); ``layout`` names the files of the index directory."""
 
 from serve_app.stores.embedded.backend import EdgeBackend, build_embedded, embedded_index
 from serve_app.stores.embedded.ids import IdTexts

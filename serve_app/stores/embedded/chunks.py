@@ -21,15 +21,18 @@ from serve_app.stores.values import DocumentStates, DocumentWrite
 _SCROLL_PAGE = 1000
 
 
-class EdgeChunks(EdgeShardOwner):
+class EdgeChunks:
     """The chunks in the shard."""
+
+    def __init__(self, conn: EdgeShardOwner) -> None:
+        self.conn = conn
 
     # -- writes --------------------------------------------------------------------------
     def _upsert_sync(self, scope: ScopeKey, writes: list[DocumentWrite]) -> None:
         points = []
         for write in writes:
             for encoded in write.chunks:
-                vectors = qr.point_vectors(encoded, self.strategies)
+                vectors = qr.point_vectors(encoded, self.conn.strategies)
                 vector: dict[str, Any] = {
                     name: sparse_vector(*value) if isinstance(value, tuple) else value
                     for name, value in vectors.items()
@@ -38,7 +41,7 @@ class EdgeChunks(EdgeShardOwner):
                     edge.Point(encoded.chunk.id, vector, qr.point_payload(scope, write, encoded))
                 )
         if points:
-            self._update(edge.UpdateOperation.upsert_points(points))
+            self.conn._update(edge.UpdateOperation.upsert_points(points))
 
     async def upsert(self, scope: ScopeKey, writes: list[DocumentWrite]) -> None:
         await asyncio.to_thread(self._upsert_sync, scope, writes)
@@ -48,7 +51,9 @@ class EdgeChunks(EdgeShardOwner):
         spec = edge.Filter(
             must=[edge.HasIdCondition(set(chunk_ids)), *(to_edge_filter(selector).must or [])]
         )
-        await asyncio.to_thread(self._update, edge.UpdateOperation.delete_points_by_filter(spec))
+        await asyncio.to_thread(
+            self.conn._update, edge.UpdateOperation.delete_points_by_filter(spec)
+        )
 
     def _delete_documents_sync(self, scope: ScopeKey, doc_ids: list[str]) -> int:
         return self._delete_where_sync(qr.chunk_filter(scope, doc_ids=doc_ids))
@@ -62,7 +67,7 @@ class EdgeChunks(EdgeShardOwner):
                 shard.update(edge.UpdateOperation.delete_points_by_filter(selector))
             return count
 
-        return int(self._engine_write(delete))
+        return int(self.conn._engine_write(delete))
 
     async def delete_documents(self, scope: ScopeKey, doc_ids: list[str]) -> int:
         return await asyncio.to_thread(self._delete_documents_sync, scope, doc_ids)
@@ -84,7 +89,7 @@ class EdgeChunks(EdgeShardOwner):
         with_payload = edge.PayloadSelector.Include(fields) if fields else True
         done = 0
         while True:
-            records, offset = self.shard.scroll(
+            records, offset = self.conn.shard.scroll(
                 edge.ScrollRequest(
                     offset=offset,
                     limit=page_size,
@@ -141,8 +146,8 @@ class EdgeChunks(EdgeShardOwner):
         if not wanted:
             return [{} for _ in requests]
         payload: Any = edge.PayloadSelector.Include(fields) if isinstance(fields, list) else True
-        records = self.shard.retrieve(wanted, with_payload=payload, with_vector=False)
-        by_id = {self._id_text(r.id): dict(r.payload or {}) for r in records}
+        records = self.conn.shard.retrieve(wanted, with_payload=payload, with_vector=False)
+        by_id = {self.conn._id_text(r.id): dict(r.payload or {}) for r in records}
         return [
             {i: by_id[i] for i in ids if i in by_id and in_scope(by_id[i], key)}
             for key, ids in requests
@@ -159,7 +164,7 @@ class EdgeChunks(EdgeShardOwner):
     async def count(self, scope: ScopeKey | None) -> int:
         selector = to_edge_filter(qr.chunk_filter(scope)) if scope else None
         return await asyncio.to_thread(
-            self.shard.count, edge.CountRequest(exact=True, filter=selector)
+            self.conn.shard.count, edge.CountRequest(exact=True, filter=selector)
         )
 
     async def scroll_payloads(

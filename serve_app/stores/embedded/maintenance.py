@@ -12,15 +12,18 @@ from serve_app.stores.embedded.layout import META_FILE, SHARD_DIR
 from serve_app.stores.embedded.shard import EdgeShardOwner
 
 
-class EdgeMaintenance(EdgeShardOwner):
+class EdgeMaintenance:
     """Inspection of the shard."""
 
+    def __init__(self, conn: EdgeShardOwner) -> None:
+        self.conn = conn
+
     def _describe_sync(self) -> dict[str, Any]:
-        info = self.shard.info()
-        meta_path = self.path / META_FILE
+        info = self.conn.shard.info()
+        meta_path = self.conn.path / META_FILE
         return {
-            "store": self.name,
-            "location": str(self.path),
+            "store": self.conn.name,
+            "location": str(self.conn.path),
             "alias": None,
             "physical": SHARD_DIR,
             "versions": [SHARD_DIR],
@@ -31,7 +34,7 @@ class EdgeMaintenance(EdgeShardOwner):
                 name: str(index.data_type).rsplit(".", 1)[-1].lower()
                 for name, index in sorted(info.payload_schema.items())
             },
-            "disk_bytes": directory_bytes(self.path),
+            "disk_bytes": directory_bytes(self.conn.path),
         }
 
     async def describe(self) -> dict[str, Any]:

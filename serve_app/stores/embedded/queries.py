@@ -26,14 +26,17 @@ from serve_app.stores.values import Hit, StrategyQuery
 _new_hit = partial(tuple.__new__, Hit)  # a Hit from a (chunk_id, doc_id, score) tuple
 
 
-class EdgeQueries(EdgeShardOwner):
+class EdgeQueries:
     """Batched search of the shard."""
+
+    def __init__(self, conn: EdgeShardOwner) -> None:
+        self.conn = conn
 
     def _request(self, plan: qr.QueryPlan) -> edge.QueryRequest:
         if isinstance(plan.search, qr.DenseSearch):
             vector: Any = plan.search.vector
             params: edge.SearchParams | None = edge.SearchParams(
-                hnsw_ef=self.config.hnsw_ef, exact=self.config.exact
+                hnsw_ef=self.conn.config.hnsw_ef, exact=self.conn.config.exact
             )
         else:
             vector = sparse_vector(plan.search.indices, plan.search.values)
@@ -59,7 +62,7 @@ class EdgeQueries(EdgeShardOwner):
         runnable = [i for i, plan in enumerate(plans) if plan is not None]
         results: list[list[Hit]] = [[] for _ in queries]
         if runnable:
-            batch = self.shard.query_batch(
+            batch = self.conn.shard.query_batch(
                 edge.QueryBatchRequest([self._request(plans[i]) for i in runnable])  # type: ignore[arg-type]
             )
             for i, points in zip(runnable, batch, strict=True):
@@ -69,7 +72,7 @@ class EdgeQueries(EdgeShardOwner):
     def _hits(self, points: list[Any], with_doc_id: bool) -> list[Hit]:
         # Column by column: each attribute read crosses into the engine's binding, and a search
         # reads up to ``candidates`` hits per strategy per query (docs/benchmarks.md).
-        ids = self._id_text.many([p.id for p in points])
+        ids = self.conn._id_text.many([p.id for p in points])
         scores = [p.score for p in points]
         doc_ids: Iterable[str] = (
             [p.payload["doc_id"] if p.payload else "" for p in points]

@@ -12,8 +12,11 @@ from serve_app.stores.embedded.shard import EdgeShardOwner
 from serve_app.stores.registry import registry_fields, registry_key
 
 
-class EdgeRegistry(EdgeShardOwner):
+class EdgeRegistry:
     """The named collections (``ChunkBackend``'s registry operations)."""
+
+    def __init__(self, conn: EdgeShardOwner) -> None:
+        self.conn = conn
 
     # The registry: one file beside the shard, which one process holds. Each operation
     # reads, changes and replaces it with no await in between, so it is atomic in that
@@ -24,11 +27,11 @@ class EdgeRegistry(EdgeShardOwner):
     _cached: tuple[tuple[int, int, int] | None, dict[str, dict[str, Any]]] | None = None
 
     def _load_registry(self) -> dict[str, Any]:
-        path = self.path / REGISTRY_FILE
+        path = self.conn.path / REGISTRY_FILE
         return json.loads(path.read_text()) if path.exists() else {}
 
     def _save_registry(self, registry: dict[str, Any]) -> None:
-        path = self.path / REGISTRY_FILE
+        path = self.conn.path / REGISTRY_FILE
         staged = path.with_suffix(".tmp")
         staged.write_text(json.dumps(registry, indent=2, sort_keys=True))
         staged.replace(path)  # atomic: a crash leaves the old registry or the new one
@@ -36,7 +39,7 @@ class EdgeRegistry(EdgeShardOwner):
 
     def _registry_stamp(self) -> tuple[int, int, int] | None:
         try:
-            found = (self.path / REGISTRY_FILE).stat()
+            found = (self.conn.path / REGISTRY_FILE).stat()
         except FileNotFoundError:
             return None
         return (found.st_ino, found.st_mtime_ns, found.st_size)

@@ -44,8 +44,8 @@ def _load_optimized(shard_path: Path) -> edge.EdgeShard:
 
 
 class EdgeShardOwner:
-    """One shard directory, owned by this process while open. Every concern of
-    ``EdgeBackend`` builds on it."""
+    """One shard directory, owned by this process while open. Each collaborator of
+    ``EdgeBackend`` takes it (``stores/composed.py``)."""
 
     name = "qdrant-edge"
     strategies: tuple[Strategy, ...] = ("bm25", "splade", "dense")

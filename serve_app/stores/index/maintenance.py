@@ -132,9 +132,9 @@ class StoreMaintenance(StoreReads, StoreCollections):
 
     def snapshot_stores(self) -> list[Snapshots]:
         """Every store, when each can snapshot itself; ConfigError otherwise."""
-        stores: list[Snapshots] = [b for b in self.backends if isinstance(b, Snapshots)]
+        stores = [b.snapshots for b in self.backends if b.snapshots is not None]
         if len(stores) != len(self.backends):
-            names = [b.name for b in self.backends if not isinstance(b, Snapshots)]
+            names = [b.name for b in self.backends if b.snapshots is None]
             raise ConfigError(
                 f"{', '.join(names)} has no snapshot API: stop the service and use "
                 "serve-app backup / restore instead"

@@ -1,7 +1,7 @@
-"""The OpenSearch backend (opensearch-py, async), one module per concern: ``connection``
+"""The OpenSearch backend (opensearch-py, async), one collaborator per concern: ``connection``
 (client, lifecycle, the versioned index behind the alias), ``chunks`` (writes, deletes,
 reads), ``queries``, ``registry`` (named collections), ``maintenance`` (describe,
-snapshots), composed in ``backend``; ``bodies`` builds every request body."""
+snapshots), composed in ``backend`` (each takes the connection); ``bodies`` builds every request body."""
 
 from serve_app.stores.opensearch.backend import OpenSearchBackend
 from serve_app.stores.opensearch.chunks import source_to_chunk

@@ -22,16 +22,19 @@ _MAX_WINDOW = 10_000
 _PAGE = 1000
 
 
-class OpenSearchChunks(OpenSearchConnection):
+class OpenSearchChunks:
     """The chunks in the index behind the alias."""
+
+    def __init__(self, conn: OpenSearchConnection) -> None:
+        self.conn = conn
 
     # -- writes --------------------------------------------------------------------------
     async def _bulk(self, actions: list[tuple[str, dict[str, Any]]]) -> None:
         pending = actions
-        for attempt in range(self.config.max_retries + 1):
-            body = bodies.bulk_index_actions(self.alias, pending)
-            response = await self._call(
-                "bulk indexing", self.client.bulk(body=body, refresh=self.config.refresh)
+        for attempt in range(self.conn.config.max_retries + 1):
+            body = bodies.bulk_index_actions(self.conn.alias, pending)
+            response = await self.conn._call(
+                "bulk indexing", self.conn.client.bulk(body=body, refresh=self.conn.config.refresh)
             )
             if not response.get("errors"):
                 return
@@ -52,10 +55,10 @@ class OpenSearchChunks(OpenSearchConnection):
             pending = [action for action, _ in retry]
             if not pending:
                 return
-            await asyncio.sleep(self.config.retry_backoff_s * (2**attempt))
+            await asyncio.sleep(self.conn.config.retry_backoff_s * (2**attempt))
         raise OpenSearchStoreError(
             f"OpenSearch kept refusing {len(pending)} chunk(s) after "
-            f"{self.config.max_retries} retries"
+            f"{self.conn.config.max_retries} retries"
         )
 
     async def upsert(self, scope: ScopeKey, writes: list[DocumentWrite]) -> None:
@@ -64,15 +67,15 @@ class OpenSearchChunks(OpenSearchConnection):
             for write in writes
             for i, encoded in enumerate(write.chunks)
         ]
-        size = self.config.bulk_batch_size
+        size = self.conn.config.bulk_batch_size
         for start in range(0, len(actions), size):
             await self._bulk(actions[start : start + size])
 
     async def _delete_where(self, body: dict[str, Any]) -> int:
-        response = await self._call(
+        response = await self.conn._call(
             "delete by query",
-            self.client.delete_by_query(
-                index=self.alias, body=body, refresh=True, conflicts="proceed"
+            self.conn.client.delete_by_query(
+                index=self.conn.alias, body=body, refresh=True, conflicts="proceed"
             ),
         )
         return int(response.get("deleted", 0))
@@ -95,7 +98,9 @@ class OpenSearchChunks(OpenSearchConnection):
             page_body = {**body, "size": _PAGE, "sort": ["id"]}
             if after is not None:
                 page_body["search_after"] = after
-            response = await self._call(what, self.client.search(index=self.alias, body=page_body))
+            response = await self.conn._call(
+                what, self.conn.client.search(index=self.conn.alias, body=page_body)
+            )
             page = response["hits"]["hits"]
             hits.extend(page)
             if len(page) < _PAGE:
@@ -115,9 +120,11 @@ class OpenSearchChunks(OpenSearchConnection):
         """Only documents stored under exactly one hash."""
         if not doc_ids:
             return {}
-        response = await self._call(
+        response = await self.conn._call(
             "document hashes",
-            self.client.search(index=self.alias, body=bodies.hashes_query(scope, doc_ids)),
+            self.conn.client.search(
+                index=self.conn.alias, body=bodies.hashes_query(scope, doc_ids)
+            ),
         )
         states = {}
         for bucket in response["aggregations"]["docs"]["buckets"]:
@@ -132,10 +139,10 @@ class OpenSearchChunks(OpenSearchConnection):
         return states
 
     async def document_payloads(self, scope: ScopeKey, doc_id: str) -> list[dict[str, Any]]:
-        response = await self._call(
+        response = await self.conn._call(
             "document lookup",
-            self.client.search(
-                index=self.alias, body=bodies.document_query(scope, doc_id, _MAX_WINDOW)
+            self.conn.client.search(
+                index=self.conn.alias, body=bodies.document_query(scope, doc_id, _MAX_WINDOW)
             ),
         )
         return [h["_source"] for h in response["hits"]["hits"]]
@@ -143,9 +150,11 @@ class OpenSearchChunks(OpenSearchConnection):
     async def document_heads(
         self, scope: ScopeKey, cursor: str | None, limit: int
     ) -> tuple[list[dict[str, Any]], str | None]:
-        response = await self._call(
+        response = await self.conn._call(
             "listing",
-            self.client.search(index=self.alias, body=bodies.heads_query(scope, cursor, limit)),
+            self.conn.client.search(
+                index=self.conn.alias, body=bodies.heads_query(scope, cursor, limit)
+            ),
         )
         hits = response["hits"]["hits"]
         after = hits[-1]["_id"] if len(hits) == limit else None
@@ -157,8 +166,8 @@ class OpenSearchChunks(OpenSearchConnection):
         wanted = list(dict.fromkeys(i for _, ids in requests for i in ids))
         if not wanted:
             return [{} for _ in requests]
-        response = await self._call(
-            "fetch", self.client.mget(index=self.alias, body={"ids": wanted}, **source)
+        response = await self.conn._call(
+            "fetch", self.conn.client.mget(index=self.conn.alias, body={"ids": wanted}, **source)
         )
         by_id = {d["_id"]: d["_source"] for d in response["docs"] if d.get("found")}
         return [
@@ -175,8 +184,8 @@ class OpenSearchChunks(OpenSearchConnection):
         return [{i: source_to_chunk(s) for i, s in f.items()} for f in found]
 
     async def count(self, scope: ScopeKey | None) -> int:
-        response = await self._call(
-            "count", self.client.count(index=self.alias, body=bodies.count_query(scope))
+        response = await self.conn._call(
+            "count", self.conn.client.count(index=self.conn.alias, body=bodies.count_query(scope))
         )
         return int(response["count"])
 
@@ -191,7 +200,9 @@ class OpenSearchChunks(OpenSearchConnection):
         }
         if offset is not None:
             body["search_after"] = offset
-        response = await self._call("listing", self.client.search(index=self.alias, body=body))
+        response = await self.conn._call(
+            "listing", self.conn.client.search(index=self.conn.alias, body=body)
+        )
         hits = response["hits"]["hits"]
         page = [(h["_id"], h["_source"]) for h in hits]
         return page, (hits[-1]["sort"] if len(hits) == limit else None)

@@ -17,6 +17,7 @@ from opensearchpy.exceptions import TransportError
 
 from serve_app.config import OpenSearchConfig
 from serve_app.errors import ConfigError, ServiceUnavailableError
+from serve_app.schemas import Strategy
 from serve_app.stores.opensearch import bodies
 from serve_app.stores.registry import registry_name
 from serve_app.stores.values import IndexModels
@@ -62,10 +63,11 @@ def make_client(config: OpenSearchConfig) -> AsyncOpenSearch:
 
 class OpenSearchConnection:
     """One OpenSearch index alias: the client, the versioned index behind the alias,
-    open / attach / close. Every concern of ``OpenSearchBackend`` builds on it."""
+    open / attach / close. Each collaborator of ``OpenSearchBackend`` takes it."""
 
     name = "opensearch"
     kind = "OpenSearch index"
+    strategies: tuple[Strategy, ...] = ("bm25", "splade")
 
     def __init__(
         self, config: OpenSearchConfig, migrate: bool = False, client: AsyncOpenSearch | None = None

@@ -10,19 +10,22 @@ from serve_app.stores.opensearch.connection import OpenSearchConnection, OpenSea
 from serve_app.stores.values import Hit, StrategyQuery
 
 
-class OpenSearchQueries(OpenSearchConnection):
+class OpenSearchQueries:
     """Batched search of the index behind the alias."""
+
+    def __init__(self, conn: OpenSearchConnection) -> None:
+        self.conn = conn
 
     def _body(self, query: StrategyQuery) -> dict[str, Any] | None:
         clauses = bodies.filter_clauses(query.scope, query.filters)
         if query.strategy == "bm25":
             if not query.query.text.strip():
                 return None
-            return bodies.bm25_query(self.config, query.query.text, query.limit, clauses)
+            return bodies.bm25_query(self.conn.config, query.query.text, query.limit, clauses)
         if query.strategy == "splade":
             if query.query.splade is None:
                 raise ValueError("splade search needs a splade query vector")
-            return bodies.splade_query(self.config, query.query.splade, query.limit, clauses)
+            return bodies.splade_query(self.conn.config, query.query.splade, query.limit, clauses)
         raise ValueError(f"OpenSearch does not serve the {query.strategy!r} strategy")
 
     async def query(self, queries: list[StrategyQuery]) -> list[list[Hit]]:
@@ -34,8 +37,8 @@ class OpenSearchQueries(OpenSearchConnection):
         # One round trip for every strategy of every query of the batch.
         lines: list[dict[str, Any]] = []
         for i in runnable:
-            lines.extend(({"index": self.alias}, cast(dict[str, Any], requests[i])))
-        response = await self._call("search", self.client.msearch(body=lines))
+            lines.extend(({"index": self.conn.alias}, cast(dict[str, Any], requests[i])))
+        response = await self.conn._call("search", self.conn.client.msearch(body=lines))
         for i, item in zip(runnable, response["responses"], strict=True):
             if "error" in item:
                 error = item["error"]

@@ -21,19 +21,22 @@ _ABSENT = object()
 _TAKEN = object()
 
 
-class OpenSearchRegistry(OpenSearchConnection):
+class OpenSearchRegistry:
     """The named collections (``ChunkBackend``'s registry operations)."""
 
+    def __init__(self, conn: OpenSearchConnection) -> None:
+        self.conn = conn
+
     async def open_registry(self) -> None:
-        if not await self._call(
-            "registry lookup", self.client.indices.exists(index=self.registry_index)
+        if not await self.conn._call(
+            "registry lookup", self.conn.client.indices.exists(index=self.conn.registry_index)
         ):
             await self._registry_call("creation", self._create_registry())
 
     async def _create_registry(self) -> None:
         try:
-            await self.client.indices.create(
-                index=self.registry_index, body=bodies.registry_body(self.config)
+            await self.conn.client.indices.create(
+                index=self.conn.registry_index, body=bodies.registry_body(self.conn.config)
             )
         except TransportError as error:
             if error.error != "resource_already_exists_exception":
@@ -51,7 +54,7 @@ class OpenSearchRegistry(OpenSearchConnection):
             except OpenSearchConflict:
                 return _TAKEN
 
-        return await self._call(f"registry {what}", answer())
+        return await self.conn._call(f"registry {what}", answer())
 
     async def registry_records(self, tenant_id: str | None) -> list[dict[str, Any]]:
         records: list[dict[str, Any]] = []
@@ -59,7 +62,7 @@ class OpenSearchRegistry(OpenSearchConnection):
         while True:
             body = bodies.registry_page(tenant_id, after, _REGISTRY_PAGE)
             response = await self._registry_call(
-                "read", self.client.search(index=self.registry_index, body=body)
+                "read", self.conn.client.search(index=self.conn.registry_index, body=body)
             )
             if response is _ABSENT:
                 return []
@@ -72,7 +75,7 @@ class OpenSearchRegistry(OpenSearchConnection):
     async def registry_record(self, key: str) -> dict[str, Any] | None:
         # A GET by id is real-time: it sees the latest write, refreshed or not.
         found = await self._registry_call(
-            "read", self.client.get(index=self.registry_index, id=key)
+            "read", self.conn.client.get(index=self.conn.registry_index, id=key)
         )
         return None if found is _ABSENT else registry_fields(found["_source"])
 
@@ -85,13 +88,17 @@ class OpenSearchRegistry(OpenSearchConnection):
         body = {"key": key, "claim": claim, **registry_fields(record)}
         created = await self._registry_call(
             "write",
-            self.client.create(index=self.registry_index, id=key, body=body, refresh="true"),
+            self.conn.client.create(
+                index=self.conn.registry_index, id=key, body=body, refresh="true"
+            ),
         )
         if created is _ABSENT:
-            raise OpenSearchStoreError(f"no registry index {self.registry_index} (removed?)")
+            raise OpenSearchStoreError(f"no registry index {self.conn.registry_index} (removed?)")
         if created is not _TAKEN:
             return True
-        held = await self._registry_call("read", self.client.get(index=self.registry_index, id=key))
+        held = await self._registry_call(
+            "read", self.conn.client.get(index=self.conn.registry_index, id=key)
+        )
         return held is not _ABSENT and held["_source"].get("claim") == claim
 
     async def update_registry_record(self, key: str, fields: dict[str, Any]) -> bool:
@@ -99,8 +106,8 @@ class OpenSearchRegistry(OpenSearchConnection):
         # concurrent updates of one record are retried by OpenSearch, not answered 409.
         updated = await self._registry_call(
             "write",
-            self.client.update(
-                index=self.registry_index,
+            self.conn.client.update(
+                index=self.conn.registry_index,
                 id=key,
                 body={"doc": registry_fields(fields)},
                 refresh="true",
@@ -111,5 +118,5 @@ class OpenSearchRegistry(OpenSearchConnection):
 
     async def drop_registry_record(self, key: str) -> None:
         await self._registry_call(
-            "write", self.client.delete(index=self.registry_index, id=key, refresh="true")
+            "write", self.conn.client.delete(index=self.conn.registry_index, id=key, refresh="true")
         )

@@ -1,7 +1,7 @@
-"""The Qdrant server backend (qdrant-client, async), one module per concern: ``connection``
+"""The Qdrant server backend (qdrant-client, async), one collaborator per concern: ``connection``
 (client, lifecycle, the versioned collection behind the alias), ``chunks`` (writes, deletes,
 reads), ``queries``, ``registry`` (named collections), ``maintenance`` (describe,
-snapshots), composed in ``backend``."""
+snapshots), composed in ``backend`` (each takes the connection)."""
 
 from serve_app.stores.qdrant.backend import QdrantBackend, build_qdrant
 from serve_app.stores.qdrant.connection import QdrantStoreError

@@ -18,8 +18,11 @@ from serve_app.stores.values import DocumentStates, DocumentWrite
 _SCROLL_PAGE = 1000
 
 
-class QdrantChunks(QdrantConnection):
+class QdrantChunks:
     """The chunks in the collection behind the alias."""
+
+    def __init__(self, conn: QdrantConnection) -> None:
+        self.conn = conn
 
     # -- writes --------------------------------------------------------------------------
     def _point(self, scope: ScopeKey, write: DocumentWrite, encoded: Any) -> qm.PointStruct:
@@ -27,7 +30,7 @@ class QdrantChunks(QdrantConnection):
             name: qm.SparseVector(indices=value[0], values=value[1])
             if isinstance(value, tuple)
             else value
-            for name, value in qr.point_vectors(encoded, self.strategies).items()
+            for name, value in qr.point_vectors(encoded, self.conn.strategies).items()
         }
         return qm.PointStruct(
             id=encoded.chunk.id, vector=vectors, payload=qr.point_payload(scope, write, encoded)
@@ -35,22 +38,26 @@ class QdrantChunks(QdrantConnection):
 
     async def upsert(self, scope: ScopeKey, writes: list[DocumentWrite]) -> None:
         points = [self._point(scope, w, e) for w in writes for e in w.chunks]
-        size = self.config.upsert_batch_size
+        size = self.conn.config.upsert_batch_size
         for start in range(0, len(points), size):
-            await self._call(
+            await self.conn._call(
                 "write",
-                self.client.upsert(self.alias, points=points[start : start + size], wait=True),
+                self.conn.client.upsert(
+                    self.conn.alias, points=points[start : start + size], wait=True
+                ),
             )
 
     async def _delete_where(self, what: str, selector: qm.Filter) -> int:
         count = (
-            await self._call(what, self.client.count(self.alias, count_filter=selector, exact=True))
+            await self.conn._call(
+                what, self.conn.client.count(self.conn.alias, count_filter=selector, exact=True)
+            )
         ).count
         if count:
-            await self._call(
+            await self.conn._call(
                 what,
-                self.client.delete(
-                    self.alias, points_selector=qm.FilterSelector(filter=selector), wait=True
+                self.conn.client.delete(
+                    self.conn.alias, points_selector=qm.FilterSelector(filter=selector), wait=True
                 ),
             )
         return int(count)
@@ -80,10 +87,10 @@ class QdrantChunks(QdrantConnection):
         records: list[qm.Record] = []
         done = 0
         while True:
-            page, offset = await self._call(
+            page, offset = await self.conn._call(
                 "scroll",
-                self.client.scroll(
-                    self.alias,
+                self.conn.client.scroll(
+                    self.conn.alias,
                     scroll_filter=to_client_filter(selector),
                     limit=page_size,
                     offset=offset,
@@ -131,9 +138,11 @@ class QdrantChunks(QdrantConnection):
         wanted = list(dict.fromkeys(i for _, ids in requests for i in ids))
         if not wanted:
             return [{} for _ in requests]
-        records = await self._call(
+        records = await self.conn._call(
             "fetch",
-            self.client.retrieve(self.alias, ids=wanted, with_payload=fields, with_vectors=False),
+            self.conn.client.retrieve(
+                self.conn.alias, ids=wanted, with_payload=fields, with_vectors=False
+            ),
         )
         by_id = {str(r.id): r.payload or {} for r in records}
         return [
@@ -150,8 +159,8 @@ class QdrantChunks(QdrantConnection):
 
     async def count(self, scope: ScopeKey | None) -> int:
         selector = to_client_filter(qr.chunk_filter(scope)) if scope else None
-        response = await self._call(
-            "count", self.client.count(self.alias, count_filter=selector, exact=True)
+        response = await self.conn._call(
+            "count", self.conn.client.count(self.conn.alias, count_filter=selector, exact=True)
         )
         return int(response.count)
 

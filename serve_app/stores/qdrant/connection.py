@@ -38,7 +38,7 @@ class QdrantStoreError(ServiceUnavailableError):
 
 class QdrantConnection:
     """One Qdrant collection alias: the client, the versioned collection behind the alias,
-    open / attach / close. Every concern of ``QdrantBackend`` builds on it."""
+    open / attach / close. Each collaborator of ``QdrantBackend`` takes it."""
 
     name = "qdrant"
     kind = "Qdrant collection"

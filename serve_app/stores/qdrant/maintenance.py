@@ -11,20 +11,27 @@ from serve_app.stores.qdrant.connection import QdrantConnection, QdrantStoreErro
 from serve_app.stores.versioning import versioned_names
 
 
-class QdrantMaintenance(QdrantConnection):
+class QdrantMaintenance:
     """Inspection and snapshots of the collection behind the alias and its registry."""
 
+    def __init__(self, conn: QdrantConnection) -> None:
+        self.conn = conn
+
     async def describe(self) -> dict[str, Any]:
-        physical = await self._call("alias lookup", self.alias_target())
-        versions = versioned_names(self.alias, await self._call("listing", self.version_names()))
-        info = await self._call("collection info", self.client.get_collection(self.alias))
+        physical = await self.conn._call("alias lookup", self.conn.alias_target())
+        versions = versioned_names(
+            self.conn.alias, await self.conn._call("listing", self.conn.version_names())
+        )
+        info = await self.conn._call(
+            "collection info", self.conn.client.get_collection(self.conn.alias)
+        )
         disk = None
-        if self.config.local_path and self.config.local_path != ":memory:":
-            disk = directory_bytes(self.data_path / self.config.local_path)
+        if self.conn.config.local_path and self.conn.config.local_path != ":memory:":
+            disk = directory_bytes(self.conn.data_path / self.conn.config.local_path)
         return {
-            "store": self.name,
-            "location": self.config.url or f"local mode: {self.config.local_path}",
-            "alias": self.alias,
+            "store": self.conn.name,
+            "location": self.conn.config.url or f"local mode: {self.conn.config.local_path}",
+            "alias": self.conn.alias,
             "physical": physical,
             "versions": versions,
             "binding": (info.config.metadata or {}).get("models"),
@@ -42,19 +49,19 @@ class QdrantMaintenance(QdrantConnection):
     # -- snapshots (Snapshots protocol) ----------------------------------------------------
     async def _snapshot_target(self) -> str:
         """The physical collection behind the alias (snapshots belong to a collection)."""
-        if self.config.local_path:
+        if self.conn.config.local_path:
             raise ConfigError("snapshots need a Qdrant server; qdrant-client local mode has none")
-        if self.physical is None:
-            self.physical = await self._call("alias lookup", self.alias_target())
-        if self.physical is None:
-            raise QdrantStoreError(f"no Qdrant collection behind the alias {self.alias}")
-        return self.physical
+        if self.conn.physical is None:
+            self.conn.physical = await self.conn._call("alias lookup", self.conn.alias_target())
+        if self.conn.physical is None:
+            raise QdrantStoreError(f"no Qdrant collection behind the alias {self.conn.alias}")
+        return self.conn.physical
 
     async def _snapshot_collections(self) -> list[str]:
         """The chunk collection and, where it exists, the registry: restore both together."""
         collections = [await self._snapshot_target()]
-        registry = self.registry_collection
-        if await self._call("registry lookup", self.client.collection_exists(registry)):
+        registry = self.conn.registry_collection
+        if await self.conn._call("registry lookup", self.conn.client.collection_exists(registry)):
             collections.append(registry)
         return collections
 
@@ -62,7 +69,9 @@ class QdrantMaintenance(QdrantConnection):
         del name  # Qdrant names its snapshots itself
         collections = await self._snapshot_collections()
         taken = [
-            await self._call("snapshot creation", self.client.create_snapshot(c, wait=True))
+            await self.conn._call(
+                "snapshot creation", self.conn.client.create_snapshot(c, wait=True)
+            )
             for c in collections
         ]
         answer = {"store": "qdrant", "name": taken[0].name, "size": taken[0].size}
@@ -73,7 +82,9 @@ class QdrantMaintenance(QdrantConnection):
     async def list_snapshots(self) -> list[dict[str, Any]]:
         found = []
         for collection in await self._snapshot_collections():
-            listed = await self._call("snapshot listing", self.client.list_snapshots(collection))
+            listed = await self.conn._call(
+                "snapshot listing", self.conn.client.list_snapshots(collection)
+            )
             found += [
                 {"store": "qdrant", "collection": collection, "name": s.name, "size": s.size}
                 for s in listed

@@ -13,8 +13,11 @@ from serve_app.stores.qdrant.filters import to_client_filter
 from serve_app.stores.values import Hit, StrategyQuery
 
 
-class QdrantQueries(QdrantConnection):
+class QdrantQueries:
     """Batched search of the collection behind the alias."""
+
+    def __init__(self, conn: QdrantConnection) -> None:
+        self.conn = conn
 
     def _request(self, plan: qr.QueryPlan) -> qm.QueryRequest:
         params: qm.SearchParams | None
@@ -23,8 +26,8 @@ class QdrantQueries(QdrantConnection):
             # Local mode always searches exactly and warns about index parameters.
             params = (
                 None
-                if self.config.local_path
-                else qm.SearchParams(hnsw_ef=self.config.hnsw_ef, exact=self.config.exact)
+                if self.conn.config.local_path
+                else qm.SearchParams(hnsw_ef=self.conn.config.hnsw_ef, exact=self.conn.config.exact)
             )
         else:
             vector = qm.SparseVector(indices=plan.search.indices, values=plan.search.values)
@@ -48,17 +51,17 @@ class QdrantQueries(QdrantConnection):
 
     async def query(self, queries: list[StrategyQuery]) -> list[list[Hit]]:
         for q in queries:
-            if q.strategy not in self.strategies:
+            if q.strategy not in self.conn.strategies:
                 raise ValueError(f"this Qdrant store does not serve the {q.strategy!r} strategy")
         plans = [qr.query_plan(q) for q in queries]
         runnable = [i for i, plan in enumerate(plans) if plan is not None]
         results: list[list[Hit]] = [[] for _ in queries]
         if not runnable:
             return results
-        responses = await self._call(
+        responses = await self.conn._call(
             "search",
-            self.client.query_batch_points(
-                self.alias,
+            self.conn.client.query_batch_points(
+                self.conn.alias,
                 requests=[self._request(plans[i]) for i in runnable],  # type: ignore[arg-type]
             ),
         )

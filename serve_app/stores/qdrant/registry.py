@@ -23,8 +23,11 @@ _STRONG = qm.WriteOrdering.STRONG
 _ALL = qm.ReadConsistencyType.ALL
 
 
-class QdrantRegistry(QdrantConnection):
+class QdrantRegistry:
     """The named collections (``ChunkBackend``'s registry operations)."""
+
+    def __init__(self, conn: QdrantConnection) -> None:
+        self.conn = conn
 
     async def _registry_call(self, what: str, coro: Any) -> Any:
         """The call's answer; ``_ABSENT`` when the point (set_payload) or the registry
@@ -40,23 +43,23 @@ class QdrantRegistry(QdrantConnection):
             except KeyError:  # local mode: no such point
                 return _ABSENT
             except ValueError as error:  # local mode: no such collection
-                if f"Collection {self.registry_collection} not found" in str(error):
+                if f"Collection {self.conn.registry_collection} not found" in str(error):
                     return _ABSENT
                 raise
 
-        return await self._call(f"registry {what}", answer())
+        return await self.conn._call(f"registry {what}", answer())
 
     async def open_registry(self) -> None:
-        if not self.config.local_path:
+        if not self.conn.config.local_path:
             await self._require_insert_only()
-        name = self.registry_collection
-        if not await self._call("registry lookup", self.client.collection_exists(name)):
-            await self._call("registry creation", self._create_registry(name))
+        name = self.conn.registry_collection
+        if not await self.conn._call("registry lookup", self.conn.client.collection_exists(name)):
+            await self.conn._call("registry creation", self._create_registry(name))
 
     async def _require_insert_only(self) -> None:
         """Refuse a server that would ignore ``update_mode`` (older than 1.17): there a
         second creation of a collection would overwrite its record, not be refused."""
-        version = (await self._call("version check", self.client.info())).version
+        version = (await self.conn._call("version check", self.conn.client.info())).version
         numbers = tuple(int(n) for n in re.findall(r"\d+", version)[:2])
         if numbers < _INSERT_ONLY_SINCE:
             raise ConfigError(
@@ -66,15 +69,17 @@ class QdrantRegistry(QdrantConnection):
 
     async def _create_registry(self, name: str) -> None:
         try:  # points with a payload only: no vectors
-            await self.client.create_collection(
-                name, vectors_config={}, replication_factor=self.config.replication_factor
+            await self.conn.client.create_collection(
+                name, vectors_config={}, replication_factor=self.conn.config.replication_factor
             )
         except (UnexpectedResponse, ValueError) as error:
             if not already_exists(error, name):
                 raise
             return  # another replica created it meanwhile
-        if not self.config.local_path:  # listings filter on the tenant (strict mode: indexed)
-            await self.client.create_payload_index(name, "tenant_id", qm.PayloadSchemaType.KEYWORD)
+        if not self.conn.config.local_path:  # listings filter on the tenant (strict mode: indexed)
+            await self.conn.client.create_payload_index(
+                name, "tenant_id", qm.PayloadSchemaType.KEYWORD
+            )
 
     async def registry_records(self, tenant_id: str | None) -> list[dict[str, Any]]:
         selector = (
@@ -89,8 +94,8 @@ class QdrantRegistry(QdrantConnection):
         while True:
             page = await self._registry_call(
                 "read",
-                self.client.scroll(
-                    self.registry_collection,
+                self.conn.client.scroll(
+                    self.conn.registry_collection,
                     scroll_filter=selector,
                     limit=_REGISTRY_PAGE,
                     offset=offset,
@@ -108,8 +113,8 @@ class QdrantRegistry(QdrantConnection):
     async def _registry_payload(self, key: str) -> dict[str, Any] | None:
         found = await self._registry_call(
             "read",
-            self.client.retrieve(
-                self.registry_collection, ids=[key], with_payload=True, consistency=_ALL
+            self.conn.client.retrieve(
+                self.conn.registry_collection, ids=[key], with_payload=True, consistency=_ALL
             ),
         )
         return None if found is _ABSENT or not found else dict(found[0].payload or {})
@@ -125,10 +130,10 @@ class QdrantRegistry(QdrantConnection):
         point = qm.PointStruct(
             id=key, vector={}, payload={**registry_fields(record), "claim": claim}
         )
-        await self._call(
+        await self.conn._call(
             "registry write",
-            self.client.upsert(
-                self.registry_collection,
+            self.conn.client.upsert(
+                self.conn.registry_collection,
                 [point],
                 update_mode=qm.UpdateMode.INSERT_ONLY,
                 ordering=_STRONG,
@@ -142,8 +147,8 @@ class QdrantRegistry(QdrantConnection):
         # the creator's claim stays.
         updated = await self._registry_call(
             "write",
-            self.client.set_payload(
-                self.registry_collection,
+            self.conn.client.set_payload(
+                self.conn.registry_collection,
                 payload=registry_fields(fields),
                 points=[key],
                 ordering=_STRONG,
@@ -154,8 +159,8 @@ class QdrantRegistry(QdrantConnection):
     async def drop_registry_record(self, key: str) -> None:
         await self._registry_call(
             "write",
-            self.client.delete(
-                self.registry_collection,
+            self.conn.client.delete(
+                self.conn.registry_collection,
                 points_selector=qm.PointIdsList(points=[key]),
                 ordering=_STRONG,
             ),

@@ -14,6 +14,7 @@ from serve_app.stores.embedded import embedded_index
 from serve_app.stores.index import StoreIndex
 from serve_app.stores.opensearch import OpenSearchBackend
 from serve_app.stores.qdrant import QdrantBackend
+from serve_app.stores.qdrant.connection import QdrantConnection
 from serve_app.testing.store_contract import MODELS, encoded, query, write  # noqa: F401
 
 TOPOLOGY_NAMES = ["embedded", "qdrant", "opensearch+qdrant"]
@@ -52,13 +53,13 @@ def make_store(
     if topology == "embedded":
         return embedded_index(tmp_path / "embedded", EmbeddedStoreConfig(exact=True))
     if topology == "qdrant":
-        return StoreIndex([QdrantBackend(qdrant, tmp_path, migrate=migrate)])
+        return StoreIndex([QdrantBackend(QdrantConnection(qdrant, tmp_path, migrate=migrate))])
     if topology == "opensearch+qdrant":
         assert opensearch_url is not None
         return StoreIndex(
             [
                 OpenSearchBackend(os_config or opensearch_config(opensearch_url), migrate=migrate),
-                QdrantBackend(qdrant, tmp_path, strategies=("dense",), migrate=migrate),
+                QdrantBackend(QdrantConnection(qdrant, tmp_path, strategies=("dense",), migrate=migrate)),
             ]
         )
     raise ValueError(topology)

@@ -57,10 +57,10 @@ async def test_concurrent_openers_agree_on_one_version(
         await asyncio.gather(*(store.open(MODELS) for store in stores))
         for position in range(len(stores[0].backends)):
             backends = [store.backends[position] for store in stores]
-            versions = versioned_names(alias, await backends[0].version_names())
+            versions = versioned_names(alias, await backends[0].connection.version_names())
             assert versions == [f"{alias}-v1"], backends[0].name
-            assert await backends[0].alias_target() == f"{alias}-v1"
-            assert {b.physical for b in backends} == {f"{alias}-v1"}
+            assert await backends[0].connection.alias_target() == f"{alias}-v1"
+            assert {b.connection.physical for b in backends} == {f"{alias}-v1"}
         chunk = encoded("d1", 0, "alpha beta", [1, 0, 0, 0], {1: 1.0}, tenant="t")
         await stores[0].write_documents(ScopeKey("t"), [write("d1", [chunk])])
         for store in stores[1:]:
@@ -93,11 +93,11 @@ async def test_openers_with_other_models_get_the_model_guard_error(
         assert any(isinstance(r, ModelMismatchError) for r in results), results
         for position in range(len(stores[0].backends)):
             backend = stores[0].backends[position]
-            assert versioned_names(alias, await backend.version_names()) == [f"{alias}-v1"]
-            assert await backend.alias_target() == f"{alias}-v1"
+            assert versioned_names(alias, await backend.connection.version_names()) == [f"{alias}-v1"]
+            assert await backend.connection.alias_target() == f"{alias}-v1"
         for store, result in zip(stores, results, strict=True):
             if result is None:
-                assert {b.physical for b in store.backends} == {f"{alias}-v1"}
+                assert {b.connection.physical for b in store.backends} == {f"{alias}-v1"}
     finally:
         for store in stores:
             await store.close()
@@ -113,13 +113,13 @@ async def test_a_version_left_without_its_alias_is_adopted(
 
     died, opener = openers(topology, tmp_path, opensearch_url, qdrant_url, alias, 2)
     for backend in died.backends:
-        await backend.create_version(f"{alias}-v1", MODELS)
-        assert await backend.alias_target() is None
+        await backend.connection.create_version(f"{alias}-v1", MODELS)
+        assert await backend.connection.alias_target() is None
     try:
         await opener.open(MODELS)
         for backend in opener.backends:
-            assert versioned_names(alias, await backend.version_names()) == [f"{alias}-v1"]
-            assert await backend.alias_target() == backend.physical == f"{alias}-v1"
+            assert versioned_names(alias, await backend.connection.version_names()) == [f"{alias}-v1"]
+            assert await backend.connection.alias_target() == backend.connection.physical == f"{alias}-v1"
     finally:
         await opener.close()
         await died.close()
@@ -141,7 +141,7 @@ async def test_a_refused_open_returns_only_once_every_store_has_settled(
         with pytest.raises(ModelMismatchError):
             await first.open(MODELS)
         (vectors,) = [b for b in first.backends if b.name == "qdrant"]
-        assert await vectors.alias_target() == f"{alias}-v1"
+        assert await vectors.connection.alias_target() == f"{alias}-v1"
     finally:
         for store in (first, second):
             await store.close()

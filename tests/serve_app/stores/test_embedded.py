@@ -156,7 +156,7 @@ async def test_opening_an_index_builds_what_its_writes_left_unindexed(tmp_path, 
     await store.close()
     # The engine's threshold lowered afterwards, so that these 200 points are due a graph.
     shard_path = str(path / "shard")
-    own = EdgeBackend(path, EmbeddedStoreConfig())._edge_config(MODELS)
+    own = EdgeBackend(path, EmbeddedStoreConfig()).connection._edge_config(MODELS)
     lowered = edge.EdgeConfig(
         vectors=own.vectors,
         sparse_vectors=own.sparse_vectors,
@@ -170,7 +170,7 @@ async def test_opening_an_index_builds_what_its_writes_left_unindexed(tmp_path, 
 
     reopened = embedded_index(path, EmbeddedStoreConfig())
     await (reopened.open(MODELS) if reopen == "open" else reopened.attach())
-    opened = reopened.backends[0].shard.info()
+    opened = reopened.backends[0].connection.shard.info()
     assert opened.indexed_vectors_count == 3 * opened.points_count == 3 * written.points_count
     assert await reopened.search("dense", query(), 5, ScopeKey("t1"))
     await reopened.close()

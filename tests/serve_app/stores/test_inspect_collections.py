@@ -90,7 +90,7 @@ async def test_inspect_reports_every_store_and_collection(store):
             indexed = {f.removesuffix(".keyword") for f in described["payload_indexes"]}
             assert set(PAYLOAD_INDEXES) <= indexed
         if backend.name in ("qdrant", "opensearch"):
-            assert described["physical"] == f"{backend.alias}-v1"
+            assert described["physical"] == f"{backend.connection.alias}-v1"
             assert described["versions"] == [described["physical"]]
         if backend.name in ("qdrant-edge", "opensearch"):
             assert described["disk_bytes"] > 0

@@ -151,7 +151,7 @@ async def test_the_registry_outlives_a_migration_to_a_new_version(
     async with opened(
         topology, tmp_path, opensearch_url, qdrant_url, alias, count=1, migrate=True, models=other
     ) as (after,):
-        assert {b.physical for b in after.backends} == {f"{alias}-v2"}
+        assert {b.connection.physical for b in after.backends} == {f"{alias}-v2"}
         assert await names(after, "t") == ["default", "papers"]
         assert await after.has_collection(ScopeKey("t", "papers"))
 
@@ -186,8 +186,8 @@ async def test_an_opensearch_create_retried_after_it_landed_is_still_its_own(
         backend = store.chunk_store
         key = registry_key(ScopeKey("t", "papers"))
         landed = uuid.UUID(int=7)
-        await backend.client.create(
-            index=backend.registry_index,
+        await backend.connection.client.create(
+            index=backend.connection.registry_index,
             id=key,
             body={"key": key, "claim": landed.hex, "tenant_id": "t", "name": "papers"},
             refresh="true",

@@ -13,6 +13,7 @@ from serve_app.schemas import ScopeKey, SearchFilters
 from serve_app.stores.opensearch import OpenSearchBackend
 from serve_app.stores.opensearch.bodies import MAPPING_VERSION
 from serve_app.stores.qdrant import QdrantBackend
+from serve_app.stores.qdrant.connection import QdrantConnection
 from serve_app.stores.values import IndexModels
 
 # The stores hold async HTTP clients: fixtures and tests share the session's event loop.
@@ -124,7 +125,7 @@ async def test_model_guard_and_migration_switch_the_alias(topology, tmp_path, op
     await migrated.open(OTHER)
     assert await migrated.count(ScopeKey("t1")) == 0  # a fresh version behind the alias
     for backend in migrated.backends:
-        assert backend.physical.endswith("-v2")
+        assert backend.connection.physical.endswith("-v2")
     await migrated.write_documents(
         ScopeKey("t1"), [write("d9", [encoded("d9", 0, "new", [1, 0, 0, 0], {1: 1.0})])]
     )
@@ -144,9 +145,9 @@ async def test_opensearch_alias_points_at_one_versioned_index(tmp_path, opensear
     config = opensearch_config(opensearch_url)
     index = OpenSearchBackend(config)
     await index.open(MODELS)
-    aliases = await index.client.indices.get_alias(name=config.index)
+    aliases = await index.connection.client.indices.get_alias(name=config.index)
     assert list(aliases) == [f"{config.index}-v1"]
-    mapping = await index.client.indices.get_mapping(index=config.index)
+    mapping = await index.connection.client.indices.get_mapping(index=config.index)
     meta = mapping[f"{config.index}-v1"]["mappings"]["_meta"]
     assert meta["models"] == MODELS.as_dict() and meta["mapping_version"] == MAPPING_VERSION
     await index.close()
@@ -155,9 +156,9 @@ async def test_opensearch_alias_points_at_one_versioned_index(tmp_path, opensear
 async def test_qdrant_collection_records_models_and_dimension(tmp_path):
     from serve_app.config import QdrantConfig
 
-    store = QdrantBackend(QdrantConfig(local_path=":memory:", collection="c"), tmp_path, ("dense",))
+    store = QdrantBackend(QdrantConnection(QdrantConfig(local_path=":memory:", collection="c"), tmp_path, ("dense",)))
     await store.open(MODELS)
-    info = await store.client.get_collection("c")
+    info = await store.connection.client.get_collection("c")
     assert info.config.params.vectors["dense"].size == 4
     assert info.config.metadata["models"]["dense_model"] == "m"
     await store.close()
@@ -169,9 +170,9 @@ async def test_qdrant_collection_carries_index_settings(tmp_path):
     config = QdrantConfig(
         local_path=":memory:", collection="c", quantization="int8", on_disk=True, hnsw_m=32
     )
-    store = QdrantBackend(config, tmp_path, ("dense", "splade", "bm25"))
+    store = QdrantBackend(QdrantConnection(config, tmp_path, ("dense", "splade", "bm25")))
     await store.open(MODELS)
-    params = (await store.client.get_collection("c")).config.params
+    params = (await store.connection.client.get_collection("c")).config.params
     dense = params.vectors["dense"]
     assert dense.quantization_config.scalar.type.value == "int8" and dense.on_disk
     assert dense.hnsw_config.m == 32 and dense.distance.value == "Cosine"
@@ -195,7 +196,7 @@ async def test_each_store_records_the_revision_and_refuses_another(
     first = make_store(topology, tmp_path, opensearch_url, qdrant_local="q", os_config=os_config)
     await first.open(replace(MODELS, dense_revision=built))
     for backend in first.backends:
-        binding = await backend.stored_binding(backend.physical)
+        binding = await backend.connection.stored_binding(backend.connection.physical)
         assert binding.get("models", binding)["dense_revision"] == built, backend.name
     await first.close()
 
@@ -227,7 +228,7 @@ async def test_an_index_built_before_revisions_is_accepted_and_then_records_one(
     upgraded = make_store(topology, tmp_path, opensearch_url, qdrant_local="q", os_config=os_config)
     await upgraded.open(replace(MODELS, dense_revision=pinned))
     for backend in upgraded.backends:
-        binding = await backend.stored_binding(backend.physical)
+        binding = await backend.connection.stored_binding(backend.connection.physical)
         assert binding.get("models", binding)["dense_revision"] == pinned, backend.name
     await upgraded.close()
     assert "recorded no dense_revision" in caplog.text
@@ -245,12 +246,12 @@ async def test_attaching_before_any_opener_names_the_missing_alias(tmp_path, ope
     backends = [
         (OpenSearchBackend(config), "stores.opensearch.index"),
         (
-            QdrantBackend(QdrantConfig(local_path=":memory:", collection="none"), tmp_path),
+            QdrantBackend(QdrantConnection(QdrantConfig(local_path=":memory:", collection="none"), tmp_path)),
             "stores.qdrant.collection",
         ),
     ]
     for backend, setting in backends:
         with pytest.raises(NotFoundError, match=f"behind the alias .* \\({setting}\\)"):
             await backend.attach()
-        assert backend.physical is None
+        assert backend.connection.physical is None
         await backend.close()

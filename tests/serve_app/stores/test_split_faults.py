@@ -16,6 +16,7 @@ from serve_app.schemas import ScopeKey
 from serve_app.stores.index import StoreIndex
 from serve_app.stores.opensearch import OpenSearchBackend
 from serve_app.stores.qdrant import QdrantBackend
+from serve_app.stores.qdrant.connection import QdrantConnection
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -26,11 +27,11 @@ async def split(tmp_path, opensearch_url):
     FlakyConnection.down_after_bulk_failure = False
     config = opensearch_config(opensearch_url, bulk_batch_size=2, max_retries=0)
     client = AsyncOpenSearch(hosts=config.hosts, connection_class=FlakyConnection, max_retries=0)
-    vectors = QdrantBackend(
+    vectors = QdrantBackend(QdrantConnection(
         QdrantConfig(local_path=":memory:", collection="c", upsert_batch_size=2),
         tmp_path,
         strategies=("dense",),
-    )
+    ))
     store = StoreIndex([OpenSearchBackend(config, client=client), vectors], recovery_timeout_s=5)
     await store.open(MODELS)
     yield store
@@ -79,7 +80,7 @@ async def test_opensearch_fails_mid_ingest_then_retry_converges(split):
 
 async def test_qdrant_fails_mid_ingest_then_retry_converges(split, monkeypatch):
     qdrant = split.backends[1]
-    real_upsert = qdrant.client.upsert
+    real_upsert = qdrant.connection.client.upsert
     calls = {"n": 0}
 
     async def flaky_upsert(*args, **kwargs):
@@ -88,7 +89,7 @@ async def test_qdrant_fails_mid_ingest_then_retry_converges(split, monkeypatch):
             raise httpx.ConnectError("injected: Qdrant connection refused")
         return await real_upsert(*args, **kwargs)
 
-    monkeypatch.setattr(qdrant.client, "upsert", flaky_upsert)
+    monkeypatch.setattr(qdrant.connection.client, "upsert", flaky_upsert)
     with pytest.raises(ServiceUnavailableError, match="keep their previous version"):
         await split.write_documents(ScopeKey("t1"), [document("a", 3)])
     assert await stored(split) == (0, 0)
@@ -129,7 +130,7 @@ async def test_a_failed_delete_serves_nothing_and_its_retry_converges(split, mon
     async def refuse(*args, **kwargs):
         raise httpx.ConnectError("injected")
 
-    monkeypatch.setattr(qdrant.client, "delete", refuse)
+    monkeypatch.setattr(qdrant.connection.client, "delete", refuse)
     with pytest.raises(ServiceUnavailableError):
         await split.delete_document(ScopeKey("t1"), "a")
     assert await visible(split, "a") == []  # gone from OpenSearch: nothing served

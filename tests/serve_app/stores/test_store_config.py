@@ -11,6 +11,7 @@ from serve_app.config import OpenSearchConfig, QdrantConfig, config_from_dict
 from serve_app.errors import ConfigError
 from serve_app.stores.opensearch import make_client
 from serve_app.stores.qdrant import QdrantBackend
+from serve_app.stores.qdrant.connection import QdrantConnection
 
 
 @pytest.mark.parametrize(
@@ -52,9 +53,9 @@ def test_qdrant_api_key_comes_from_the_named_variable(monkeypatch):
     config = QdrantConfig(url="https://q:6333", api_key_env="QDRANT_KEY")
     monkeypatch.delenv("QDRANT_KEY", raising=False)
     with pytest.raises(ConfigError, match="QDRANT_KEY"):
-        _ = QdrantBackend(config, Path(".")).client
+        _ = QdrantBackend(QdrantConnection(config, Path("."))).connection.client
     monkeypatch.setenv("QDRANT_KEY", "k")
-    assert QdrantBackend(config, Path(".")).client is not None
+    assert QdrantBackend(QdrantConnection(config, Path("."))).connection.client is not None
 
 
 def test_only_the_embedded_store_is_pinned_to_one_replica():
