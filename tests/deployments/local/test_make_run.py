@@ -82,7 +82,8 @@ def test_make_run_serves_the_starter_articles_as_they_arrive(tmp_path):
 
 def search_and_upload_from_the_page(url: str, title: str, doc_suffix: str) -> None:
     """What a new user does in the playground of the run `make run` printed: a search shows
-    the article with each strategy's rank and share; an upload is written and found."""
+    the article with each strategy's rank and share; an upload is written and found; a
+    collection is created, filled, listed, searched and deleted."""
     from playwright.sync_api import sync_playwright
 
     from tests.support.browser import CHROMIUM
@@ -119,5 +120,44 @@ def search_and_upload_from_the_page(url: str, title: str, doc_suffix: str) -> No
             "() => document.querySelector('#search-message').className.includes('ok')"
         )
         assert "field-notes" in page.locator("#results > li .where").first.inner_text()
+        a_collection_is_created_filled_listed_searched_and_deleted(page)
         assert all(r.startswith(url) for r in requests), requests
         browser.close()
+
+
+def a_collection_is_created_filled_listed_searched_and_deleted(page) -> None:
+    """Three files into a new collection (one refused, with its reason), its document list,
+    a search in it, and its delete, through the Ray Serve run's page."""
+    page.fill("#new-collection", "lab-notes")
+    page.click("#create-collection button[type=submit]")
+    page.wait_for_function("() => document.querySelector('#collection').value === 'lab-notes'")
+    page.set_input_files("#files", files=[
+        {"name": "otters.txt", "mimeType": "text/plain",
+         "buffer": b"Sea otters use rocks as tools to open shellfish."},
+        {"name": "ravens.md", "mimeType": "text/markdown",
+         "buffer": b"# Ravens\n\nRavens plan ahead and barter for food."},
+        {"name": "empty.txt", "mimeType": "text/plain", "buffer": b""},
+    ])  # fmt: skip
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('#uploads li')].filter(li => li.dataset.outcome)"
+        ".length === 4",
+        timeout=120_000,
+    )
+    rows = page.locator("#uploads li")
+    outcomes = {
+        rows.nth(i).locator(".name").inner_text(): rows.nth(i).get_attribute("data-outcome")
+        for i in range(1, 4)
+    }
+    assert outcomes == {"otters.txt": "written", "ravens.md": "written", "empty.txt": "refused"}
+    assert "refused: 400" in rows.filter(has_text="empty.txt").locator(".result").inner_text()
+    page.wait_for_function("() => document.querySelectorAll('#documents tbody tr').length === 2")
+    assert sorted(page.locator("#documents td.mono").all_inner_texts()) == ["otters", "ravens"]
+    page.fill("#query", "otters rocks tools")
+    page.click("#search-form button[type=submit]")
+    page.wait_for_function(
+        "() => document.querySelector('#search-message').className.includes('ok')"
+    )
+    assert "otters" in page.locator("#results > li .where").first.inner_text()
+    page.click("#delete-collection")
+    page.wait_for_function("() => document.querySelector('#collection').value === ''")
+    assert "deleted lab-notes" in page.locator("#collection-message").inner_text()
