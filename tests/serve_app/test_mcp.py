@@ -5,6 +5,8 @@ HTTP API in process with the real small models)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import json
 import sys
 import threading
@@ -291,7 +293,7 @@ async def test_collections_and_uploads_agree_across_http_cli_and_mcp(
     the same file uploaded into a collection each door created gives the same record (hash,
     chunks, title), document list and search, whichever door wrote it, read it or deleted
     it. The CLI in process (its own index, the same models) answers in the same shapes with
-    the same values."""
+    the same values: the document list, the record, the search and an answer's passages."""
     import subprocess
 
     import httpx
@@ -314,24 +316,34 @@ async def test_collections_and_uploads_agree_across_http_cli_and_mcp(
         return done.stdout
 
     def in_process(*args: str) -> dict:
-        command = [sys.executable, "-m", "serve_app.cli", "--config", str(local), *args]
-        done = subprocess.run(
-            command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=180
-        )
-        assert done.returncode == 0, done.stderr
-        return json.loads(done.stdout) if done.stdout.lstrip().startswith("{") else {}
+        """``serve-app --config local.yaml ARGS`` in this process (its own event loop, in a
+        thread: the CLI's in-process path, without an interpreter start each time)."""
+        from serve_app.cli import main
 
-    scoped = ("--tenant", "tenant-a", "--collection", "door-local")
-    in_process("ingest", str(note), "--tenant", "tenant-a")  # creates the index here
-    in_process("collections", "create", "door-local", "--tenant", "tenant-a")
-    in_process("ingest", str(note), *scoped)
-    local_door = {
-        "search": in_process("search", "plasmids genes", "--json", *scoped),
-        "list": in_process("documents", "list", *scoped),
-    }
-    local_door["get"] = in_process(
-        "documents", "get", local_door["list"]["documents"][0]["id"], *scoped
-    )
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert main(["--config", str(local), *args]) == 0, args
+        text = out.getvalue()
+        return json.loads(text) if text.lstrip().startswith("{") else {}
+
+    ask = {"question": "What moves resistance genes?", "understand": False, "max_tokens": 8}
+
+    def local_door_run() -> dict:
+        scoped = ("--tenant", "tenant-a", "--collection", "door-local")
+        in_process("ingest", str(note), "--tenant", "tenant-a")  # creates the index here
+        in_process("collections", "create", "door-local", "--tenant", "tenant-a")
+        in_process("ingest", str(note), *scoped)
+        door = {
+            "search": in_process("search", "plasmids genes", "--json", *scoped),
+            "list": in_process("documents", "list", *scoped),
+        }
+        door["get"] = in_process("documents", "get", door["list"]["documents"][0]["id"], *scoped)
+        door["answer"] = in_process(
+            "answer", ask["question"], "--no-understand", "--max-tokens", "8", "--json", *scoped
+        )
+        return door
+
+    local_door = await asyncio.to_thread(local_door_run)
     async with httpx.AsyncClient(base_url=service_url, headers=headers, timeout=120) as http:
         assert (await http.post("/v1/collections", json={"name": "door-http"})).status_code == 201
         files = {"files": (note.name, note.read_bytes(), "text/markdown")}
@@ -352,6 +364,9 @@ async def test_collections_and_uploads_agree_across_http_cli_and_mcp(
         }
         http_search = (
             await http.post("/v1/collections/door-http/search", json={"query": "plasmids genes"})
+        ).json()
+        http_answer = (
+            await http.post("/v1/collections/door-http/answer", json={**ask, "stream": False})
         ).json()
         async with asyncio.timeout(240):
             async with (
@@ -405,6 +420,9 @@ async def test_collections_and_uploads_agree_across_http_cli_and_mcp(
     local_hits = [(r["doc_id"], r["text"]) for r in local_door["search"]["results"]]
     assert local_hits == searched["door-http"]
     assert set(local_door["search"]) == set(http_search)
+    answered = [(r["doc_id"], r["text"]) for r in http_answer["results"]]
+    assert answered and [(r["doc_id"], r["text"]) for r in local_door["answer"]["results"]] == answered
+    assert set(local_door["answer"]) == set(http_answer)
     assert searched["door-http"] and searched["door-http"] == searched["door-cli"]
     assert dropped["deleted"] == "door-cli" and dropped["chunks_removed"] >= 1
     assert not {"door-http", "door-cli", "door-mcp"} & set(left)
