@@ -19,8 +19,6 @@ from serve_app.pipelines.components import build_components
 from serve_app.schemas import SearchRequest
 from serve_app.service import RetrievalService
 
-pytestmark = pytest.mark.asyncio(loop_scope="session")
-
 
 def with_new_fields(value: Any) -> Any:
     """``value`` with a field no released client knows added to the answer and to every
@@ -61,6 +59,7 @@ async def newer(app_config_factory):
     await components.close()
 
 
+@pytest.mark.asyncio(loop_scope="session")
 async def test_every_verb_reads_an_answer_with_fields_it_does_not_know(newer):
     client, transport = newer
     assert (await client.create_collection("later")).name == "later"
