@@ -23,6 +23,8 @@ async def missing_collections(
 ) -> set[ScopeKey]:
     """Which of ``keys`` name a collection their tenant lacks."""
     named = list(dict.fromkeys(key for key in keys if not key.is_default))
+    if not named:  # every search of the default collection: no lookup, no gather
+        return set()
     found = await asyncio.gather(*(registry.has_collection(key) for key in named))
     return {key for key, ok in zip(named, found, strict=True) if not ok}
 

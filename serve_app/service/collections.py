@@ -25,6 +25,8 @@ from serve_app.schemas import (
 )
 from serve_app.stores.base import ServedIndex
 
+CURSOR: TypeAdapter[str] = TypeAdapter(DocumentCursor)
+
 
 class CollectionService:
     """Every method takes the ``ScopeKey`` its caller resolved (a tenant's: ``collection``
@@ -55,7 +57,7 @@ class CollectionService:
             raise InvalidInputError(f"limit must be 1 to {DOCUMENT_PAGE_MAX}, not {limit}")
         if cursor is not None:
             try:
-                TypeAdapter(DocumentCursor).validate_python(cursor)
+                CURSOR.validate_python(cursor)
             except ValidationError:
                 raise InvalidInputError("cursor is not a next_cursor this service gave") from None
         return await self.index.list_documents(key, cursor, limit)
