@@ -12,6 +12,10 @@ from tests.support.data import SCIFACT_DIR, SMOLLM2, small_beir, starter_corpus
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# ranx (the fusion congruence test's reference) is the only numba user here: compiled, its
+# fusion functions took 48 to 105 s to build in a fresh virtual environment (CI's, every run),
+# interpreted they take well under a second on these small runs, with the same results.
+os.environ.setdefault("NUMBA_DISABLE_JIT", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
 QWEN3_TOKENIZER = ROOT / ".cache" / "assets" / "qwen3-tokenizer"

@@ -70,21 +70,28 @@ def closed_port() -> int:
 
 @pytest.fixture
 def store_config(request, tmp_path):
-    def make(topology: str) -> Path:
+    """A topology's config without the LLM (these tests are about the stores and encoders;
+    ``test_validate_llm.py`` checks the LLM, and the embedded wired case keeps it): loading
+    and checking SmolLM2 took three quarters of each validate here."""
+
+    def make(topology: str, llm: bool = False) -> Path:
         url = request.getfixturevalue("opensearch_url") if "opensearch" in topology else None
-        return topology_config(tmp_path, topology, url)
+        path = topology_config(tmp_path, topology, url)
+        return path if llm else edit(path, llm={"enabled": False})
 
     return make
 
 
 @pytest.mark.parametrize("topology", TOPOLOGIES_)
 def test_a_wired_deployment_passes(topology, store_config, capsys):
-    path = store_config(topology)
+    path = store_config(topology, llm=topology == "embedded")
     build_index(path)
     code, checks = validate(path, capsys)
     assert code == 0, [c for c in checks if not c["ok"]]
     names = {c["name"] for c in checks}
     assert {"device", "tokenizer", "model", "store", "dimension", "binding"} <= names
+    fields = {c["field"] for c in checks if c["name"] == "model"}
+    assert ("llm.model" in fields) == (topology == "embedded"), fields
     assert "payload_indexes" in names
     stores = [c for c in checks if c["name"] == "store"]
     assert len(stores) == (2 if topology == "opensearch+qdrant" else 1)
@@ -273,7 +280,7 @@ def minilm_copy(tmp_path: Path, name: str = "minilm") -> Path:
 
 
 def test_no_load_passes_on_a_wired_embedded_deployment(store_config, capsys):
-    path = store_config("embedded")
+    path = store_config("embedded", llm=True)
     build_index(path)
     code, checks = validate_no_load(path, capsys)
     assert code == 0, [c for c in checks if c["ok"] is False]
