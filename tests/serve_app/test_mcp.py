@@ -287,15 +287,13 @@ async def test_search_and_answer_agree_across_http_cli_and_mcp(service_url):
 
 
 async def test_collections_and_uploads_agree_across_http_cli_and_mcp(
-    service_url, app_config_factory, tmp_path
+    service_url, app_config_factory, tmp_path, monkeypatch
 ):
     """Every remote door goes through the one client (``serve_app.client.ServiceClient``):
     the same file uploaded into a collection each door created gives the same record (hash,
     chunks, title), document list and search, whichever door wrote it, read it or deleted
     it. The CLI in process (its own index, the same models) answers in the same shapes with
     the same values: the document list, the record, the search and an answer's passages."""
-    import subprocess
-
     import httpx
     import yaml
 
@@ -305,25 +303,25 @@ async def test_collections_and_uploads_agree_across_http_cli_and_mcp(
     note = tmp_path / "conjugation.md"
     note.write_text("# Conjugation\n\nPlasmids move resistance genes between bacteria.\n")
     headers = {"X-API-Key": "key-a"}
-    env = {"SERVE_APP_API_KEY": "key-a", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    monkeypatch.setenv("SERVE_APP_API_KEY", "key-a")
 
-    def cli(*args: str) -> str:
-        command = [sys.executable, "-m", "serve_app.cli", *args, "--url", service_url]
-        done = subprocess.run(
-            command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=180
-        )
-        assert done.returncode == 0, done.stderr
-        return done.stdout
-
-    def in_process(*args: str) -> dict:
-        """``serve-app --config local.yaml ARGS`` in this process (its own event loop, in a
-        thread: the CLI's in-process path, without an interpreter start each time)."""
+    def run_cli(*args: str) -> str:
+        """``serve-app ARGS`` in this process, in a thread with its own event loop (the
+        entry point as a process is the search-and-answer test's)."""
         from serve_app.cli import main
 
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
-            assert main(["--config", str(local), *args]) == 0, args
-        text = out.getvalue()
+            assert main(list(args)) == 0, args
+        return out.getvalue()
+
+    async def cli(*args: str) -> str:
+        """``serve-app ARGS --url``: the remote door."""
+        return await asyncio.to_thread(run_cli, *args, "--url", service_url)
+
+    def in_process(*args: str) -> dict:
+        """``serve-app --config local.yaml ARGS``: the CLI's in-process door."""
+        text = run_cli("--config", str(local), *args)
         return json.loads(text) if text.lstrip().startswith("{") else {}
 
     ask = {"question": "What moves resistance genes?", "understand": False, "max_tokens": 8}
@@ -349,8 +347,8 @@ async def test_collections_and_uploads_agree_across_http_cli_and_mcp(
         files = {"files": (note.name, note.read_bytes(), "text/markdown")}
         uploaded = await http.post("/v1/collections/door-http/documents", files=files)
         assert uploaded.status_code == 200, uploaded.text
-        cli("collections", "create", "door-cli")
-        cli("ingest", str(note), "--collection", "door-cli")
+        await cli("collections", "create", "door-cli")
+        await cli("ingest", str(note), "--collection", "door-cli")
         searched = {
             name: [
                 (r["doc_id"], r["text"])
@@ -394,13 +392,13 @@ async def test_collections_and_uploads_agree_across_http_cli_and_mcp(
                         await session.call_tool("list_documents", {"collection": "door-cli"})
                     ),
                     "http": (await http.get("/v1/collections/door-cli/documents")).json(),
-                    "cli": json.loads(cli("documents", "list", "--collection", "door-cli")),
+                    "cli": json.loads(await cli("documents", "list", "--collection", "door-cli")),
                 }
                 dropped = payload(
                     await session.call_tool("delete_collection", {"name": "door-cli"})
                 )
-        by_cli = json.loads(cli("documents", "get", doc_id, "--collection", "door-mcp"))
-        cli("collections", "delete", "door-mcp")
+        by_cli = json.loads(await cli("documents", "get", doc_id, "--collection", "door-mcp"))
+        await cli("collections", "delete", "door-mcp")
         await http.delete("/v1/collections/door-http")
         left = [c["name"] for c in (await http.get("/v1/collections")).json()["collections"]]
 
