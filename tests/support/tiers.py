@@ -211,16 +211,22 @@ class TierReport:
     @pytest.hookimpl(tryfirst=True)  # before pytest-xdist starts its workers
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         if not self.worker:
-            self.work_s += [host_work() for _ in range(3)]
+            self.measure_host()
             self.clusters.start()
         self.builds.install()
+
+    def measure_host(self) -> None:
+        """Three timed rounds of ``host_work`` when the budgets are enforced (3 s or so: not
+        for a developer's run of one file)."""
+        if self.enforce:
+            self.work_s += [host_work() for _ in range(3)]
 
     def budget(self, tier: str) -> float:
         return BUDGET_S[tier] * self.slowdown
 
     @property
     def slowdown(self) -> float:
-        return slowdown(min(self.work_s))
+        return slowdown(min(self.work_s)) if self.work_s else 1.0
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if self.worker:
@@ -240,7 +246,7 @@ class TierReport:
             self.config.workeroutput["model_builds"] = self.builds.count  # type: ignore[attr-defined]
             return
         clusters = self.clusters.stop()
-        self.work_s += [host_work() for _ in range(3)]
+        self.measure_host()
         summary = {
             "wall_s": round(time.monotonic() - self.started, 1),
             "by_tier_s": {t: round(s, 1) for t, s in sorted(self.by_tier.items())},
@@ -273,11 +279,12 @@ class TierReport:
             count = self.summary["tests_by_tier"].get(tier, 0)
             budget = self.summary["budget_s"][tier]
             write(f"{tier:8} {seconds:8.1f} s of {budget:6.0f} s  {count:5d} tests{flag}")
-        write(
-            f"budgets: tests/support/tiers.py BUDGET_S x {self.summary['budget_scale']} (this "
-            f"host's best fixed workload {min(self.work_s):.3f} s against the reference host's "
-            f"{REFERENCE_WORK_S} s)"
-        )
+        if self.work_s:
+            write(
+                f"budgets: tests/support/tiers.py BUDGET_S x {self.summary['budget_scale']} "
+                f"(this host's best fixed workload {min(self.work_s):.3f} s against the "
+                f"reference host's {REFERENCE_WORK_S} s)"
+            )
         write(
             f"Ray clusters started: {self.summary['ray_clusters_started']}; "
             f"full model builds in the test processes: {self.summary['model_builds']}; "
