@@ -337,3 +337,73 @@ def test_an_overloaded_llm_replica_is_a_429_before_any_byte(serve_url, indexed):
     for response in answered:
         kinds = [kind for kind, _ in events_of(response.text)]
         assert kinds[-1] == "done", kinds
+
+
+# SmolLM2 at temperature 0 answers this with a passage's mark (the playground's in-process test
+# asks the same: tests/serve_app/api/test_playground.py).
+CITING_QUESTION = "Quote passage [1] and cite it."
+
+
+def test_the_playground_on_serve_says_401_then_streams_an_answer_whose_citation_it_highlights(
+    serve_url, indexed
+):
+    """The playground page as served by the Serve application (keys required, SmolLM2 in its
+    own replica; issue 58): before a key and with a wrong one it says 401 with the request
+    id; with the right key it lists the tenant's collection, streams the answer to a question
+    on it, and a click on the answer's citation mark highlights, in the cited passage, the
+    span the server checked (the same answer asked through the API, not streamed)."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.support.browser import CHROMIUM
+
+    message = "(el) => el.className.includes('ok') || el.className.includes('error')"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page()
+        requests: list[str] = []
+        errors: list[str] = []
+        page.on("request", lambda r: requests.append(r.url))
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        response = page.goto(f"{serve_url}/")
+        assert response is not None and response.status == 200
+        page.wait_for_function("() => document.querySelector('#collection-message').textContent")
+        assert "401" in page.locator("#collection-message").inner_text()
+        page.fill("#credential", "wrong-key")
+        page.click("#credentials button[type=submit]")
+        page.fill("#question", CITING_QUESTION)
+        page.click("#answer-form button[type=submit]")
+        page.wait_for_function(message, arg=page.locator("#answer-message").element_handle())
+        refused = page.locator("#answer-message").inner_text()
+        assert refused.startswith("401 UNAUTHENTICATED") and "request" in refused, refused
+
+        page.fill("#credential", "key-a")
+        page.click("#credentials button[type=submit]")
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('#collection option')]"
+            ".some((o) => o.value === 'sleep')"
+        )
+        page.select_option("#collection", "sleep")
+        page.click("#answer-form button[type=submit]")
+        page.wait_for_function(
+            "() => document.querySelector('#answer-message').textContent.startsWith('done')",
+            timeout=180_000,
+        )
+        assert page.locator("#passages > li").count() == 2
+        link = page.locator("#answer a.cite").first
+        number = int(link.inner_text().strip("[]"))
+        link.click()
+        card = page.locator(f"#passage-{number}")
+        assert "active" in (card.get_attribute("class") or "")
+        assert page.evaluate("document.activeElement.id") == f"passage-{number}"
+        highlighted = card.locator("mark.cited").inner_text()
+        browser.close()
+    assert all(u.startswith(serve_url + "/") for u in requests), requests
+    assert not [u for u in requests if "key-a" in u] and not errors, errors
+    done = httpx.post(
+        f"{serve_url}/v1/collections/sleep/answer",
+        json={"question": CITING_QUESTION, "stream": False},
+        headers=A,
+        timeout=180,
+    ).json()
+    (citation,) = [c for c in done["citations"] if c["number"] == number][:1]
+    assert highlighted == citation["text"][citation["span_start"] : citation["span_end"]]

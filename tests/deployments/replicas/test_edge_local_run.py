@@ -397,6 +397,55 @@ def test_a_forged_x_forwarded_for_is_not_the_logged_client(run):
     assert entry["client"] == "127.0.0.1", entry  # as HAProxy named it
 
 
+def test_the_playground_through_the_edge_says_401_for_a_wrong_key_and_works_with_the_right_one(
+    run,
+):
+    """The page on Ray Serve behind HAProxy with keys required (issue 58): it loads under
+    the edge's headers and its own policy, says 401 before a key is given and for a wrong
+    one (with the request id), and with the reader's key searches and names the principal,
+    its tenant and its read scope; the key stays in the tab and in a header, never in a URL,
+    and no request leaves the origin."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.support.browser import CHROMIUM
+
+    settled = (
+        "() => ['ok', 'error'].some(c => document.querySelector('#search-message')"
+        ".className.includes(c))"
+    )
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page()
+        requests: list[str] = []
+        errors: list[str] = []
+        page.on("request", lambda r: requests.append(r.url))
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        response = page.goto(f"{run.url}/")
+        assert response is not None and response.status == 200
+        assert "script-src 'self'" in response.headers["content-security-policy"]
+        page.wait_for_function("() => document.querySelector('#collection-message').textContent")
+        assert "401" in page.locator("#collection-message").inner_text()
+        for key, expected in (("wrong-secret", "401 UNAUTHENTICATED"), (READER, "fused")):
+            page.fill("#credential", key)
+            page.click("#credentials button[type=submit]")
+            page.fill("#query", "dense vectors")
+            page.click("#search-form button[type=submit]")
+            page.wait_for_function(settled)
+            message = page.locator("#search-message").inner_text()
+            assert expected in message, message
+            if key != READER:
+                assert "request" in message, message
+        page.wait_for_function("() => document.querySelector('#principal').textContent")
+        who = page.locator("#principal").inner_text()
+        assert who.startswith("key:reader") and "tenant-r" in who and "read" in who, who
+        assert page.evaluate("sessionStorage.getItem('serve-app.credential')") == READER
+        assert page.evaluate("localStorage.length") == 0
+        browser.close()
+    assert not [u for u in requests if READER in u or "wrong-secret" in u]
+    assert all(u.startswith(run.url + "/") for u in requests), requests
+    assert not errors, errors
+
+
 def refuse(port: int, batch: str) -> dict[str, tuple[int, str | None]]:
     """Each refusal 10 times, each with a request id of its own; id -> (status, principal)."""
     sent = {}
