@@ -352,20 +352,11 @@ def test_the_playground_on_serve_says_401_then_streams_an_answer_whose_citation_
     id; with the right key it lists the tenant's collection, streams the answer to a question
     on it, and a click on the answer's citation mark highlights, in the cited passage, the
     span the server checked (the same answer asked through the API, not streamed)."""
-    from playwright.sync_api import sync_playwright
-
-    from tests.support.browser import CHROMIUM
+    from tests.support.browser import playground
 
     message = "(el) => el.className.includes('ok') || el.className.includes('error')"
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        page = browser.new_page()
-        requests: list[str] = []
-        errors: list[str] = []
-        page.on("request", lambda r: requests.append(r.url))
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        response = page.goto(f"{serve_url}/")
-        assert response is not None and response.status == 200
+    with playground(serve_url) as opened:
+        page = opened.page
         page.wait_for_function("() => document.querySelector('#collection-message').textContent")
         assert "401" in page.locator("#collection-message").inner_text()
         page.fill("#credential", "wrong-key")
@@ -396,9 +387,9 @@ def test_the_playground_on_serve_says_401_then_streams_an_answer_whose_citation_
         assert "active" in (card.get_attribute("class") or "")
         assert page.evaluate("document.activeElement.id") == f"passage-{number}"
         highlighted = card.locator("mark.cited").inner_text()
-        browser.close()
-    assert all(u.startswith(serve_url + "/") for u in requests), requests
-    assert not [u for u in requests if "key-a" in u] and not errors, errors
+    assert all(u.startswith(serve_url + "/") for u in opened.requests), opened.requests
+    assert not [u for u in opened.requests if "key-a" in u], opened.requests
+    assert not opened.errors, opened.errors
     done = httpx.post(
         f"{serve_url}/v1/collections/sleep/answer",
         json={"question": CITING_QUESTION, "stream": False},

@@ -405,24 +405,15 @@ def test_the_playground_through_the_edge_says_401_for_a_wrong_key_and_works_with
     one (with the request id), and with the reader's key searches and names the principal,
     its tenant and its read scope; the key stays in the tab and in a header, never in a URL,
     and no request leaves the origin."""
-    from playwright.sync_api import sync_playwright
-
-    from tests.support.browser import CHROMIUM
+    from tests.support.browser import playground
 
     settled = (
         "() => ['ok', 'error'].some(c => document.querySelector('#search-message')"
         ".className.includes(c))"
     )
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        page = browser.new_page()
-        requests: list[str] = []
-        errors: list[str] = []
-        page.on("request", lambda r: requests.append(r.url))
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        response = page.goto(f"{run.url}/")
-        assert response is not None and response.status == 200
-        assert "script-src 'self'" in response.headers["content-security-policy"]
+    with playground(run.url) as opened:
+        page = opened.page
+        assert "script-src 'self'" in opened.response.headers["content-security-policy"]
         page.wait_for_function("() => document.querySelector('#collection-message').textContent")
         assert "401" in page.locator("#collection-message").inner_text()
         for key, expected in (("wrong-secret", "401 UNAUTHENTICATED"), (READER, "fused")):
@@ -440,10 +431,9 @@ def test_the_playground_through_the_edge_says_401_for_a_wrong_key_and_works_with
         assert who.startswith("key:reader") and "tenant-r" in who and "read" in who, who
         assert page.evaluate("sessionStorage.getItem('serve-app.credential')") == READER
         assert page.evaluate("localStorage.length") == 0
-        browser.close()
-    assert not [u for u in requests if READER in u or "wrong-secret" in u]
-    assert all(u.startswith(run.url + "/") for u in requests), requests
-    assert not errors, errors
+    assert not [u for u in opened.requests if READER in u or "wrong-secret" in u]
+    assert all(u.startswith(run.url + "/") for u in opened.requests), opened.requests
+    assert not opened.errors, opened.errors
 
 
 def refuse(port: int, batch: str) -> dict[str, tuple[int, str | None]]:
