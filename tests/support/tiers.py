@@ -19,9 +19,9 @@ run whose tier took longer than its budget fails, so that the suite's growth is 
 it happens, not when CI's limit is hit.
 
 A budget is in the reference host's seconds: the run times a fixed CPU workload (``host_work``,
-pure Python and one-thread torch, best of three, before the tests and after them) and scales
-``BUDGET_S`` by how much slower this host is than ``REFERENCE_WORK_S`` (never below 1, at most
-``MAX_SLOWDOWN``). A slower machine (CI's, or this one on a busy day) then does not fail a change
+pure Python and one-thread torch; the best of three rounds before the tests and three after)
+and scales ``BUDGET_S`` by how much slower this host is than ``REFERENCE_WORK_S`` (never below
+1, at most ``MAX_SLOWDOWN``). A slower machine (CI's, or this one on a busy day) then does not fail a change
 that added nothing, while a suite that grew still fails on any host.
 """
 
