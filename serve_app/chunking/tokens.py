@@ -3,13 +3,27 @@
 from __future__ import annotations
 
 from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from transformers import AutoTokenizer, PreTrainedTokenizerBase
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 @lru_cache(maxsize=8)
 def load_tokenizer(path: str) -> PreTrainedTokenizerBase:
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    """The fast tokenizer at ``path``. Read straight from its ``tokenizer.json`` where there is
+    one: ``AutoTokenizer`` imports PyTorch (4 s of every replica start here, in processes such
+    as the ingress and the store that never run a model) to pick a class whose counts and
+    offsets are the same (tests/serve_app/chunking/test_tokens.py compares them)."""
+    if (Path(path) / "tokenizer.json").is_file():
+        from transformers import PreTrainedTokenizerFast
+
+        tokenizer: PreTrainedTokenizerBase = PreTrainedTokenizerFast.from_pretrained(path)
+    else:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(path)
     tokenizer.model_max_length = 10**9  # counting only; the encoders truncate themselves
     if not tokenizer.is_fast:
         raise ValueError(f"tokenizer at {path} is not a fast tokenizer (offsets are needed)")
