@@ -16,10 +16,12 @@ ingress replicas; each model replica gets --model-cpus CPUs. Steps (default: ing
             compare settings)
   search    a --warm-s warm-up at --clients, the sweep, 80 % of its maximum for --rate-s
             seconds with the queries per model call, then serving-path's closed loop for
-            --conc-s seconds (CPU per query by process, py-spy on each replica)
+            --conc-s seconds (CPU per query by process, py-spy on each replica); on the cold
+            step's Serve when both run (one start, one model load)
   store     Serve stopped: the store's work per query (benchmarks.dev.store_retrieve)
 
-Each Serve lifetime runs in a process of its own (Ray starts afresh). Every measurement is a
+Each Serve lifetime runs in a process of its own (Ray starts afresh): one per ingest, one for
+cold and search together. Every measurement is a
 report under the --out folder; summary.json and .md gather the figures. Quality on a GPU is
 the quality suite with this configuration.
 """
@@ -138,40 +140,52 @@ def ingest_once(data: dict, args: argparse.Namespace, ceiling: bool) -> dict:
     return ingest.measure(data, ingest.load_corpus(args.corpus, args.docs), options)
 
 
-def cold(data: dict, args: argparse.Namespace) -> dict:
-    queries, started = load_queries(args.corpus), time.perf_counter()
+def cold(url: str, ready_s: float, args: argparse.Namespace) -> dict:
+    queries = load_queries(args.corpus)
+    windows = [
+        asyncio.run(load.measure(url, queries, search_body(), concurrency=args.clients,
+                                 duration_s=args.cold_s, warmup_s=0, timeout_s=8))
+        for _ in range(args.cold_n)
+    ]  # fmt: skip
+    return {"ready_s": ready_s, "windows": windows}
+
+
+def search(url: str, args: argparse.Namespace) -> dict:
+    queries = load_queries(args.corpus)
+
+    def measure(**how: Any) -> dict:
+        return asyncio.run(load.measure(url, queries, search_body(), timeout_s=8, **how))
+
+    report = {"warm": measure(concurrency=args.clients, duration_s=args.warm_s, warmup_s=2)}
+    rates = sweep_rates(args.sweep_start, args.sweep_step, args.sweep_max)
+    report["sweep"] = measure(rates=rates, duration_s=args.step_s, warmup_s=2, cooldown_s=1)
+    if rate := int(report["sweep"]["max_sustainable_qps"] * 0.8):
+        before = current_reading()
+        report["rate80"] = measure(rate=rate, duration_s=args.rate_s, warmup_s=2)
+        time.sleep(export_wait_s())
+        report["model_calls_rate80"] = per_call(before, current_reading())
+    # The closed loop with the CPU by process, the model calls and where replicas spend.
+    options = argparse.Namespace(
+        clients=args.clients, duration=args.conc_s, warmup=2, timeout=8, sweep=False,
+        profile_s=args.conc_s,
+    )  # fmt: skip
+    report["closed_loop"] = serving_path.measure_served(url, options, queries)
+    return report
+
+
+def served_steps(data: dict, args: argparse.Namespace, steps: list[str]) -> dict:
+    """``cold`` then ``search`` (those of them in ``steps``) on one Serve started afresh: the
+    cold windows are the first requests after the start, the search step's own warm-up follows
+    them. One start instead of two saves a model load on scarce device time."""
+    started = time.perf_counter()
     with serving(data) as url:
         ready_s = round(time.perf_counter() - started, 1)
-        windows = [
-            asyncio.run(load.measure(url, queries, search_body(), concurrency=args.clients,
-                                     duration_s=args.cold_s, warmup_s=0, timeout_s=8))
-            for _ in range(args.cold_n)
-        ]  # fmt: skip
-        return {"ready_s": ready_s, "windows": windows}
-
-
-def search(data: dict, args: argparse.Namespace) -> dict:
-    queries = load_queries(args.corpus)
-    with serving(data) as url:
-
-        def measure(**how: Any) -> dict:
-            return asyncio.run(load.measure(url, queries, search_body(), timeout_s=8, **how))
-
-        report = {"warm": measure(concurrency=args.clients, duration_s=args.warm_s, warmup_s=2)}
-        rates = sweep_rates(args.sweep_start, args.sweep_step, args.sweep_max)
-        report["sweep"] = measure(rates=rates, duration_s=args.step_s, warmup_s=2, cooldown_s=1)
-        if rate := int(report["sweep"]["max_sustainable_qps"] * 0.8):
-            before = current_reading()
-            report["rate80"] = measure(rate=rate, duration_s=args.rate_s, warmup_s=2)
-            time.sleep(export_wait_s())
-            report["model_calls_rate80"] = per_call(before, current_reading())
-        # The closed loop with the CPU by process, the model calls and where replicas spend.
-        options = argparse.Namespace(
-            clients=args.clients, duration=args.conc_s, warmup=2, timeout=8, sweep=False,
-            profile_s=args.conc_s,
-        )  # fmt: skip
-        report["closed_loop"] = serving_path.measure_served(url, options, queries)
-    return report
+        reports = {}
+        if "cold" in steps:
+            reports["cold"] = cold(url, ready_s, args)
+        if "search" in steps:
+            reports["search"] = search(url, args)
+        return reports
 
 
 def run(args: argparse.Namespace) -> int:
@@ -192,15 +206,17 @@ def run(args: argparse.Namespace) -> int:
         report = summary[f"ingest_chunker_{cpus}"] = in_own_process(ingest_once, data, args, n == 0)
         title = f"HTTP ingest, the chunker replica at {cpus} CPUs"
         write_report(out / f"ingest-chunker-{cpus}", report, ingest.markdown(report, title))
-    if "cold" in steps:
-        report = summary["cold"] = in_own_process(cold, serve_data(args), args)
+    served = [step for step in ("cold", "search") if step in steps]
+    reports = in_own_process(served_steps, serve_data(args), args, served) if served else {}
+    if "cold" in reports:
+        report = summary["cold"] = reports["cold"]
         rows = [[w["achieved_qps"], w["p95_ms"], w["stage_ms_median"]] for w in report["windows"]]
         title = (
             f"# Cold start: ready after {report['ready_s']} s, then windows of {args.cold_s:g} s"
         )
         write_report(out / "cold", report, [title, "", *table(["QPS", "p95 ms", "stages"], rows)])
-    if "search" in steps:
-        report = summary["search"] = in_own_process(search, serve_data(args), args)
+    if "search" in reports:
+        report = summary["search"] = reports["search"]
         swept = report.pop("sweep")
         report["max_sustainable_qps"] = swept["max_sustainable_qps"]
         load.save(swept, out / "sweep", "Search sweep")

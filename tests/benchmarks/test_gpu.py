@@ -37,7 +37,7 @@ def cpu_config(path: Path) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1500)  # three Serve starts (ingest, cold, search), each loading the models
+@pytest.mark.timeout(1500)  # two Serve starts (ingest; cold and search), each loading the models
 def test_every_step_of_the_gpu_suite_runs_on_this_code(tmp_path, scifact_dir):
     out = tmp_path / "out"
     sizes = {"--docs": DOCS, "--model-cpus": 0.1, "--chunker-cpus": "0.1", "--clients": 4,
