@@ -3,12 +3,36 @@
 from __future__ import annotations
 
 import re
+import sys
 import threading
 from functools import lru_cache
+from types import ModuleType
+from typing import TYPE_CHECKING
 
-import spacy
-from spacy.language import Language
+if TYPE_CHECKING:
+    from spacy.language import Language
 
+
+def import_spacy() -> ModuleType:
+    """spaCy, imported without PyTorch where PyTorch is not loaded yet. thinc (spaCy's layer
+    library) imports torch just to learn whether it is there: 7 s of the chunker replica's
+    start on two cores and 300 MB of its memory, for a pipeline (``senter``) that runs on
+    numpy. With torch marked absent while spaCy imports, thinc records "no torch"; a later
+    ``import torch`` in the same process works as before."""
+    if "torch" in sys.modules:
+        import spacy
+
+        return spacy
+    sys.modules["torch"] = None  # type: ignore[assignment]
+    try:
+        import spacy
+    finally:
+        if sys.modules.get("torch", 0) is None:
+            del sys.modules["torch"]
+    return spacy
+
+
+spacy = import_spacy()
 _LOCK = threading.Lock()
 
 # spaCy's tokenizer strips affixes from a whitespace-free run one character at a time, each

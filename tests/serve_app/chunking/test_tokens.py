@@ -1,11 +1,7 @@
-"""The chunkers' token counter reads a tokenizer without PyTorch and counts as the model's own
-tokenizer class does."""
+"""The chunkers' token counter counts as the model's own tokenizer class does (it reads the
+tokenizer without that class, which imports PyTorch: tests/serve_app/chunking/test_torch_free.py)."""
 
 from __future__ import annotations
-
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -13,7 +9,6 @@ from serve_app.chunking.tokens import load_tokenizer
 from serve_app.config.models import resolve_model_path
 from tests.conftest import QWEN3_TOKENIZER
 
-ROOT = Path(__file__).resolve().parents[3]
 TEXTS = [
     "Hello world! The café's naïve résumé, über 12,345.67 tokens?\n\nNew para\tTAB  spaces",
     "中文 and emoji 😀 in one line; IL-6 (interleukin-6) at 5 µg/ml.",
@@ -38,22 +33,3 @@ def test_counts_and_offsets_are_the_model_classes_own(spec):
         model = theirs(TEXTS, add_special_tokens=specials, return_offsets_mapping=True)
         assert mine["input_ids"] == model["input_ids"]
         assert mine["offset_mapping"] == model["offset_mapping"]
-
-
-def test_replicas_that_run_no_model_never_import_pytorch():
-    """The ingress, the store and the chunker's own module, and a token counter loaded: none
-    imports torch (4 s of a replica's start on two cores). It fails with AutoTokenizer."""
-    path = resolve_model_path(TOKENIZERS["MiniLM (dense)"])
-    code = (
-        "import sys\n"
-        "import deployments.replicas.ingress, deployments.replicas.store\n"
-        "import deployments.replicas.chunker\n"
-        "from serve_app.chunking.tokens import TokenCounter\n"
-        f"assert TokenCounter.from_path({path!r}).count(['two words']) == [2]\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')[:5])\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "[]", done.stdout
