@@ -76,18 +76,20 @@ BUDGET_S = {
     "unit": 360,
     "service": 520,
     "kube": 110,
-    # 940 until 2026-11-30: that day's clean-clone run took ray 944.5 s (673 the day before)
-    # on a host measured slower the same hour (the playground page's first paint 160 ms on the
-    # unchanged 076a744 against 84 ms the day before; unit 280 s against 224), with about 15 s
-    # of it new (the page's collection steps on the real make run).
-    "ray": 1080,
-    # ray 1000 and bench 840 until the clean-clone run of 7489797 (2026-11-30): ray 1055.5 s
-    # and bench 953.5 s at a measured 1.083x (975 and 880 s of this host at its best). The
-    # bench tier's code had not changed since the run of 99d0ad2 (756 s): its suites start
-    # Serve several times over on both cores, which the one-thread probe above under-reads;
-    # the ray tier gained about 20 s of tests (the playground on Serve and behind HAProxy).
-    "bench": 1000,
-    "image": 170,
+    # The slow tiers' budgets are ceilings that keep CI inside its 90 minutes, not 1.5 times a
+    # quiet run: the tests that start Ray swing 1.5 to 1.9 times between hours on this host
+    # while the one-thread probe below moves 3 % (2026-11-30, clean-clone runs here:
+    # tests/e2e/test_serve_app.py 38.5 s on 9e897d7, 73.7 s three hours later on 1e0f565, the
+    # ray tier 791 s and 1168.7 s, the probe at 1.049x and 1.033x; the module alone in that
+    # second hour on 3497ec6 and on 1e0f565, 115 s and 102 s: the host, not the code). Tight
+    # budgets failed changes that added nothing (CI's run of 3497ec6: ray 1134.3 s of 1103).
+    # At these the slow tiers may take 49 minutes, and everything before them (set-up, lint,
+    # vllm, the fast tiers) took 17 to 25: a suite grown past them would not finish inside
+    # CI's limit on a slow hour. ray 1080 and bench 1000 before; the slowest run of each so
+    # far: ray 1168.7 s (x1.033), bench 984.0 s (x1.021), image 141.5 s.
+    "ray": 1500,
+    "bench": 1250,
+    "image": 200,
     "vllm": 460,
 }
 
