@@ -72,10 +72,14 @@ BUDGET_S = {
     # What each tier may take (setup, call and teardown of its tests), about 1.5 times what
     # it took on two quiet cores: a machine shared with other work stretches every test's
     # time, and a budget that fails then would stop a change that added nothing. The fast
-    # tiers run on two pytest workers: theirs is the sum over both workers.
-    "unit": 360,
-    "service": 520,
-    "kube": 110,
+    # tiers run on two pytest workers: theirs is the sum over both workers. unit 360, service
+    # 520 and kube 110 until 2026-11-30, when two clean-clone runs of the same fast tests an
+    # hour apart here took unit 255.3 s, service 440.1, kube 83.5 with the probe at 1.039x, then
+    # 339.9, 536.8 and 103.4 at 1.1x (94 % of the stretched service budget): the probe reads
+    # part of such a swing, not all of it, so these keep about a tenth more room.
+    "unit": 400,
+    "service": 580,
+    "kube": 125,
     # The slow tiers' budgets are ceilings that keep CI inside its 90 minutes, not 1.5 times a
     # quiet run: the tests that start Ray swing 1.5 to 1.9 times between hours on this host
     # while the one-thread probe below moves 3 % (2026-11-30, clean-clone runs here:
