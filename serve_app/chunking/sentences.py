@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 def import_spacy() -> ModuleType:
     """spaCy, imported without PyTorch where PyTorch is not loaded yet. thinc (spaCy's layer
     library) imports torch just to learn whether it is there: 7 s of the chunker replica's
-    start on two cores and 300 MB of its memory, for a pipeline (``senter``) that runs on
+    start on two cores and about 190 MB of its memory, for a pipeline (``senter``) that runs on
     numpy. With torch marked absent while spaCy imports, thinc records "no torch"; a later
     ``import torch`` in the same process works as before."""
     if "torch" in sys.modules:

@@ -1,6 +1,6 @@
 """Processes that run no model never load PyTorch: the ingress, the store and the chunker.
 
-Importing torch costs about 4 s of every such replica's start on two cores and 300 MB of its
+Importing torch costs about 4 s of every such replica's start on two cores and about 200 MB of its
 memory; transformers' AutoTokenizer and spaCy's thinc each import it for nothing here."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def test_replicas_that_run_no_model_never_import_pytorch():
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["torch"] == []
-    # The same sentences as here, where the tests' encoders have loaded torch first.
+    # The same sentences as this test process splits.
     assert result["counts"] == [2]
     assert [tuple(s) for s in result["spans"]] == SentenceSplitter().split(TEXT)
     assert result["spans"][:3] == [[0, 35], [36, 52], [53, 71]]
